@@ -1,0 +1,151 @@
+// The CUDA elementwise launcher: out[i] = body(in_0[i], ..., in_k[i]).
+//
+// Two kernels run the same body:
+//  * elementwise_kernel: the textbook grid-stride loop, one element per
+//    iteration. Used when a pointer is not 16-byte aligned.
+//  * elementwise_vec_kernel: each thread moves 16 bytes per load (4 floats,
+//    8 halves) and keeps kUnroll loads in flight before computing, which is
+//    what it takes to approach the copy bandwidth of HBM.
+// Arithmetic happens in at::opmath_type (float for half/bfloat16).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+
+#include "../common/loop.h"
+
+namespace labops::cuda {
+
+template <typename scalar_t, size_t N>
+struct Pointers {
+  const scalar_t* in[N];
+};
+
+template <typename opmath_t, size_t N, typename Body, typename Arr>
+__device__ __forceinline__ opmath_t apply_body(const Body& body, const Arr& v) {
+  if constexpr (N == 1) {
+    return body(static_cast<opmath_t>(v[0]));
+  } else {
+    return body(static_cast<opmath_t>(v[0]), static_cast<opmath_t>(v[1]));
+  }
+}
+
+template <typename scalar_t, size_t N, typename Body>
+__global__ void elementwise_kernel(Pointers<scalar_t, N> p, scalar_t* __restrict__ out, int64_t n,
+                                   Body body) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  LABOPS_KERNEL_LOOP(i, n) {
+    scalar_t v[N];
+#pragma unroll
+    for (size_t k = 0; k < N; ++k) v[k] = p.in[k][i];
+    out[i] = static_cast<scalar_t>(apply_body<opmath_t, N>(body, v));
+  }
+}
+
+constexpr int kVecBytes = 16;
+constexpr int kUnroll = 4;
+constexpr int kVecThreads = 256;
+
+template <typename scalar_t, int kVec>
+struct alignas(kVecBytes) Pack {
+  scalar_t val[kVec];
+};
+
+template <typename scalar_t, size_t N, typename Body>
+__global__ void __launch_bounds__(kVecThreads)
+    elementwise_vec_kernel(Pointers<scalar_t, N> p, scalar_t* __restrict__ out, int64_t n, Body body) {
+  using opmath_t = at::opmath_type<scalar_t>;
+  constexpr int kVec = kVecBytes / sizeof(scalar_t);
+  using P = Pack<scalar_t, kVec>;
+  const int64_t n_packs = n / kVec;
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+
+  // Grid-stride loop over packs, kUnroll packs per trip: issue every load
+  // first, then compute and store, so several 16-byte loads are in flight.
+  for (int64_t base = first; base < n_packs; base += stride * kUnroll) {
+    P loaded[kUnroll][N];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      int64_t pack = base + u * stride;
+      if (pack < n_packs) {
+#pragma unroll
+        for (size_t k = 0; k < N; ++k) loaded[u][k] = reinterpret_cast<const P*>(p.in[k])[pack];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      int64_t pack = base + u * stride;
+      if (pack < n_packs) {
+        P result;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          scalar_t v[N];
+#pragma unroll
+          for (size_t k = 0; k < N; ++k) v[k] = loaded[u][k].val[j];
+          result.val[j] = static_cast<scalar_t>(apply_body<opmath_t, N>(body, v));
+        }
+        reinterpret_cast<P*>(out)[pack] = result;
+      }
+    }
+  }
+  // The tail that does not fill a whole pack (fewer than kVec elements).
+  for (int64_t i = n_packs * kVec + first; i < n; i += stride) {
+    scalar_t v[N];
+#pragma unroll
+    for (size_t k = 0; k < N; ++k) v[k] = p.in[k][i];
+    out[i] = static_cast<scalar_t>(apply_body<opmath_t, N>(body, v));
+  }
+}
+
+inline int multiprocessor_count() {
+  int device = 0, sms = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+inline bool is_aligned(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0;
+}
+
+// Launch on the current stream (never the legacy default stream: that breaks
+// CUDA graphs and torch.compile's stream handling).
+template <typename scalar_t, size_t N, typename Body>
+void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body) {
+  if (n == 0) return;
+  Pointers<scalar_t, N> p;
+  bool aligned = is_aligned(out);
+  for (size_t k = 0; k < N; ++k) {
+    p.in[k] = in[k];
+    aligned = aligned && is_aligned(in[k]);
+  }
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if (aligned) {
+    constexpr int kVec = kVecBytes / sizeof(scalar_t);
+    int64_t packs_per_block = int64_t(kVecThreads) * kUnroll;
+    int64_t want = (n / kVec + packs_per_block - 1) / packs_per_block;
+    // A few waves of resident blocks is enough; the loop covers the rest.
+    int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(want, int64_t(multiprocessor_count()) * 8));
+    elementwise_vec_kernel<scalar_t, N><<<blocks, kVecThreads, 0, stream>>>(p, out, n, body);
+  } else {
+    elementwise_kernel<scalar_t, N>
+        <<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(p, out, n, body);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The launcher policy handed to run_elementwise (common/elementwise_op.h).
+struct Launcher {
+  template <typename scalar_t, size_t N, typename Body>
+  static void run(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body) {
+    launch_elementwise(in, out, n, body);
+  }
+};
+
+}  // namespace labops::cuda

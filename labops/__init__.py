@@ -1,0 +1,33 @@
+"""labops: learn how deep-learning layers are really built.
+
+Each layer exists three ways: a readable reference in ``labops.reference``,
+a compiled CPU op and a CUDA op (``labops.tanh``, ``labops.gelu``, ...,
+registered with PyTorch as ``torch.ops.labops.*``).
+
+``import labops`` is cheap; the compiled library is built (first time only)
+and loaded when an op is first used.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it. Loaded on first access (PEP 562), so
+# `labops doctor` can run and report even when the C++ build fails.
+_OPS = ("tanh", "gelu", "GELU_APPROXIMATIONS")
+_SUBMODULES = ("ops", "nn", "reference", "testing", "bench")
+
+
+def __getattr__(name):
+    if name in _OPS:
+        return getattr(importlib.import_module("labops.ops"), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"labops.{name}")
+    raise AttributeError(f"module 'labops' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_OPS) + list(_SUBMODULES))
+
+
+__all__ = list(_OPS)

@@ -1,0 +1,260 @@
+"""Compile csrc/ into one shared library on first use, cache it, load it.
+
+The library is keyed by everything that changes the binary: the torch
+version, the CUDA version (or "cpu"), the CPU's SIMD level, and a hash of
+every source file plus this file. A second import finds the key's library
+and loads it without touching the compiler (a few milliseconds).
+
+Concurrency: builds take an exclusive ``flock`` on a lock file. The kernel
+drops that lock when its holder exits, even by SIGKILL, so a killed build
+can never leave a lock that hangs the next import. Each build writes into a
+fresh temporary directory and renames the finished library into place, so a
+killed build leaves no half-written library either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+LIBRARY_NAME = "labops_ops"
+
+# SIMD flags for the CPU kernels, chosen to match the level that ATen itself
+# dispatches to on this machine (its at::vec::Vectorized headers read them).
+_CPU_SIMD_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+               "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2", "-DCPU_CAPABILITY=AVX2"],
+}
+
+
+class BuildError(RuntimeError):
+    """The compiled ops could not be built; the message says what to install."""
+
+
+def csrc_dir() -> Path:
+    """Where the C++/CUDA sources live: $LABOPS_CSRC, else the checkout's csrc/."""
+    env = os.environ.get("LABOPS_CSRC")
+    path = Path(env) if env else Path(__file__).resolve().parent.parent / "csrc"
+    if not (path / "registration.cpp").is_file():
+        raise BuildError(
+            f"labops cannot find its C++ sources (looked in {path}). Install labops from a "
+            "clone with `pip install -e .` so csrc/ sits beside the package, or point "
+            "LABOPS_CSRC at the csrc/ folder."
+        )
+    return path
+
+
+def cache_root() -> Path:
+    env = os.environ.get("LABOPS_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "labops"
+
+
+def find_nvcc() -> str | None:
+    """nvcc the way torch.utils.cpp_extension looks for it, without importing it."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+            return os.path.join(home, "bin", "nvcc")
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    default = "/usr/local/cuda/bin/nvcc"
+    return default if os.path.exists(default) else None
+
+
+@dataclass
+class BuildPlan:
+    """What will be compiled, with which flags, and where the result lives."""
+
+    sources: list[Path]
+    with_cuda: bool
+    cpu_capability: str
+    cflags: list[str]
+    cuda_cflags: list[str]
+    ldflags: list[str]
+    key: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def directory(self) -> Path:
+        return cache_root() / self.key
+
+    @property
+    def library(self) -> Path:
+        return self.directory / f"{LIBRARY_NAME}.so"
+
+
+def plan() -> BuildPlan:
+    root = csrc_dir()
+    notes = []
+    cuda_wanted = torch.version.cuda is not None and torch.cuda.is_available()
+    nvcc = find_nvcc() if cuda_wanted else None
+    with_cuda = cuda_wanted and nvcc is not None
+    if cuda_wanted and nvcc is None:
+        notes.append("a GPU is visible but nvcc was not found (set CUDA_HOME): CPU kernels only")
+    if os.environ.get("LABOPS_NO_CUDA") == "1":
+        with_cuda = False
+
+    sources = sorted(root.glob("*.cpp")) + sorted(root.glob("cpu/*.cpp"))
+    if with_cuda:
+        sources += sorted(root.glob("cuda/*.cu"))
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    cflags = ["-O3", "-std=c++17", "-fvisibility=hidden"] + _CPU_SIMD_FLAGS.get(capability, [])
+    ldflags = []
+    # at::parallel_for is an inline `#pragma omp parallel` in ATen's headers:
+    # without -fopenmp it compiles to a single-threaded loop.
+    if torch.backends.openmp.is_available():
+        cflags.append("-fopenmp")
+        ldflags.append("-fopenmp")
+    cuda_cflags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
+
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in {".h", ".cuh", ".cpp", ".cu"}:
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    digest.update(" ".join(cflags + cuda_cflags + ldflags).encode())
+    digest.update(os.environ.get("TORCH_CUDA_ARCH_LIST", "").encode())
+    flavour = f"cu{torch.version.cuda}" if with_cuda else "cpu"
+    version = torch.__version__.replace("+", "_")
+    key = f"torch{version}-{flavour}-{capability.lower()}-{digest.hexdigest()[:16]}"
+    return BuildPlan(sources, with_cuda, capability, cflags, cuda_cflags, ldflags, key, notes)
+
+
+_loaded: str | None = None
+
+
+def load_library(verbose: bool = False) -> str:
+    """Return the path of the loaded library, building it first if needed."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    p = plan()
+    if p.library.exists():
+        torch.ops.load_library(str(p.library))
+        _loaded = str(p.library)
+    else:
+        _loaded = _build_locked(p, verbose)
+    return _loaded
+
+
+def _build_locked(p: BuildPlan, verbose: bool) -> str:
+    p.directory.mkdir(parents=True, exist_ok=True)
+    with _FileLock(p.directory / "build.lock"):
+        if p.library.exists():  # another process finished it while we waited
+            torch.ops.load_library(str(p.library))
+            return str(p.library)
+        return _compile(p, verbose)
+
+
+def _compile(p: BuildPlan, verbose: bool) -> str:
+    _check_toolchain(p)
+    what = "CPU" + (" and CUDA" if p.with_cuda else "")
+    names = ", ".join(s.name for s in p.sources)
+    print(
+        f"labops: compiling the {what} ops once for this torch ({len(p.sources)} files: {names}); "
+        f"this takes about {'1-3 minutes' if p.with_cuda else 'a minute'} and is cached in {p.directory}",
+        file=sys.stderr,
+        flush=True,
+    )
+    for note in p.notes:
+        print(f"labops: note: {note}", file=sys.stderr, flush=True)
+    from torch.utils import cpp_extension  # slow import: only when compiling
+
+    start = time.monotonic()
+    build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=p.directory))
+    try:
+        cpp_extension.load(
+            name=LIBRARY_NAME,
+            sources=[str(s) for s in p.sources],
+            extra_cflags=p.cflags,
+            extra_cuda_cflags=p.cuda_cflags,
+            extra_ldflags=p.ldflags,
+            build_directory=str(build_dir),
+            with_cuda=p.with_cuda,
+            is_python_module=False,
+            verbose=verbose,
+        )
+    except Exception as exc:  # the compiler's own message is inside exc
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise BuildError(f"labops: compiling {names} failed:\n{exc}") from exc
+    # cpp_extension.load has loaded the library from build_dir. Move it into
+    # place atomically; the loaded mapping survives the rename.
+    built = build_dir / f"{LIBRARY_NAME}.so"
+    tmp = p.library.with_suffix(".so.tmp")
+    shutil.copy2(built, tmp)
+    os.replace(tmp, p.library)
+    shutil.rmtree(build_dir, ignore_errors=True)
+    print(f"labops: built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return str(p.library)
+
+
+def _check_toolchain(p: BuildPlan) -> None:
+    missing = []
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        missing.append(f"a C++ compiler ('{compiler}' not found: install g++, e.g. `apt install g++`)")
+    # The ninja and torch wheels put their programs next to the interpreter,
+    # which is not on PATH when a venv's python is run without activating it.
+    extra = [os.path.dirname(sys.executable)]
+    try:
+        import ninja
+
+        extra.append(ninja.BIN_DIR)
+    except (ImportError, AttributeError):
+        pass
+    os.environ["PATH"] = os.pathsep.join(extra + [os.environ.get("PATH", "")])
+    if shutil.which("ninja") is None:
+        missing.append("ninja (`pip install ninja`)")
+    if missing:
+        raise BuildError("labops cannot compile its ops; missing: " + "; ".join(missing))
+
+
+class _FileLock:
+    """An exclusive flock; released by the kernel if the holder dies."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd: int | None = None
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        waited = 0.0
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if waited == 0.0:
+                    holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip()
+                    print(f"labops: waiting for another process (pid {holder or '?'}) that is "
+                          "building the ops", file=sys.stderr, flush=True)
+                time.sleep(0.2)
+                waited += 0.2
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None

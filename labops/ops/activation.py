@@ -1,0 +1,79 @@
+"""Tanh and GELU: Python face of the compiled ops in csrc/ops/activation.h."""
+
+import torch
+
+from ._checks import check_choice, check_floating
+
+GELU_APPROXIMATIONS = ("none", "tanh", "sigmoid")
+
+
+def tanh(x: torch.Tensor) -> torch.Tensor:
+    """``tanh(x)`` elementwise. Backward uses the saved output: ``g * (1 - y**2)``."""
+    check_floating(x, "tanh", "x")
+    return torch.ops.labops.tanh(x)
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """GELU elementwise.
+
+    approximate:
+        ``"none"``: ``x * Phi(x)`` with the exact normal CDF (``F.gelu``'s default);
+        ``"tanh"``: ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` (``F.gelu(approximate="tanh")``);
+        ``"sigmoid"``: ``x * sigmoid(1.702 x)``, the cheap form from the GELU paper.
+    """
+    check_floating(x, "gelu", "x")
+    check_choice(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")
+    return torch.ops.labops.gelu(x, approximate)
+
+
+# ---- shapes for torch.compile: every output has its first input's shape ----
+
+@torch.library.register_fake("labops::tanh")
+def _tanh_fake(x):
+    check_floating(x, "tanh", "x")
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("labops::tanh_backward")
+def _tanh_backward_fake(grad_output, output):
+    check_floating(output, "tanh_backward", "output")
+    return torch.empty_like(output, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("labops::gelu")
+def _gelu_fake(x, approximate="none"):
+    check_floating(x, "gelu", "x")
+    check_choice(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("labops::gelu_backward")
+def _gelu_backward_fake(grad_output, x, approximate="none"):
+    check_floating(x, "gelu_backward", "x")
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+# ---- autograd: the backward of each op is itself a compiled op ----
+
+def _tanh_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(output)  # tanh's gradient needs y, not x
+
+
+def _tanh_backward(ctx, grad_output):
+    (output,) = ctx.saved_tensors
+    return torch.ops.labops.tanh_backward(grad_output, output)
+
+
+def _gelu_setup_context(ctx, inputs, output):
+    x, approximate = inputs
+    ctx.save_for_backward(x)
+    ctx.approximate = approximate
+
+
+def _gelu_backward(ctx, grad_output):
+    (x,) = ctx.saved_tensors
+    return torch.ops.labops.gelu_backward(grad_output, x, ctx.approximate), None
+
+
+torch.library.register_autograd("labops::tanh", _tanh_backward, setup_context=_tanh_setup_context)
+torch.library.register_autograd("labops::gelu", _gelu_backward, setup_context=_gelu_setup_context)

@@ -112,14 +112,14 @@ def plan() -> BuildPlan:
         sources += sorted(root.glob("cuda/*.cu"))
 
     capability = torch.backends.cpu.get_cpu_capability()
-    cflags = ["-O3", "-std=c++17", "-fvisibility=hidden"] + _CPU_SIMD_FLAGS.get(capability, [])
+    cflags = ["-O3", "-fvisibility=hidden"] + _CPU_SIMD_FLAGS.get(capability, [])
     ldflags = []
     # at::parallel_for is an inline `#pragma omp parallel` in ATen's headers:
     # without -fopenmp it compiles to a single-threaded loop.
     if torch.backends.openmp.is_available():
         cflags.append("-fopenmp")
         ldflags.append("-fopenmp")
-    cuda_cflags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
+    cuda_cflags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
 
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):

@@ -1,0 +1,56 @@
+"""Helpers for checking layers, in the style of CS231n.
+
+``rel_error`` is the one error measure used everywhere in the course;
+``numerical_gradient`` is the central-difference check a learner writes by
+hand before trusting ``torch.autograd.gradcheck``.
+"""
+
+import numpy as np
+import torch
+
+# What rel_error should print for a correct implementation, by dtype.
+EXPECTED_REL_ERROR = {
+    torch.float64: 1e-12,
+    torch.float32: 1e-6,
+    torch.bfloat16: 1e-2,
+    torch.float16: 1e-3,
+}
+
+
+def rel_error(x, y) -> float:
+    """max |x - y| / max(1e-8, |x| + |y|), elementwise, as in CS231n."""
+    x = np.asarray(x.detach().cpu().double() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+    y = np.asarray(y.detach().cpu().double() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
+    if x.size == 0:
+        return 0.0
+    return float(np.max(np.abs(x - y) / np.maximum(1e-8, np.abs(x) + np.abs(y))))
+
+
+def numerical_gradient(f, x, grad_output, h=1e-5):
+    """Central-difference gradient of sum(f(x) * grad_output) w.r.t. x.
+
+    Works on float64 NumPy arrays or tensors; perturbs one element at a time,
+    so it costs 2 * x.size evaluations of f: use tiny inputs.
+    """
+    is_tensor = isinstance(x, torch.Tensor)
+    xs = x.detach().double().clone() if is_tensor else np.array(x, dtype=np.float64)
+    g = grad_output.detach().double() if isinstance(grad_output, torch.Tensor) else np.asarray(grad_output, dtype=np.float64)
+    grad = torch.zeros_like(xs) if is_tensor else np.zeros_like(xs)
+    flat_x, flat_grad = xs.reshape(-1), grad.reshape(-1)
+    for i in range(flat_x.shape[0]):
+        old = float(flat_x[i])
+        flat_x[i] = old + h
+        plus = (f(xs) * g).sum()
+        flat_x[i] = old - h
+        minus = (f(xs) * g).sum()
+        flat_x[i] = old
+        flat_grad[i] = float(plus - minus) / (2 * h)
+    return grad
+
+
+def check_close(name, actual, expected, dtype=None) -> float:
+    """Print and return rel_error next to the error expected for the dtype."""
+    err = rel_error(actual, expected)
+    dtype = dtype or (actual.dtype if isinstance(actual, torch.Tensor) else torch.float64)
+    print(f"{name}: rel_error {err:.1e} (expected about {EXPECTED_REL_ERROR.get(dtype, 1e-6):.0e} or less)")
+    return err

@@ -12,22 +12,19 @@ import importlib
 
 __version__ = "0.1.0"
 
-# Public name -> module that defines it. Loaded on first access (PEP 562), so
-# `labops doctor` can run and report even when the C++ build fails.
-_OPS = ("tanh", "gelu", "GELU_APPROXIMATIONS")
 _SUBMODULES = ("ops", "nn", "reference", "testing", "bench")
 
 
 def __getattr__(name):
-    if name in _OPS:
-        return getattr(importlib.import_module("labops.ops"), name)
+    # Loaded on first access (PEP 562), so `labops doctor` can run and report
+    # even when the C++ build fails.
     if name in _SUBMODULES:
         return importlib.import_module(f"labops.{name}")
+    ops = importlib.import_module("labops.ops")
+    if name in ops.__all__:
+        return getattr(ops, name)
     raise AttributeError(f"module 'labops' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_OPS) + list(_SUBMODULES))
-
-
-__all__ = list(_OPS)
+    return sorted(list(globals()) + list(_SUBMODULES) + importlib.import_module("labops.ops").__all__)

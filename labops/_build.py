@@ -115,10 +115,12 @@ def plan() -> BuildPlan:
     cflags = ["-O3", "-fvisibility=hidden"] + _CPU_SIMD_FLAGS.get(capability, [])
     ldflags = []
     # at::parallel_for is an inline `#pragma omp parallel` in ATen's headers:
-    # without -fopenmp it compiles to a single-threaded loop.
+    # without -fopenmp it compiles to a single-threaded loop. We compile with
+    # it but do not link a libgomp: the GOMP_* calls then resolve to the
+    # OpenMP runtime libtorch_cpu already loaded. Linking the system's libgomp
+    # would start a second thread pool whose spinning threads fight torch's.
     if torch.backends.openmp.is_available():
         cflags.append("-fopenmp")
-        ldflags.append("-fopenmp")
     cuda_cflags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
 
     digest = hashlib.sha256()

@@ -26,6 +26,30 @@ template <typename T>
 inline at::vec::Vectorized<T> exp(const at::vec::Vectorized<T>& x) { return x.exp(); }
 template <typename T>
 inline at::vec::Vectorized<T> tanh(const at::vec::Vectorized<T>& x) { return x.tanh(); }
+
+// float lanes: Sleef's tanh is 3x slower than MKL's (which native torch.tanh
+// uses), so build it from Sleef's fast exp. With e = exp(-2|x|),
+// tanh|x| = (1 - e) / (1 + e): exact enough once |x| >= 0.4 (e <= 0.45, so
+// 1 - e does not cancel). Below 0.4, the odd Taylor series to x^13 has a
+// relative truncation error under 1e-8. Nothing overflows; NaN propagates.
+inline at::vec::Vectorized<float> tanh(const at::vec::Vectorized<float>& x) {
+  using Vec = at::vec::Vectorized<float>;
+  Vec ax = x.abs();
+  Vec e = (Vec(-2.0f) * ax).exp();
+  Vec large = (Vec(1.0f) - e) / (Vec(1.0f) + e);
+  Vec x2 = x * x;  // Horner on x^2: coefficients of x^13, x^11, ..., x^1
+  Vec p = Vec(21844.0f / 6081075.0f);
+  p = at::vec::fmadd(p, x2, Vec(-1382.0f / 155925.0f));
+  p = at::vec::fmadd(p, x2, Vec(62.0f / 2835.0f));
+  p = at::vec::fmadd(p, x2, Vec(-17.0f / 315.0f));
+  p = at::vec::fmadd(p, x2, Vec(2.0f / 15.0f));
+  p = at::vec::fmadd(p, x2, Vec(-1.0f / 3.0f));
+  p = at::vec::fmadd(p, x2, Vec(1.0f));
+  Vec small = p * ax;
+  Vec magnitude = Vec::blendv(large, small, ax < Vec(0.4f));
+  return Vec::blendv(magnitude, magnitude.neg(), x < Vec(0.0f));
+}
+
 template <typename T>
 inline at::vec::Vectorized<T> erf(const at::vec::Vectorized<T>& x) { return x.erf(); }
 #endif

@@ -1,0 +1,141 @@
+"""Benchmarks: labops vs native PyTorch vs the copy-bandwidth limit.
+
+Every figure is a ratio measured in the same run:
+  * "% copy": bytes the op must move (each input read once, each output
+    written once) per second, over the bytes per second of a plain
+    device-to-device copy (read + write) measured just before;
+  * "speedup": native time / labops time.
+
+Each layer has a suite module in this package whose ``cases(device, size)``
+yields ``Case`` objects; ``run()`` times them and prints one table.
+    python -m labops bench --device cuda --suite activation
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+SUITES = ["activation"]
+
+
+@dataclass
+class Case:
+    op: str  # e.g. "gelu(sigmoid) fwd+bwd"
+    shape: str
+    dtype: torch.dtype
+    nbytes: int  # the fewest bytes the op must move through memory
+    labops: Callable[[], object]
+    native: Callable[[], object]
+    native_name: str = "native"
+
+
+@dataclass
+class Result:
+    op: str
+    shape: str
+    dtype: str
+    native_name: str
+    labops_ms: float
+    native_ms: float
+    labops_pct_copy: float
+    native_pct_copy: float
+    speedup: float
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_ms(fn, device, min_time=0.2, min_reps=5) -> float:
+    """Median milliseconds per call: CUDA events on a GPU, perf_counter on the CPU."""
+    for _ in range(3):  # warm-up: lazy init, caching allocator, autotuning
+        fn()
+    _sync(device)
+    times = []
+    start_all = time.perf_counter()
+    while len(times) < min_reps or (time.perf_counter() - start_all < min_time and len(times) < 200):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth(device, nbytes=256 * 2**20) -> float:
+    """Bytes per second of dst.copy_(src), counting the read and the write."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), device)
+    return 2 * src.numel() * 4 / (ms * 1e-3)
+
+
+def run(device="cuda", suites=None, size=None, json_path=None, print_table=True):
+    suites = suites or SUITES
+    bandwidth = copy_bandwidth(device)
+    results = []
+    for suite in suites:
+        module = importlib.import_module(f"labops.bench.{suite}")
+        for case in module.cases(device, size):
+            lab = time_ms(case.labops, device)
+            nat = time_ms(case.native, device)
+            results.append(Result(
+                op=case.op, shape=case.shape, dtype=str(case.dtype).replace("torch.", ""),
+                native_name=case.native_name, labops_ms=lab, native_ms=nat,
+                labops_pct_copy=100 * case.nbytes / (lab * 1e-3) / bandwidth,
+                native_pct_copy=100 * case.nbytes / (nat * 1e-3) / bandwidth,
+                speedup=nat / lab,
+            ))
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    header = f"device: {name}; torch {torch.__version__}; copy bandwidth (read+write) {bandwidth / 1e9:.0f} GB/s"
+    if print_table:
+        print(header)
+        print(format_table(results))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"device": name, "torch": torch.__version__, "copy_GBps": bandwidth / 1e9,
+                       "rows": [asdict(r) for r in results]}, f, indent=1)
+    return header, results
+
+
+def format_table(results) -> str:
+    lines = [
+        "| op | shape | dtype | labops % copy | native % copy | speedup vs native | native is |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r.op} | {r.shape} | {r.dtype} | {r.labops_pct_copy:.0f} % | "
+                     f"{r.native_pct_copy:.0f} % | {r.speedup:.2f}x | {r.native_name} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="labops bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--suite", action="append", choices=SUITES, help="default: all")
+    parser.add_argument("--size", type=int, default=None, help="elements for elementwise suites")
+    parser.add_argument("--json", default=None, help="also write every number to this file")
+    args = parser.parse_args(argv)
+    run(args.device, args.suite, args.size, args.json)
+
+
+if __name__ == "__main__":
+    main()

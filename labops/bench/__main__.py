@@ -1,0 +1,3 @@
+from labops.bench import main
+
+main()

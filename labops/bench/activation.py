@@ -1,0 +1,43 @@
+"""Tanh and GELU at 64M float32 elements on a GPU (16M on the CPU)."""
+
+import torch
+import torch.nn.functional as F
+
+import labops
+from labops.bench import Case
+
+
+def _fwd_bwd(fn, x, g):
+    def step():
+        return torch.autograd.grad(fn(x), x, g)
+
+    return step
+
+
+def cases(device, size=None):
+    n = size or (64 * 2**20 if device == "cuda" else 16 * 2**20)
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        x = torch.randn(n, device=device, dtype=dtype)
+        g = torch.randn(n, device=device, dtype=dtype)
+        xg = x.detach().requires_grad_()
+        e = x.element_size()
+        fwd_bytes, bwd_bytes = 2 * n * e, 3 * n * e  # fwd: read x, write y; bwd: read g and x (or y), write dx
+        shape = f"{n // 2**20}M"
+        natives = {
+            "tanh": (torch.tanh, "torch.tanh"),
+            "gelu(none)": (F.gelu, "F.gelu"),
+            "gelu(tanh)": (lambda t: F.gelu(t, approximate="tanh"), "F.gelu(tanh)"),
+            "gelu(sigmoid)": (lambda t: t * torch.sigmoid(1.702 * t), "x*sigmoid(1.702x)"),
+        }
+        ours = {
+            "tanh": labops.tanh,
+            "gelu(none)": labops.gelu,
+            "gelu(tanh)": lambda t: labops.gelu(t, "tanh"),
+            "gelu(sigmoid)": lambda t: labops.gelu(t, "sigmoid"),
+        }
+        for op, (native, native_name) in natives.items():
+            mine = ours[op]
+            yield Case(f"{op} fwd", shape, dtype, fwd_bytes, lambda m=mine: m(x), lambda f=native: f(x), native_name)
+            yield Case(f"{op} fwd+bwd", shape, dtype, fwd_bytes + bwd_bytes,
+                       _fwd_bwd(mine, xg, g), _fwd_bwd(native, xg, g), native_name)

@@ -2,13 +2,30 @@
 // themselves per device in cpu/*.cpp and cuda/*.cu (TORCH_LIBRARY_IMPL);
 // autograd and "fake" (shape-only) implementations are registered from
 // Python in labops/ops/.
+//
+// Naming: <layer> is updateOutput; <layer>_backward (or _backward_input) is
+// updateGradInput; _backward_weight / _backward_bias / _acc_grad_parameters
+// are accGradParameters.
 #include <torch/library.h>
 
 TORCH_LIBRARY(labops, m) {
-  // Tanh: backward takes the saved output y, since dtanh/dx = 1 - y^2.
+  // ---- tanh: backward takes the saved output y, since dtanh/dx = 1 - y^2 ----
   m.def("tanh(Tensor x) -> Tensor");
   m.def("tanh_backward(Tensor grad_output, Tensor output) -> Tensor");
-  // GELU: approximate is 'none' (erf), 'tanh' or 'sigmoid' (x * sigmoid(1.702 x)).
+
+  // ---- gelu: approximate is 'none' (erf), 'tanh' or 'sigmoid' (x * sigmoid(1.702 x)) ----
   m.def("gelu(Tensor x, str approximate='none') -> Tensor");
   m.def("gelu_backward(Tensor grad_output, Tensor x, str approximate='none') -> Tensor");
+
+  // ---- global_avg_pool2d ----
+
+  // ---- depthwise_conv2d ----
+
+  // ---- upsample_bilinear2d ----
+
+  // ---- im2col / col2im / conv2d_mm ----
+
+  // ---- softmax / cross_entropy ----
+
+  // ---- reorg ----
 }

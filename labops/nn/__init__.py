@@ -1,5 +1,9 @@
 """torch.nn.Module wrappers around the labops ops."""
 
-from .activation import GELU, Tanh
+# One line per layer module; each module lists its public names in __all__.
+from . import activation
+from .activation import *  # noqa: F401,F403
 
-__all__ = ["GELU", "Tanh"]
+__all__ = [
+    *activation.__all__,
+]

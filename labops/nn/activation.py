@@ -2,6 +2,8 @@ import torch
 
 from labops import ops
 
+__all__ = ["GELU", "Tanh"]
+
 
 class Tanh(torch.nn.Module):
     def forward(self, x):

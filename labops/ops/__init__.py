@@ -10,6 +10,10 @@ from labops._build import load_library
 
 load_library()
 
-from .activation import GELU_APPROXIMATIONS, gelu, tanh  # noqa: E402
+# One line per layer module; each module lists its public names in __all__.
+from . import activation  # noqa: E402
+from .activation import *  # noqa: E402,F401,F403
 
-__all__ = ["GELU_APPROXIMATIONS", "gelu", "tanh"]
+__all__ = [
+    *activation.__all__,
+]

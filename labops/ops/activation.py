@@ -4,6 +4,8 @@ import torch
 
 from ._checks import check_choice, check_floating
 
+__all__ = ["GELU_APPROXIMATIONS", "gelu", "tanh"]
+
 GELU_APPROXIMATIONS = ("none", "tanh", "sigmoid")
 
 

@@ -8,6 +8,17 @@ import math
 
 import numpy as np
 
+__all__ = [
+    "gelu_backward_loop",
+    "gelu_backward_numpy",
+    "gelu_forward_loop",
+    "gelu_forward_numpy",
+    "tanh_backward_loop",
+    "tanh_backward_numpy",
+    "tanh_forward_loop",
+    "tanh_forward_numpy",
+]
+
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 TANH_CUBIC = 0.044715
 SIGMOID_SLOPE = 1.702

@@ -9,6 +9,7 @@ and loaded when an op is first used.
 """
 
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
@@ -17,12 +18,14 @@ _SUBMODULES = ("ops", "nn", "reference", "testing", "bench")
 
 def __getattr__(name):
     # Loaded on first access (PEP 562), so `labops doctor` can run and report
-    # even when the C++ build fails.
-    if name in _SUBMODULES:
+    # even when the C++ build fails. Submodules first: `from labops import
+    # _build` asks here before importing the submodule.
+    if importlib.util.find_spec(f"labops.{name}") is not None:
         return importlib.import_module(f"labops.{name}")
-    ops = importlib.import_module("labops.ops")
-    if name in ops.__all__:
-        return getattr(ops, name)
+    if not name.startswith("_"):
+        ops = importlib.import_module("labops.ops")
+        if name in ops.__all__:
+            return getattr(ops, name)
     raise AttributeError(f"module 'labops' has no attribute {name!r}")
 
 

@@ -1,0 +1,113 @@
+"""The JIT build: cache keys, no recompile on a second import, two processes
+building at once, a lock left by a killed build, and a missing compiler.
+
+These use a tiny stand-in csrc/ (one op) through $LABOPS_CSRC, so each real
+compile takes seconds instead of rebuilding every labops kernel.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from labops import _build
+
+TINY_OP = textwrap.dedent(
+    """
+    #include <ATen/core/Tensor.h>
+    #include <ATen/ops/add.h>
+    #include <torch/library.h>
+
+    at::Tensor twice(const at::Tensor& x) { return at::add(x, x); }
+
+    TORCH_LIBRARY(labops, m) { m.def("twice(Tensor x) -> Tensor"); }
+    TORCH_LIBRARY_IMPL(labops, CPU, m) { m.impl("twice", &twice); }
+    """
+)
+
+# Load the library the way `import labops` does, call the op, print the path.
+CHILD = textwrap.dedent(
+    """
+    import torch
+    from labops import _build
+    path = _build.load_library()
+    assert torch.ops.labops.twice(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]
+    print(path)
+    """
+)
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    csrc = tmp_path / "csrc"
+    csrc.mkdir()
+    (csrc / "registration.cpp").write_text(TINY_OP)
+    env = dict(os.environ, LABOPS_CSRC=str(csrc), LABOPS_CACHE_DIR=str(tmp_path / "cache"), LABOPS_NO_CUDA="1")
+    for key in ("LABOPS_CSRC", "LABOPS_CACHE_DIR", "LABOPS_NO_CUDA"):
+        monkeypatch.setenv(key, env[key])
+    return csrc, env
+
+
+def start(env):
+    return subprocess.Popen([sys.executable, "-c", CHILD], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parent.parent)
+
+
+def finish(proc, timeout=300):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return out.strip(), err
+
+
+def test_key_depends_on_sources(tiny):
+    csrc, _ = tiny
+    key = _build.plan().key
+    assert _build.plan().key == key  # stable
+    (csrc / "registration.cpp").write_text(TINY_OP + "\n// an edit\n")
+    assert _build.plan().key != key
+
+
+def test_two_processes_build_once_then_cache_hits(tiny):
+    _, env = tiny
+    first, second = start(env), start(env)  # both find an empty cache
+    (path1, err1), (path2, err2) = finish(first), finish(second)
+    assert path1 == path2 and Path(path1).is_file()
+    assert (err1 + err2).count("compiling") == 1, err1 + err2  # one built, the other waited
+    path3, err3 = finish(start(env))
+    assert path3 == path1 and "compiling" not in err3  # a later import never recompiles
+
+
+def test_lock_of_a_killed_build_does_not_hang(tiny):
+    _, env = tiny
+    plan = _build.plan()
+    plan.directory.mkdir(parents=True)
+    # A "build" that takes the lock and dies by SIGKILL while holding it, leaving
+    # a half-written library behind, as a killed compiler would.
+    killer = textwrap.dedent(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from labops._build import _FileLock
+        lock = _FileLock(Path({str(plan.directory / 'build.lock')!r})).__enter__()
+        Path({str(plan.library) + '.tmp'!r}).write_bytes(b"half a library")
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    dead = subprocess.run([sys.executable, "-c", killer], env=env)
+    assert dead.returncode == -9
+    assert (plan.directory / "build.lock").read_text().strip()  # the pid is still written there
+    path, err = finish(start(env), timeout=300)
+    assert path == str(plan.library) and "compiling" in err
+
+
+def test_missing_compiler_says_what_to_install(tiny):
+    _, env = tiny
+    env = dict(env, CXX="no-such-compiler-xyz")
+    proc = start(env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "install g++" in err and "no-such-compiler-xyz" in err

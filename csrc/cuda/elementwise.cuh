@@ -48,16 +48,14 @@ __global__ void elementwise_kernel(Pointers<scalar_t, N> p, scalar_t* __restrict
 }
 
 constexpr int kVecBytes = 16;
-constexpr int kUnroll = 4;
-constexpr int kVecThreads = 256;
 
 template <typename scalar_t, int kVec>
 struct alignas(kVecBytes) Pack {
   scalar_t val[kVec];
 };
 
-template <typename scalar_t, size_t N, typename Body>
-__global__ void __launch_bounds__(kVecThreads)
+template <int kThreads, int kUnroll, typename scalar_t, size_t N, typename Body>
+__global__ void __launch_bounds__(kThreads)
     elementwise_vec_kernel(Pointers<scalar_t, N> p, scalar_t* __restrict__ out, int64_t n, Body body) {
   using opmath_t = at::opmath_type<scalar_t>;
   constexpr int kVec = kVecBytes / sizeof(scalar_t);
@@ -114,10 +112,24 @@ inline bool is_aligned(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0;
 }
 
+template <int kThreads, int kUnroll, typename scalar_t, size_t N, typename Body>
+void launch_vec(const Pointers<scalar_t, N>& p, scalar_t* out, int64_t n, Body body, int blocks_per_sm,
+                cudaStream_t stream) {
+  constexpr int kVec = kVecBytes / sizeof(scalar_t);
+  const int64_t packs_per_block = int64_t(kThreads) * kUnroll;
+  const int64_t want = (n / kVec + packs_per_block - 1) / packs_per_block;
+  const int64_t cap = int64_t(multiprocessor_count()) * blocks_per_sm;
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(want, cap));
+  elementwise_vec_kernel<kThreads, kUnroll, scalar_t, N><<<blocks, kThreads, 0, stream>>>(p, out, n, body);
+}
+
 // Launch on the current stream (never the legacy default stream: that breaks
-// CUDA graphs and torch.compile's stream handling).
-template <typename scalar_t, size_t N, typename Body>
-void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body) {
+// CUDA graphs and torch.compile's stream handling). The vectorized kernel's
+// shape (threads, unroll, blocks per SM) is a template argument so a tuning
+// sweep can instantiate others; the defaults were measured on an H200.
+template <int kThreads = 256, int kUnroll = 4, typename scalar_t, size_t N, typename Body>
+void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body,
+                        int blocks_per_sm = 8) {
   if (n == 0) return;
   Pointers<scalar_t, N> p;
   bool aligned = is_aligned(out);
@@ -127,15 +139,9 @@ void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (aligned) {
-    constexpr int kVec = kVecBytes / sizeof(scalar_t);
-    int64_t packs_per_block = int64_t(kVecThreads) * kUnroll;
-    int64_t want = (n / kVec + packs_per_block - 1) / packs_per_block;
-    // A few waves of resident blocks is enough; the loop covers the rest.
-    int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(want, int64_t(multiprocessor_count()) * 8));
-    elementwise_vec_kernel<scalar_t, N><<<blocks, kVecThreads, 0, stream>>>(p, out, n, body);
+    launch_vec<kThreads, kUnroll>(p, out, n, body, blocks_per_sm, stream);
   } else {
-    elementwise_kernel<scalar_t, N>
-        <<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(p, out, n, body);
+    elementwise_kernel<scalar_t, N><<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(p, out, n, body);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -70,11 +70,19 @@ struct UpsampleLauncher {
 
   template <typename scalar_t, typename T>
   static void backward_scatter(const scalar_t* g, T* acc, int64_t planes, const Axis<T>& ah, const Axis<T>& aw) {
-    const int64_t per_plane = ah.out * aw.out;
-    at::parallel_for(0, planes, grain(per_plane), [&](int64_t begin, int64_t end) {
+    std::vector<Taps<T>> cols(aw.out);
+    for (int64_t ox = 0; ox < aw.out; ++ox) cols[ox] = ops::source_taps(ox, aw);
+    const int64_t plane_in = ah.in * aw.in;
+    at::parallel_for(0, planes, grain(ah.out * aw.out), [&](int64_t begin, int64_t end) {
       auto add = [acc](int64_t offset, T value) { acc[offset] += value; };
-      for (int64_t i = begin * per_plane; i < end * per_plane; ++i) {
-        ops::scatter_at(i, static_cast<T>(g[i]), ah, aw, add);
+      for (int64_t p = begin; p < end; ++p) {
+        for (int64_t oy = 0; oy < ah.out; ++oy) {
+          const Taps<T> th = ops::source_taps(oy, ah);
+          const scalar_t* grow = g + (p * ah.out + oy) * aw.out;
+          for (int64_t ox = 0; ox < aw.out; ++ox) {
+            ops::scatter_to_taps(static_cast<T>(grow[ox]), th, cols[ox], p * plane_in, aw.in, add);
+          }
+        }
       }
     });
   }

@@ -167,7 +167,8 @@ struct AtomicAdd {
 template <typename scalar_t, typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     scatter_kernel(const scalar_t* __restrict__ g, T* __restrict__ acc, int64_t n, Axis<T> ah, Axis<T> aw) {
-  LABOPS_KERNEL_LOOP(i, n) { ops::scatter_at(i, static_cast<T>(g[i]), ah, aw, AtomicAdd<T>{acc}); }
+  AtomicAdd<T> add{acc};
+  LABOPS_KERNEL_LOOP(i, n) { ops::scatter_at(i, static_cast<T>(g[i]), ah, aw, add); }
 }
 
 template <typename scalar_t, typename T, int V>

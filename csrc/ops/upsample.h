@@ -141,22 +141,29 @@ LABOPS_HOST_DEVICE T forward_at(int64_t index, const scalar_t* x, const Axis<T>&
 // input pixels it read. Two outputs share input pixels, so on a GPU the adds
 // race and need atomics; the order of the float adds then varies from run to
 // run (non-deterministic). `add(offset, value)` does the add.
+// The four adds of one output pixel whose taps are th, tw; plane_offset is
+// its (n, c) plane's first element in grad_in.
 template <typename T, typename Add>
-LABOPS_HOST_DEVICE void scatter_at(int64_t index, T grad, const Axis<T>& ah, const Axis<T>& aw, Add add) {
-  int64_t ox = index % aw.out;
-  int64_t rest = index / aw.out;
-  int64_t oy = rest % ah.out;
-  int64_t plane = rest / ah.out;
-  Taps<T> th = source_taps(oy, ah);
-  Taps<T> tw = source_taps(ox, aw);
-  int64_t top = (plane * ah.in + th.i0) * aw.in;
-  int64_t bottom = (plane * ah.in + th.i1) * aw.in;
-  T g_top = (T(1) - th.lambda) * grad;
-  T g_bottom = th.lambda * grad;
+LABOPS_HOST_DEVICE void scatter_to_taps(T grad, const Taps<T>& th, const Taps<T>& tw, int64_t plane_offset,
+                                        int64_t in_w, Add& add) {
+  const int64_t top = plane_offset + th.i0 * in_w;
+  const int64_t bottom = plane_offset + th.i1 * in_w;
+  const T g_top = (T(1) - th.lambda) * grad;
+  const T g_bottom = th.lambda * grad;
   add(top + tw.i0, (T(1) - tw.lambda) * g_top);
   add(top + tw.i1, tw.lambda * g_top);
   add(bottom + tw.i0, (T(1) - tw.lambda) * g_bottom);
   add(bottom + tw.i1, tw.lambda * g_bottom);
+}
+
+// Output element `index` of the contiguous (N*C, out_h, out_w) grad_output.
+template <typename T, typename Add>
+LABOPS_HOST_DEVICE void scatter_at(int64_t index, T grad, const Axis<T>& ah, const Axis<T>& aw, Add& add) {
+  int64_t ox = index % aw.out;
+  int64_t rest = index / aw.out;
+  int64_t oy = rest % ah.out;
+  int64_t plane = rest / ah.out;
+  scatter_to_taps(grad, source_taps(oy, ah), source_taps(ox, aw), plane * ah.in * aw.in, aw.in, add);
 }
 
 // ---- backward, form (b): gather ----

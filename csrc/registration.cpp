@@ -22,6 +22,13 @@ TORCH_LIBRARY(labops, m) {
   // ---- depthwise_conv2d ----
 
   // ---- upsample_bilinear2d ----
+  // coordinate_mode is 'half_pixel', 'align_corners' or 'asymmetric'; scale_h/scale_w are the
+  // caller's scale_factor (PyTorch then steps by 1/scale_factor, not in/out) or None.
+  // deterministic=True: gather backward; False: the atomic scatter PyTorch uses.
+  m.def("upsample_bilinear2d(Tensor x, int[2] output_size, str coordinate_mode, float? scale_h, "
+        "float? scale_w) -> Tensor");
+  m.def("upsample_bilinear2d_backward(Tensor grad_output, int[] input_size, str coordinate_mode, "
+        "float? scale_h, float? scale_w, bool deterministic=True) -> Tensor");
 
   // ---- im2col / col2im / conv2d_mm ----
 

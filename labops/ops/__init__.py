@@ -13,7 +13,10 @@ load_library()
 # One line per layer module; each module lists its public names in __all__.
 from . import activation  # noqa: E402
 from .activation import *  # noqa: E402,F401,F403
+from . import upsample  # noqa: E402
+from .upsample import *  # noqa: E402,F401,F403
 
 __all__ = [
     *activation.__all__,
+    *upsample.__all__,
 ]

@@ -1,0 +1,57 @@
+"""Bilinear x2 upsampling (half_pixel, i.e. align_corners=False), two shapes.
+
+Rows: forward; backward alone (labops's deterministic gather, and the atomic
+scatter of the lesson, each against ATen's upsample_bilinear2d_backward);
+forward+backward through autograd. On the GPU: 16x64x128x128 and
+8x256x64x64 in float32 and float16; on the CPU smaller shapes in float32.
+"""
+
+import torch
+import torch.nn.functional as F
+
+import labops
+import labops.ops  # noqa: F401  (loads the compiled library, so torch.ops.labops.* exist)
+from labops.bench import Case
+
+GPU_SHAPES = [(16, 64, 128, 128), (8, 256, 64, 64)]
+CPU_SHAPES = [(4, 16, 64, 64), (2, 64, 32, 32)]
+
+
+def _fwd_bwd(fn, x, g):
+    def step():
+        return torch.autograd.grad(fn(x), x, g)
+
+    return step
+
+
+def cases(device, size=None):
+    shapes = GPU_SHAPES if device == "cuda" else CPU_SHAPES
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    labops_bwd = torch.ops.labops.upsample_bilinear2d_backward
+    aten_bwd = torch.ops.aten.upsample_bilinear2d_backward
+    for dtype in dtypes:
+        for n, c, h, w in shapes:
+            x = torch.randn(n, c, h, w, device=device, dtype=dtype)
+            g = torch.randn(n, c, 2 * h, 2 * w, device=device, dtype=dtype)
+            xg = x.detach().requires_grad_()
+            in_bytes, out_bytes = x.numel() * x.element_size(), g.numel() * g.element_size()
+            shape = f"{n}x{c}x{h}x{w} x2"
+
+            def ours(t):
+                return labops.upsample_bilinear2d(t, scale_factor=2)
+
+            def native(t):
+                return F.interpolate(t, scale_factor=2, mode="bilinear", align_corners=False)
+
+            native_bwd = lambda: aten_bwd(g, [2 * h, 2 * w], [n, c, h, w], False, 2.0, 2.0)  # noqa: E731
+            # forward reads x and writes y; backward reads g and writes grad_x
+            yield Case("bilinear fwd", shape, dtype, in_bytes + out_bytes, lambda: ours(x), lambda: native(x),
+                       "F.interpolate")
+            yield Case("bilinear bwd (gather)", shape, dtype, in_bytes + out_bytes,
+                       lambda: labops_bwd(g, [n, c, h, w], "half_pixel", 2.0, 2.0, True), native_bwd,
+                       "aten backward (atomics)")
+            yield Case("bilinear bwd (scatter)", shape, dtype, in_bytes + out_bytes,
+                       lambda: labops_bwd(g, [n, c, h, w], "half_pixel", 2.0, 2.0, False), native_bwd,
+                       "aten backward (atomics)")
+            yield Case("bilinear fwd+bwd", shape, dtype, 2 * (in_bytes + out_bytes),
+                       _fwd_bwd(ours, xg, g), _fwd_bwd(native, xg, g), "F.interpolate autograd")

@@ -13,7 +13,7 @@ import importlib.util
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("ops", "nn", "reference", "testing", "bench")
+_SUBMODULES = ("ops", "nn", "reference", "testing", "bench", "simt", "viz")
 
 
 def __getattr__(name):

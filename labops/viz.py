@@ -1,0 +1,303 @@
+"""The course's figures, each drawn from real data and returned as a matplotlib Figure.
+
+Every function takes data (a ``labops.simt`` trace, tensors, a benchmark
+result), draws it, and returns a ``matplotlib.figure.Figure``. Nothing here
+calls ``plt.show()`` or touches pyplot's global state: a notebook shows the
+returned figure by making it the cell's last expression, a script saves it
+with ``fig.savefig(...)``.
+
+Adding a figure for a new layer (upsample, reorg, ...): write a function in
+its own ``# ---- <layer> ----`` section below, build the axes with
+``new_figure``, draw small arrays with ``draw_matrix`` (numbers in cells,
+some cells outlined), give every axes a title and axis labels, return the
+Figure, add its name to ``__all__``, and count its artists in
+tests/test_viz.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+__all__ = [
+    "bench_bars",
+    "draw_matrix",
+    "gelu_forms",
+    "im2col_figure",
+    "im2col_numpy",
+    "load_bench",
+    "new_figure",
+    "thread_map",
+]
+
+# Colours for "which block", hatches for "which loop iteration".
+_BLOCK_COLOURS = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
+    "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+]
+_HATCHES = ["", "//", "\\\\", "xx", "..", "oo", "++", "--", "||", "**"]
+_HIGHLIGHT = "#d62728"
+
+
+# ---- shared helpers ----
+
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 4.0, **subplot_kw):
+    """A Figure of ``nrows x ncols`` axes (not registered with pyplot); returns (fig, flat list of axes)."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, subplot_kw=subplot_kw or None)
+    return fig, list(axes.ravel())
+
+
+def draw_matrix(ax, values, *, title: str, xlabel: str, ylabel: str, highlight=(), fmt: str = "{:g}",
+                cmap: str = "Blues", annotate: bool | None = None, dim=None):
+    """Draw a small 2-D array as a grid of coloured cells, optionally with its numbers.
+
+    highlight: (row, col) cells to outline in red (one Rectangle patch each).
+    dim: optional boolean mask of cells to grey out (e.g. zero padding).
+    Returns the highlight patches.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    rows, cols = values.shape
+    ax.imshow(values, cmap=cmap, aspect="equal", interpolation="nearest")
+    if dim is not None:
+        grey = np.where(np.asarray(dim), 0.6, np.nan)
+        ax.imshow(grey, cmap="Greys", vmin=0, vmax=1, alpha=0.5, aspect="equal", interpolation="nearest")
+    if annotate is None:
+        annotate = rows * cols <= 400
+    if annotate:
+        mid = np.nanmean(values) if values.size else 0.0
+        for r in range(rows):
+            for c in range(cols):
+                ax.text(c, r, fmt.format(values[r, c]), ha="center", va="center", fontsize=7,
+                        color="white" if values[r, c] > mid + 0.5 * np.nanstd(values) else "black")
+    patches = []
+    for r, c in highlight:
+        patch = Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor=_HIGHLIGHT, linewidth=2.0)
+        ax.add_patch(patch)
+        patches.append(patch)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    return patches
+
+
+# ---- the grid-stride loop (labops.simt traces) ----
+
+def thread_map(trace, n: int | None = None, row_length: int | None = None, title: str | None = None,
+               annotate: bool | None = None):
+    """Which thread handled which element: one cell per element, laid out in rows.
+
+    Colour = block, hatch = loop iteration, text = "b<block> t<thread>".
+    Rows are ``row_length`` elements long (default: the launch's thread
+    count, so each row is one trip of the grid-stride loop). An element no
+    thread touched is white with a red edge; one touched twice is labelled
+    "x2" in red. One Rectangle patch per element.
+    """
+    data = trace.arrays(n if n is not None else 1 + max((a.element for a in trace.accesses), default=-1))
+    n = len(data["block"])
+    row_length = row_length or min(max(n, 1), trace.threads)
+    rows = max(1, -(-n // row_length))
+    if annotate is None:
+        annotate = n <= 128
+    fig, (ax,) = new_figure(width=min(14.0, 3.5 + 0.62 * row_length), height=1.5 + 0.55 * rows)
+    for e in range(n):
+        r, c = divmod(e, row_length)
+        block, thread, it, count = (int(data[k][e]) for k in ("block", "thread", "iteration", "count"))
+        if count == 0:
+            face, hatch, edge = "white", "", _HIGHLIGHT
+        else:
+            face, hatch, edge = _BLOCK_COLOURS[block % len(_BLOCK_COLOURS)], _HATCHES[it % len(_HATCHES)], "black"
+        ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, hatch=hatch, edgecolor=edge, linewidth=0.8))
+        if annotate:
+            label = "none" if count == 0 else f"b{block}\nt{thread}" + (f"\nx{count}" if count > 1 else "")
+            ax.text(c + 0.5, r + 0.5, label, ha="center", va="center", fontsize=7,
+                    color=_HIGHLIGHT if count != 1 else "black",
+                    bbox=dict(boxstyle="round,pad=0.1", facecolor="white", edgecolor="none", alpha=0.8))
+    ax.set_xlim(0, row_length)
+    ax.set_ylim(rows, 0)
+    ax.set_aspect("equal")
+    step = max(1, row_length // 16)
+    ax.set_xticks(np.arange(0, row_length, step) + 0.5, [str(c) for c in range(0, row_length, step)])
+    ax.set_yticks(np.arange(rows) + 0.5, [str(r * row_length) for r in range(rows)])
+    ax.set_xlabel(f"element index mod {row_length}")
+    ax.set_ylabel("first element of the row")
+    grid, block = trace.grid, trace.block
+    ax.set_title(title or f"grid-stride loop: n = {n}, {grid.size} block(s) x {block.size} threads")
+    blocks_seen = sorted({int(b) for b in data["block"] if b >= 0})
+    its_seen = sorted({int(i) for i in data["iteration"] if i >= 0})
+    handles = [Patch(facecolor=_BLOCK_COLOURS[b % len(_BLOCK_COLOURS)], edgecolor="black", label=f"block {b}")
+               for b in blocks_seen[:10]]
+    handles += [Patch(facecolor="white", edgecolor="black", hatch=_HATCHES[i % len(_HATCHES)],
+                      label=f"iteration {i}") for i in its_seen[:10]]
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+# ---- GELU ----
+
+def gelu_forms(x=None):
+    """GELU's three forms (left), their derivatives (middle), and each approximation's error (right).
+
+    Solid lines: the compiled op ``labops.gelu`` and its compiled backward
+    (through autograd). Dots: ``labops.reference``'s NumPy formulas at every
+    20th point, which should sit on the lines.
+    """
+    import torch
+
+    from labops import ops, reference
+
+    if x is None:
+        x = torch.linspace(-4, 4, 401, dtype=torch.float64)
+    forms = ops.GELU_APPROXIMATIONS
+    ys, dys = {}, {}
+    for form in forms:
+        xg = x.detach().clone().requires_grad_()
+        y = ops.gelu(xg, form)
+        (dy,) = torch.autograd.grad(y, xg, torch.ones_like(y))
+        ys[form], dys[form] = y.detach().numpy(), dy.numpy()
+    xs = x.detach().numpy()
+    every = slice(None, None, 20)
+    fig, (ax_f, ax_d, ax_e) = new_figure(ncols=3, width=14.0, height=4.0)
+    colours = dict(zip(forms, ["#4e79a7", "#f28e2b", "#59a14f"]))
+    for form in forms:
+        ax_f.plot(xs, ys[form], color=colours[form], label=f"labops.gelu('{form}')")
+        ax_f.plot(xs[every], reference.gelu_forward_numpy(xs[every], form), "o", ms=3, color=colours[form])
+        ax_d.plot(xs, dys[form], color=colours[form], label=f"backward ('{form}')")
+        ax_d.plot(xs[every], reference.gelu_backward_numpy(np.ones_like(xs[every]), xs[every], form), "o", ms=3,
+                  color=colours[form])
+    for form in forms[1:]:
+        ax_e.plot(xs, ys[form] - ys["none"], color=colours[form], label=f"'{form}' - 'none'")
+    ax_e.axhline(0.0, color="grey", linewidth=0.8)
+    ax_f.set(title="GELU(x): three forms", xlabel="x", ylabel="GELU(x)")
+    ax_d.set(title="d GELU / dx (the compiled backward)", xlabel="x", ylabel="dGELU/dx")
+    ax_e.set(title="error of each approximation", xlabel="x", ylabel="approximation - exact")
+    for ax in (ax_f, ax_d, ax_e):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
+
+
+# ---- benchmarks (labops.bench result JSON) ----
+
+def load_bench(source) -> dict:
+    """A benchmark result: a dict already, or the path of the JSON that ``labops bench --json`` wrote."""
+    if isinstance(source, dict):
+        return source
+    with open(os.fspath(source)) as f:
+        return json.load(f)
+
+
+def bench_bars(source, title: str | None = None, dtype: str | None = None):
+    """labops and native PyTorch as % of the copy bandwidth, one pair of bars per benchmark row.
+
+    ``source``: a result dict or JSON path with keys device, torch, copy_GBps,
+    optional date, and rows of {op, shape, dtype, native_name, labops_pct_copy,
+    native_pct_copy, speedup}. ``dtype`` keeps only that dtype's rows.
+    Exactly two bar patches per row; the text right of each pair is the speedup.
+    """
+    result = load_bench(source)
+    rows = [r for r in result["rows"] if dtype is None or r["dtype"] == dtype]
+    labels = [f"{r['op']}  {r['dtype']} {r['shape']}" for r in rows]
+    fig, (ax,) = new_figure(width=10.0, height=1.4 + 0.42 * max(1, len(rows)))
+    y = np.arange(len(rows))
+    h = 0.38
+    ax.barh(y - h / 2, [r["labops_pct_copy"] for r in rows], height=h, color="#4e79a7", label="labops")
+    ax.barh(y + h / 2, [r["native_pct_copy"] for r in rows], height=h, color="#bab0ac",
+            label="native PyTorch")
+    # Keep the copy-bandwidth line in view unless every bar is far below it (a CPU run).
+    top = max([0.0] + [max(r["labops_pct_copy"], r["native_pct_copy"]) for r in rows])
+    right = max(top, 100.0) if top > 25.0 else max(top, 1e-9)
+    for yi, r in zip(y, rows):
+        ax.text(right * 1.03, yi, f"{r['speedup']:.2f}x vs {r['native_name']}", va="center", fontsize=7)
+    ax.axvline(100.0, color=_HIGHLIGHT, linestyle="--", linewidth=1.0, label="copy bandwidth")
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, right * 1.45)
+    ax.set_xlabel("% of copy bandwidth (bytes the op must move / time, over a device copy's)")
+    ax.set_ylabel("benchmark")
+    when = f", {result['date']}" if result.get("date") else ""
+    ax.set_title(title or f"{result['device']} (copy {result['copy_GBps']:.0f} GB/s), "
+                          f"torch {result['torch']}{when}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+# ---- im2col ----
+
+def _pair(v):
+    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
+
+
+def im2col_numpy(x, kernel_size, stride=1, padding=0, dilation=1):
+    """The columns matrix of one image x (C, H, W): shape (C*kH*kW, outH*outW), as F.unfold lays it out.
+
+    Row (c*kH + ki)*kW + kj, column oy*outW + ox holds
+    x[c, oy*sH - pH + ki*dH, ox*sW - pW + kj*dW] (0 where that falls in the padding).
+    """
+    x = np.asarray(x)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = map(_pair, (kernel_size, stride, padding, dilation))
+    c_in, h, w = x.shape
+    out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    columns = np.zeros((c_in * kh * kw, out_h * out_w), dtype=x.dtype)
+    for c in range(c_in):
+        for ki in range(kh):
+            for kj in range(kw):
+                row = (c * kh + ki) * kw + kj
+                for oy in range(out_h):
+                    for ox in range(out_w):
+                        iy, ix = oy * sh - ph + ki * dh, ox * sw - pw + kj * dw
+                        if 0 <= iy < h and 0 <= ix < w:
+                            columns[row, oy * out_w + ox] = x[c, iy, ix]
+    return columns
+
+
+def im2col_figure(x, kernel_size, stride=1, padding=0, dilation=1, highlight=(0, 0), columns=None):
+    """The input's channels (padding greyed) beside its columns matrix, one receptive field outlined.
+
+    ``highlight`` = (oy, ox): the output position whose receptive field is
+    outlined in the input and whose column is outlined in the matrix.
+    ``columns``: the matrix to draw (e.g. from a compiled im2col); computed
+    with ``im2col_numpy`` when not given. Axes: one per channel, then one for
+    the matrix.
+    """
+    x = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=np.float64)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = map(_pair, (kernel_size, stride, padding, dilation))
+    c_in, h, w = x.shape
+    if columns is None:
+        columns = im2col_numpy(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw))
+    columns = np.asarray(columns.detach().cpu() if hasattr(columns, "detach") else columns, dtype=np.float64)
+    out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if columns.shape != (c_in * kh * kw, out_h * out_w):
+        raise ValueError(f"viz.im2col_figure: columns must have shape {(c_in * kh * kw, out_h * out_w)}, "
+                         f"got {columns.shape}")
+    oy, ox = highlight
+    if not (0 <= oy < out_h and 0 <= ox < out_w):
+        raise ValueError(f"viz.im2col_figure: highlight must be inside the {out_h}x{out_w} output, got {highlight}")
+    col = oy * out_w + ox
+    padded = np.pad(x, ((0, 0), (ph, ph), (pw, pw)))
+    in_pad = np.zeros(padded.shape[1:], dtype=bool)
+    in_pad[:ph, :], in_pad[padded.shape[1] - ph:, :] = True, True
+    in_pad[:, :pw], in_pad[:, padded.shape[2] - pw:] = True, True
+    field = [(oy * sh + ki * dh, ox * sw + kj * dw) for ki in range(kh) for kj in range(kw)]
+    width_ratios = [padded.shape[2]] * c_in + [max(out_h * out_w, 4)]
+    fig = Figure(figsize=(min(16.0, 2.2 + 0.45 * sum(width_ratios)), 1.6 + 0.42 * max(c_in * kh * kw, padded.shape[1])),
+                 layout="constrained")
+    axes = fig.subplots(1, c_in + 1, gridspec_kw={"width_ratios": width_ratios})
+    for c in range(c_in):
+        draw_matrix(axes[c], padded[c], title=f"input channel {c}" + (" (padded)" if ph or pw else ""),
+                    xlabel="x (padded)" if pw else "x", ylabel="y (padded)" if ph else "y", highlight=field,
+                    dim=in_pad)
+    draw_matrix(axes[-1], columns, title=f"columns: (C*kH*kW) x (outH*outW) = {columns.shape[0]} x {columns.shape[1]}",
+                xlabel="output position oy*outW + ox", ylabel="(c*kH + ki)*kW + kj",
+                highlight=[(r, col) for r in range(columns.shape[0])])
+    fig.suptitle(f"im2col: kernel {kh}x{kw}, stride {sh},{sw}, padding {ph},{pw}, dilation {dh},{dw}; "
+                 f"output ({oy}, {ox}) reads the outlined cells")
+    return fig

@@ -1,0 +1,149 @@
+"""labops.viz: every figure function returns a Figure with the expected artists, drawn from real data."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from labops import simt, viz  # noqa: E402
+
+
+def kernel(ctx, n):
+    for _ in simt.kernel_loop(ctx, n):
+        pass
+
+
+def rendered(fig):
+    assert isinstance(fig, Figure)
+    fig.canvas.draw()  # every artist must render with Agg
+    return fig
+
+
+def test_thread_map_one_cell_per_element():
+    trace = simt.launch(kernel, grid=2, block=4, n=20)
+    fig = rendered(viz.thread_map(trace))
+    (ax,) = fig.axes
+    assert len(ax.patches) == 20
+    assert "n = 20" in ax.get_title() and "2 block(s) x 4 threads" in ax.get_title()
+    assert ax.get_xlabel() and ax.get_ylabel()
+    texts = [t.get_text() for t in ax.texts]
+    assert texts[9] == "b0\nt1"  # element 9: block 0, thread 1
+    # Rows are one loop trip long (8 = 2 x 4 threads); hatches say the iteration.
+    hatches = [p.get_hatch() or "" for p in ax.patches]
+    assert hatches[:8] == [""] * 8 and hatches[8:16] == ["//"] * 8 and hatches[16:] == ["\\\\"] * 4
+    # Legend: the 2 blocks and the 3 iterations.
+    assert len(ax.get_legend().get_patches()) == 5
+
+
+def test_thread_map_shows_untouched_and_repeated_elements():
+    def short(ctx, n):  # forgets the loop: only the first grid*block elements
+        i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+        if i < n:
+            ctx.record(i, 0)
+        if i == 0:
+            ctx.record(0, 1)
+
+    fig = rendered(viz.thread_map(simt.launch(short, grid=1, block=4, n=6), n=6))
+    (ax,) = fig.axes
+    texts = [t.get_text() for t in ax.texts]
+    assert texts[4:] == ["none", "none"] and texts[0].endswith("x2")
+    assert len(ax.patches) == 6
+
+
+def test_gelu_forms_lines_and_data():
+    fig = rendered(viz.gelu_forms())
+    ax_f, ax_d, ax_e = fig.axes
+    assert [len(ax.lines) for ax in fig.axes] == [6, 6, 3]
+    for ax in fig.axes:
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    from labops import reference
+
+    # Solid lines (compiled op) sit on the reference dots.
+    for k, form in enumerate(("none", "tanh", "sigmoid")):
+        x, y = ax_f.lines[2 * k].get_data()
+        np.testing.assert_allclose(y, reference.gelu_forward_numpy(x, form), rtol=1e-12, atol=1e-14)
+        x, dy = ax_d.lines[2 * k].get_data()
+        np.testing.assert_allclose(dy, reference.gelu_backward_numpy(np.ones_like(x), x, form), rtol=1e-10,
+                                   atol=1e-12)
+    # The sigmoid form is the coarser approximation.
+    tanh_err = np.abs(ax_e.lines[0].get_ydata()).max()
+    sigmoid_err = np.abs(ax_e.lines[1].get_ydata()).max()
+    assert 1e-4 < tanh_err < 1e-3 < 1e-2 < sigmoid_err < 3e-2
+
+
+def bench_result():
+    rows = []
+    for op, lab, nat in [("tanh fwd", 88.0, 95.0), ("gelu(sigmoid) fwd", 85.0, 29.0), ("gelu(sigmoid) fwd+bwd", 80.0, 24.0)]:
+        for dtype in ("float32", "float16"):
+            rows.append({"op": op, "shape": "64M", "dtype": dtype, "native_name": "native", "labops_ms": 1.0,
+                         "native_ms": lab / nat, "labops_pct_copy": lab, "native_pct_copy": nat,
+                         "speedup": lab / nat})
+    return {"device": "NVIDIA H100 80GB HBM3", "torch": "2.13.0", "copy_GBps": 3000.0, "date": "2025-06-01",
+            "rows": rows}
+
+
+def test_bench_bars(tmp_path):
+    path = tmp_path / "activation.json"
+    path.write_text(json.dumps(bench_result()))
+    fig = rendered(viz.bench_bars(path))
+    (ax,) = fig.axes
+    assert len(ax.patches) == 12  # a labops and a native bar per row
+    widths = sorted(p.get_width() for p in ax.patches)
+    assert widths == sorted([r["labops_pct_copy"] for r in bench_result()["rows"]]
+                            + [r["native_pct_copy"] for r in bench_result()["rows"]])
+    title = ax.get_title()
+    assert "H100" in title and "2025-06-01" in title and "3000 GB/s" in title
+    assert "% of copy bandwidth" in ax.get_xlabel()
+    assert len(ax.lines) == 1 and ax.lines[0].get_xdata()[0] == 100.0  # the copy-bandwidth line
+    assert [t.get_text() for t in ax.texts][2] == "2.93x vs native"  # rows keep their order
+
+    fig16 = rendered(viz.bench_bars(bench_result(), dtype="float16"))
+    assert len(fig16.axes[0].patches) == 6
+    assert all("float16" in t.get_text() for t in fig16.axes[0].get_yticklabels())
+
+
+@pytest.mark.parametrize("c,h,w,k,s,p,d", [
+    (1, 4, 4, 3, 1, 0, 1), (2, 4, 5, 3, 1, 1, 1), (3, 7, 6, (2, 3), (2, 1), (1, 0), 1), (2, 9, 8, 3, 2, 2, 2),
+])
+def test_im2col_numpy_equals_unfold(c, h, w, k, s, p, d):
+    x = torch.randn(c, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(c * 100 + h))
+    expected = F.unfold(x[None], k, dilation=d, padding=p, stride=s)[0]
+    np.testing.assert_array_equal(viz.im2col_numpy(x.numpy(), k, s, p, d), expected.numpy())
+
+
+def test_im2col_figure():
+    x = np.arange(2 * 4 * 4, dtype=np.float64).reshape(2, 4, 4) + 1
+    fig = rendered(viz.im2col_figure(x, 3, padding=1, highlight=(1, 2)))
+    assert len(fig.axes) == 3  # two channels, then the columns matrix
+    assert [len(ax.patches) for ax in fig.axes] == [9, 9, 18]  # the receptive field; the column's 18 rows
+    assert "18 x 16" in fig.axes[-1].get_title()
+    assert fig.get_suptitle().startswith("im2col: kernel 3x3")
+    # The outlined column holds exactly the outlined input values (0 in the padding).
+    col = 1 * 4 + 2
+    assert all(p.get_x() == col - 0.5 for p in fig.axes[-1].patches)
+    field = sorted(x[c, iy - 1, ix - 1] if 1 <= iy <= 4 and 1 <= ix <= 4 else 0.0
+                   for c in range(2) for iy, ix in [(int(q.get_y() + 0.5), int(q.get_x() + 0.5))
+                                                   for q in fig.axes[c].patches])
+    assert field == sorted(viz.im2col_numpy(x, 3, 1, 1)[:, col])
+
+    cols = torch.from_numpy(viz.im2col_numpy(x, 3, 1, 1))
+    assert len(rendered(viz.im2col_figure(x, 3, padding=1, columns=cols)).axes) == 3
+    with pytest.raises(ValueError, match="highlight must be inside"):
+        viz.im2col_figure(x, 3, padding=1, highlight=(4, 0))
+    with pytest.raises(ValueError, match="columns must have shape"):
+        viz.im2col_figure(x, 3, padding=1, columns=cols[:, :3])
+
+
+def test_draw_matrix_and_new_figure():
+    fig, axes = viz.new_figure(ncols=2)
+    assert len(axes) == 2
+    patches = viz.draw_matrix(axes[0], np.eye(3), title="t", xlabel="x", ylabel="y", highlight=[(0, 0), (2, 1)])
+    assert len(patches) == 2 and len(axes[0].texts) == 9 and len(axes[0].images) == 1
+    rendered(fig)

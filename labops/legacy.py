@@ -1,0 +1,215 @@
+"""Torch7-style modules: the layer contract with an explicit backward pass.
+
+Every module keeps ``output`` and ``gradInput`` and implements
+
+* ``updateOutput(input)``: the forward pass, stores and returns ``output``;
+* ``updateGradInput(input, gradOutput)``: dE/dinput, stores and returns ``gradInput``;
+* ``accGradParameters(input, gradOutput, scale=1)``: ADDS ``scale * dE/dW`` to
+  ``gradWeight`` / ``gradBias`` (so gradients of several mini-batches sum up
+  until ``zeroGradParameters()``).
+
+``forward`` is ``updateOutput``; ``backward`` is ``updateGradInput`` followed by
+``accGradParameters``. Nothing here uses autograd: each method calls the
+compiled labops op for that function directly (``torch.ops.labops.*``), so a
+learner can train with a hand-written backward pass and compare with autograd.
+Tensors are plain (``requires_grad=False``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from labops import ops  # noqa: F401  (builds and loads the compiled ops)
+
+L = torch.ops.labops
+
+__all__ = [
+    "Module",
+    "Sequential",
+    "Linear",
+    "Tanh",
+    "GELU",
+    "SpatialConvolutionMM",
+    "SpatialDepthWiseConvolution",
+    "SpatialGlobalAveragePooling",
+    "SpatialUpSamplingBilinear",
+    "SoftMax",
+    "Reorg",
+    "CrossEntropyCriterion",
+]
+
+
+class Module:
+    """Base class: the Torch7 nn.Module contract."""
+
+    def __init__(self):
+        self.output = torch.empty(0)
+        self.gradInput = torch.empty(0)
+
+    # -- the three functions --
+    def updateOutput(self, input):
+        raise NotImplementedError
+
+    def updateGradInput(self, input, gradOutput):
+        raise NotImplementedError
+
+    def accGradParameters(self, input, gradOutput, scale=1.0):
+        """Parameter-free layers have nothing to accumulate."""
+
+    # -- built from them --
+    def forward(self, input):
+        return self.updateOutput(input)
+
+    def backward(self, input, gradOutput, scale=1.0):
+        self.updateGradInput(input, gradOutput)
+        self.accGradParameters(input, gradOutput, scale)
+        return self.gradInput
+
+    def parameters(self):
+        """(list of weights, list of their gradients); empty lists if none."""
+        weights, grads = [], []
+        for name in ("weight", "bias"):
+            w = getattr(self, name, None)
+            if w is not None:
+                weights.append(w)
+                grads.append(getattr(self, "grad" + name.capitalize()))
+        return weights, grads
+
+    def zeroGradParameters(self):
+        for g in self.parameters()[1]:
+            g.zero_()
+
+    def updateParameters(self, learningRate):
+        for w, g in zip(*self.parameters()):
+            w.add_(g, alpha=-learningRate)
+
+    def to(self, *args, **kwargs):
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor):
+                setattr(self, name, value.to(*args, **kwargs))
+        return self
+
+    def __repr__(self):
+        return f"nn.{type(self).__name__}"
+
+
+class Sequential(Module):
+    def __init__(self):
+        super().__init__()
+        self.modules = []
+
+    def add(self, module):
+        self.modules.append(module)
+        return self
+
+    def updateOutput(self, input):
+        for m in self.modules:
+            input = m.updateOutput(input)
+        self.output = input
+        return self.output
+
+    def _inputs(self, input):
+        # The input each module saw during the last forward.
+        return [input] + [m.output for m in self.modules[:-1]]
+
+    def updateGradInput(self, input, gradOutput):
+        for m, x in zip(reversed(self.modules), reversed(self._inputs(input))):
+            gradOutput = m.updateGradInput(x, gradOutput)
+        self.gradInput = gradOutput
+        return self.gradInput
+
+    def accGradParameters(self, input, gradOutput, scale=1.0):
+        inputs = self._inputs(input)
+        for i in reversed(range(len(self.modules))):
+            m = self.modules[i]
+            m.accGradParameters(inputs[i], gradOutput, scale)
+            gradOutput = m.gradInput
+
+    def backward(self, input, gradOutput, scale=1.0):
+        inputs = self._inputs(input)
+        for i in reversed(range(len(self.modules))):
+            gradOutput = self.modules[i].backward(inputs[i], gradOutput, scale)
+        self.gradInput = gradOutput
+        return self.gradInput
+
+    def parameters(self):
+        weights, grads = [], []
+        for m in self.modules:
+            w, g = m.parameters()
+            weights += w
+            grads += g
+        return weights, grads
+
+    def zeroGradParameters(self):
+        for m in self.modules:
+            m.zeroGradParameters()
+
+    def updateParameters(self, learningRate):
+        for m in self.modules:
+            m.updateParameters(learningRate)
+
+    def to(self, *args, **kwargs):
+        for m in self.modules:
+            m.to(*args, **kwargs)
+        return self
+
+    def __repr__(self):
+        inner = "\n".join(f"  ({i + 1}): {m!r}" for i, m in enumerate(self.modules))
+        return f"nn.Sequential {{\n{inner}\n}}"
+
+
+def _uniform(shape, bound, dtype):
+    return torch.empty(shape, dtype=dtype).uniform_(-bound, bound)
+
+
+class Linear(Module):
+    """y = x Wᵀ + b, W (outputSize, inputSize). Pure GEMMs: no custom kernel needed."""
+
+    def __init__(self, inputSize, outputSize, bias=True, dtype=torch.float32):
+        super().__init__()
+        bound = 1.0 / math.sqrt(inputSize)
+        self.weight = _uniform((outputSize, inputSize), bound, dtype)
+        self.gradWeight = torch.zeros_like(self.weight)
+        self.bias = _uniform((outputSize,), bound, dtype) if bias else None
+        self.gradBias = torch.zeros_like(self.bias) if bias else None
+
+    def updateOutput(self, input):
+        self.output = input @ self.weight.t()
+        if self.bias is not None:
+            self.output += self.bias
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = gradOutput @ self.weight
+        return self.gradInput
+
+    def accGradParameters(self, input, gradOutput, scale=1.0):
+        self.gradWeight.addmm_(gradOutput.t(), input, alpha=scale)
+        if self.bias is not None:
+            self.gradBias.add_(gradOutput.sum(0), alpha=scale)
+
+
+class Tanh(Module):
+    def updateOutput(self, input):
+        self.output = L.tanh(input)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = L.tanh_backward(gradOutput, self.output)  # from the output, as THNN does
+        return self.gradInput
+
+
+class GELU(Module):
+    def __init__(self, approximate="sigmoid"):
+        super().__init__()
+        self.approximate = approximate
+
+    def updateOutput(self, input):
+        self.output = L.gelu(input, self.approximate)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = L.gelu_backward(gradOutput, input, self.approximate)
+        return self.gradInput

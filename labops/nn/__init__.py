@@ -2,8 +2,11 @@
 
 # One line per layer module; each module lists its public names in __all__.
 from . import activation
+from . import depthwise
 from .activation import *  # noqa: F401,F403
+from .depthwise import *  # noqa: F401,F403
 
 __all__ = [
     *activation.__all__,
+    *depthwise.__all__,
 ]

@@ -12,8 +12,11 @@ load_library()
 
 # One line per layer module; each module lists its public names in __all__.
 from . import activation  # noqa: E402
+from . import depthwise  # noqa: E402
 from .activation import *  # noqa: E402,F401,F403
+from .depthwise import *  # noqa: E402,F401,F403
 
 __all__ = [
     *activation.__all__,
+    *depthwise.__all__,
 ]

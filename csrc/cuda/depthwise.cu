@@ -143,59 +143,80 @@ __global__ void __launch_bounds__(kThreads)
 
 // ------------------------------------------------------------------ tiled ----
 // Thread index -> (plane, tile, column); tile covers rows [tile*V, tile*V + V).
+struct TileIndex {
+  int col, tile, plane;
+};
 
-// updateOutput. Input row ih0 + r (r = v*SH + kh) serves output oh0 + v through tap kh.
+__device__ __forceinline__ TileIndex tile_index(int idx, int width, int tiles) {
+  const int col = idx % width, rest = idx / width;
+  return {col, rest % tiles, rest / tiles};
+}
+
+// The input column of each tap kw for output column ow.
+template <int KW, int SW>
+__device__ __forceinline__ void tap_columns(int ow, int pad_w, int (&col)[KW]) {
+#pragma unroll
+  for (int kw = 0; kw < KW; ++kw) col[kw] = input_coord<int>(ow, kw, SW, pad_w, 1);
+}
+
+// Row reuse for a tile of V outputs down one column, starting at output row oh0:
+// input row input_coord(oh0, 0) + r serves output oh0 + v through tap kh = r - v*SH.
+// Each such row's KW taps are loaded once (zeros in the padding), then
+// f(v, kh, xr) runs for every (v, kh) pair that uses it. All loops unroll, so v
+// and kh are constants and the caller's register arrays stay in registers.
+template <int KH, int KW, int SH, int V, typename scalar_t, typename F>
+__device__ __forceinline__ void for_each_tap_row(const scalar_t* plane, int oh0, const int (&col)[KW],
+                                                 int pad_h, int in_h, int in_w, F&& f) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int ih0 = input_coord<int>(oh0, 0, SH, pad_h, 1);
+#pragma unroll
+  for (int r = 0; r < (V - 1) * SH + KH; ++r) {
+    const int ih = ih0 + r;
+    if (ih < 0 || ih >= in_h) continue;  // zero padding rows
+    acc_t xr[KW];
+#pragma unroll
+    for (int kw = 0; kw < KW; ++kw) {
+      xr[kw] = (col[kw] >= 0 && col[kw] < in_w) ? static_cast<acc_t>(plane[ih * in_w + col[kw]]) : acc_t(0);
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int kh = r - v * SH;
+      if (kh >= 0 && kh < KH) f(v, kh, xr);
+    }
+  }
+}
+
+// updateOutput: V outputs down a column, weights in registers.
 template <typename scalar_t, int KH, int KW, int SH, int SW, int V>
 __global__ void __launch_bounds__(kThreads)
     forward_tiled_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                          const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                          const Geometry g, int tiles_h, int64_t total) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
   const int out_channels = g.out_channels, multiplier = g.multiplier;
-  const int pad_h = g.pad_h, pad_w = g.pad_w;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    int idx = static_cast<int>(i);
-    const int ow = idx % out_w;
-    idx /= out_w;
-    const int tile = idx % tiles_h, plane = idx / tiles_h;
-    const int oc = plane % out_channels, n = plane / out_channels;
-    const scalar_t* src = x + input_plane_offset(n, oc / multiplier, g);
+    const TileIndex t = tile_index(static_cast<int>(i), g.out_w, tiles_h);
+    const int oc = t.plane % out_channels, n = t.plane / out_channels;
     acc_t wr[KH * KW];
 #pragma unroll
-    for (int t = 0; t < KH * KW; ++t) wr[t] = static_cast<acc_t>(w[oc * (KH * KW) + t]);
+    for (int k = 0; k < KH * KW; ++k) wr[k] = static_cast<acc_t>(w[oc * (KH * KW) + k]);
     acc_t acc[V];
     const acc_t b = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[v] = b;
-    const int oh0 = tile * V;
-    const int ih0 = input_coord<int>(oh0, 0, SH, pad_h, 1);
     int col[KW];
+    tap_columns<KW, SW>(t.col, g.pad_w, col);
+    for_each_tap_row<KH, KW, SH, V>(x + input_plane_offset(n, oc / multiplier, g), t.tile * V, col,
+                                    g.pad_h, g.in_h, g.in_w, [&](int v, int kh, const acc_t (&xr)[KW]) {
 #pragma unroll
-    for (int kw = 0; kw < KW; ++kw) col[kw] = input_coord<int>(ow, kw, SW, pad_w, 1);
-#pragma unroll
-    for (int r = 0; r < (V - 1) * SH + KH; ++r) {
-      const int ih = ih0 + r;
-      if (ih < 0 || ih >= in_h) continue;  // zero padding rows
-      acc_t xr[KW];
-#pragma unroll
-      for (int kw = 0; kw < KW; ++kw) {
-        xr[kw] = (col[kw] >= 0 && col[kw] < in_w) ? static_cast<acc_t>(src[ih * in_w + col[kw]]) : acc_t(0);
-      }
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const int kh = r - v * SH;
-        if (kh >= 0 && kh < KH) {
-#pragma unroll
-          for (int kw = 0; kw < KW; ++kw) mac(acc[v], wr[kh * KW + kw], xr[kw]);
-        }
-      }
-    }
+      for (int kw = 0; kw < KW; ++kw) mac(acc[v], wr[kh * KW + kw], xr[kw]);
+    });
     scalar_t* dst = out + output_plane_offset(n, oc, g);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      if (oh0 + v < out_h) dst[(oh0 + v) * out_w + ow] = static_cast<scalar_t>(acc[v]);
+      const int oh = t.tile * V + v;
+      if (oh < g.out_h) dst[oh * g.out_w + t.col] = static_cast<scalar_t>(acc[v]);
     }
   }
 }
@@ -213,11 +234,9 @@ __global__ void __launch_bounds__(kThreads)
   const int pad_h = g.pad_h, pad_w = g.pad_w;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    int idx = static_cast<int>(i);
-    const int iw = idx % in_w;
-    idx /= in_w;
-    const int tile = idx % tiles_h, plane = idx / tiles_h;
-    const int c = plane % in_channels, n = plane / in_channels;
+    const TileIndex t = tile_index(static_cast<int>(i), in_w, tiles_h);
+    const int iw = t.col, tile = t.tile;
+    const int c = t.plane % in_channels, n = t.plane / in_channels;
     const int ih0 = tile * V;
     int orow[V][KH], ocol[KW];  // -1: that tap reaches no output
 #pragma unroll
@@ -257,8 +276,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // accGradParameters (weight). Block (oc, split) walks items (n, tile, ow) of
 // channel oc; each thread keeps all KH*KW sums in registers, then the block
-// reduces them. Same row reuse as the forward: input row ih0 + r meets
-// grad_out row oh0 + v at tap kh = r - v*SH.
+// reduces them. Same row reuse as the forward (for_each_tap_row).
 template <typename scalar_t, int KH, int KW, int SH, int SW, int V>
 __global__ void __launch_bounds__(kThreads)
     backward_weight_tiled_kernel(const scalar_t* __restrict__ grad_out,
@@ -266,8 +284,7 @@ __global__ void __launch_bounds__(kThreads)
                                  at::opmath_type<scalar_t>* __restrict__ partial, const Geometry g,
                                  int tiles_h, int items, int chunk) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
-  const int pad_h = g.pad_h, pad_w = g.pad_w;
+  const int out_h = g.out_h, out_w = g.out_w;
   const int oc = blockIdx.x, split = blockIdx.y;
   const int ic = oc / static_cast<int>(g.multiplier);
   const int begin = split * chunk, end = begin + chunk < items ? begin + chunk : items;
@@ -275,38 +292,21 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int t = 0; t < KH * KW; ++t) acc[t] = acc_t(0);
   for (int it = begin + threadIdx.x; it < end; it += blockDim.x) {
-    const int ow = it % out_w, rest = it / out_w;
-    const int tile = rest % tiles_h, n = rest / tiles_h;
-    const scalar_t* gsrc = grad_out + output_plane_offset(n, oc, g);
-    const scalar_t* xsrc = x + input_plane_offset(n, ic, g);
-    const int oh0 = tile * V;
+    const TileIndex t = tile_index(it, out_w, tiles_h);  // plane = n here: one channel per block
+    const scalar_t* gsrc = grad_out + output_plane_offset(t.plane, oc, g);
+    const int oh0 = t.tile * V;
     acc_t gv[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      gv[v] = oh0 + v < out_h ? static_cast<acc_t>(gsrc[(oh0 + v) * out_w + ow]) : acc_t(0);
+      gv[v] = oh0 + v < out_h ? static_cast<acc_t>(gsrc[(oh0 + v) * out_w + t.col]) : acc_t(0);
     }
-    const int ih0 = input_coord<int>(oh0, 0, SH, pad_h, 1);
     int col[KW];
+    tap_columns<KW, SW>(t.col, g.pad_w, col);
+    for_each_tap_row<KH, KW, SH, V>(x + input_plane_offset(t.plane, ic, g), oh0, col, g.pad_h, g.in_h,
+                                    g.in_w, [&](int v, int kh, const acc_t (&xr)[KW]) {
 #pragma unroll
-    for (int kw = 0; kw < KW; ++kw) col[kw] = input_coord<int>(ow, kw, SW, pad_w, 1);
-#pragma unroll
-    for (int r = 0; r < (V - 1) * SH + KH; ++r) {
-      const int ih = ih0 + r;
-      if (ih < 0 || ih >= in_h) continue;
-      acc_t xr[KW];
-#pragma unroll
-      for (int kw = 0; kw < KW; ++kw) {
-        xr[kw] = (col[kw] >= 0 && col[kw] < in_w) ? static_cast<acc_t>(xsrc[ih * in_w + col[kw]]) : acc_t(0);
-      }
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const int kh = r - v * SH;
-        if (kh >= 0 && kh < KH) {
-#pragma unroll
-          for (int kw = 0; kw < KW; ++kw) mac(acc[kh * KW + kw], gv[v], xr[kw]);
-        }
-      }
-    }
+      for (int kw = 0; kw < KW; ++kw) mac(acc[kh * KW + kw], gv[v], xr[kw]);
+    });
   }
   block_sum_store<KH * KW>(acc, partial + (static_cast<int64_t>(oc) * gridDim.y + split) * (KH * KW));
 }

@@ -20,6 +20,15 @@ TORCH_LIBRARY(labops, m) {
   // ---- global_avg_pool2d ----
 
   // ---- depthwise_conv2d ----
+  // x (N, C_in, H, W), weight (C_in*m, 1, kH, kW): F.conv2d(..., groups=C_in). The backward ops
+  // are updateGradInput (a gather) and accGradParameters (reductions over N*outH*outW).
+  m.def("depthwise_conv2d(Tensor x, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
+        "int[2] dilation) -> Tensor");
+  m.def("depthwise_conv2d_backward_input(Tensor grad_output, Tensor weight, int[] input_size, "
+        "int[2] stride, int[2] padding, int[2] dilation) -> Tensor");
+  m.def("depthwise_conv2d_backward_weight(Tensor grad_output, Tensor x, int[] weight_size, "
+        "int[2] stride, int[2] padding, int[2] dilation) -> Tensor");
+  m.def("depthwise_conv2d_backward_bias(Tensor grad_output) -> Tensor");
 
   // ---- upsample_bilinear2d ----
   // coordinate_mode is 'half_pixel', 'align_corners' or 'asymmetric'; scale_h/scale_w are the

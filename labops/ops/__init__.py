@@ -15,8 +15,11 @@ from . import activation  # noqa: E402
 from .activation import *  # noqa: E402,F401,F403
 from . import upsample  # noqa: E402
 from .upsample import *  # noqa: E402,F401,F403
+from . import depthwise  # noqa: E402
+from .depthwise import *  # noqa: E402,F401,F403
 
 __all__ = [
     *activation.__all__,
     *upsample.__all__,
+    *depthwise.__all__,
 ]

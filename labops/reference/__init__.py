@@ -12,8 +12,11 @@ from . import activation
 from .activation import *  # noqa: F401,F403
 from . import upsample
 from .upsample import *  # noqa: F401,F403
+from . import depthwise
+from .depthwise import *  # noqa: F401,F403
 
 __all__ = [
     *activation.__all__,
     *upsample.__all__,
+    *depthwise.__all__,
 ]

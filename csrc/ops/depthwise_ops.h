@@ -1,0 +1,205 @@
+// Tensor-level entry points of depthwise_conv2d and its three backward ops,
+// written once and instantiated per device: cpu/depthwise.cpp uses
+// DepthwiseOps<cpu::DepthwiseLauncher>, cuda/depthwise.cu uses
+// DepthwiseOps<cuda::DepthwiseLauncher>. Here live the argument checks, the
+// shapes, contiguity, allocation and the dtype dispatch; the launchers only
+// receive raw pointers and a checked Geometry.
+#pragma once
+
+#include <array>
+#include <optional>
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "../common/check.h"
+#include "depthwise.h"
+
+namespace labops::ops::depthwise {
+
+inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
+  TORCH_CHECK_VALUE(v.size() == 2, "labops.", op, ": ", arg, " must have 2 entries (h, w), got ",
+                    v.size());
+}
+
+// Checks every size rule and returns the geometry. x_size is (N, C_in, H, W),
+// w_size is (C_out, 1, kH, kW); the *_arg names say where each came from so the
+// message names the argument the caller actually passed.
+inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char* x_arg,
+                              at::IntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
+                              at::IntArrayRef padding, at::IntArrayRef dilation) {
+  TORCH_CHECK_VALUE(x_size.size() == 4, "labops.", op, ": ", x_arg,
+                    " must be 4-D (N, C_in, H, W), got ", x_size.size(), "-D");
+  TORCH_CHECK_VALUE(w_size.size() == 4, "labops.", op, ": ", w_arg,
+                    " must be 4-D (C_out, 1, kH, kW), got ", w_size.size(), "-D");
+  check_pair(stride, op, "stride");
+  check_pair(padding, op, "padding");
+  check_pair(dilation, op, "dilation");
+  for (auto v : x_size) {
+    TORCH_CHECK_VALUE(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", x_size);
+  }
+  const int64_t c_in = x_size[1], c_out = w_size[0];
+  TORCH_CHECK_VALUE(c_in >= 1, "labops.", op, ": ", x_arg, " must have at least one channel, got ",
+                    x_size);
+  TORCH_CHECK_VALUE(w_size[1] == 1, "labops.", op, ": ", w_arg,
+                    ".size(1) must be 1 (one input channel per group), got ", w_size[1]);
+  TORCH_CHECK_VALUE(c_out >= 1 && c_out % c_in == 0, "labops.", op, ": ", w_arg,
+                    ".size(0) (C_out) must be a positive multiple of C_in = ", c_in, ", got ", c_out);
+  TORCH_CHECK_VALUE(w_size[2] >= 1 && w_size[3] >= 1, "labops.", op, ": ", w_arg,
+                    " must have a kernel of at least 1x1, got ", w_size[2], "x", w_size[3]);
+  TORCH_CHECK_VALUE(stride[0] >= 1 && stride[1] >= 1, "labops.", op,
+                    ": stride must be positive, got ", stride);
+  TORCH_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, "labops.", op,
+                    ": padding must be non-negative, got ", padding);
+  TORCH_CHECK_VALUE(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op,
+                    ": dilation must be >= 1, got ", dilation);
+  Geometry g;
+  g.batch = x_size[0];
+  g.in_channels = c_in;
+  g.out_channels = c_out;
+  g.multiplier = c_out / c_in;
+  g.in_h = x_size[2];
+  g.in_w = x_size[3];
+  g.k_h = w_size[2];
+  g.k_w = w_size[3];
+  g.stride_h = stride[0];
+  g.stride_w = stride[1];
+  g.pad_h = padding[0];
+  g.pad_w = padding[1];
+  g.dil_h = dilation[0];
+  g.dil_w = dilation[1];
+  g.out_h = output_size(g.in_h, g.k_h, g.stride_h, g.pad_h, g.dil_h);
+  g.out_w = output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
+  TORCH_CHECK_VALUE(g.out_h >= 1 && g.out_w >= 1, "labops.", op,
+                    ": the dilated kernel must fit in the padded input: kernel ", g.k_h, "x", g.k_w,
+                    ", dilation ", dilation, ", input ", g.in_h, "x", g.in_w, ", padding ", padding,
+                    " give an output of ", g.out_h, "x", g.out_w);
+  return g;
+}
+
+inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
+                       const char* ref_arg) {
+  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
+                    " must have the dtype of ", ref_arg, " (", ref.scalar_type(), "), got ",
+                    t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ",
+                    ref_arg, " (", ref.device(), "), got ", t.device());
+}
+
+inline void check_grad_output(const at::Tensor& grad_output, const Geometry& g, const char* op) {
+  const std::array<int64_t, 4> want{g.batch, g.out_channels, g.out_h, g.out_w};
+  TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(want), "labops.", op,
+                    ": grad_output must have the forward output's shape ", at::IntArrayRef(want),
+                    ", got ", grad_output.sizes());
+}
+
+#define LABOPS_DEPTHWISE_DISPATCH(TYPE, ...) \
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, TYPE, "labops_depthwise", __VA_ARGS__)
+
+template <typename Launcher>
+struct DepthwiseOps {
+  static at::Tensor forward(const at::Tensor& x, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                            at::IntArrayRef padding, at::IntArrayRef dilation) {
+    constexpr const char* op = "depthwise_conv2d";
+    check_floating(x, op, "x");
+    check_like(weight, x, op, "weight", "x");
+    const Geometry g = make_geometry(op, x.sizes(), "x", weight.sizes(), "weight", stride, padding,
+                                     dilation);
+    const bool has_bias = bias.has_value() && bias->defined();
+    if (has_bias) {
+      check_like(*bias, x, op, "bias", "x");
+      TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == g.out_channels, "labops.", op,
+                        ": bias must have shape (C_out,) = (", g.out_channels, ",), got ",
+                        bias->sizes());
+    }
+    c10::OptionalDeviceGuard guard(x.device());
+    at::Tensor out = at::empty({g.batch, g.out_channels, g.out_h, g.out_w}, x.options());
+    if (out.numel() == 0) return out;
+    const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
+    const at::Tensor bc = has_bias ? bias->contiguous() : at::Tensor();
+    LABOPS_DEPTHWISE_DISPATCH(x.scalar_type(), [&] {
+      Launcher::template forward<scalar_t>(
+          xc.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(),
+          has_bias ? bc.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), g);
+    });
+    return out;
+  }
+
+  static at::Tensor backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
+                                   at::IntArrayRef input_size, at::IntArrayRef stride,
+                                   at::IntArrayRef padding, at::IntArrayRef dilation) {
+    constexpr const char* op = "depthwise_conv2d_backward_input";
+    check_floating(grad_output, op, "grad_output");
+    check_like(weight, grad_output, op, "weight", "grad_output");
+    const Geometry g = make_geometry(op, input_size, "input_size", weight.sizes(), "weight", stride,
+                                     padding, dilation);
+    check_grad_output(grad_output, g, op);
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    at::Tensor grad_input = at::empty(input_size, grad_output.options());
+    if (grad_input.numel() == 0) return grad_input;
+    const at::Tensor gc = grad_output.contiguous(), wc = weight.contiguous();
+    LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
+      Launcher::template backward_input<scalar_t>(gc.const_data_ptr<scalar_t>(),
+                                                  wc.const_data_ptr<scalar_t>(),
+                                                  grad_input.mutable_data_ptr<scalar_t>(), g);
+    });
+    return grad_input;
+  }
+
+  static at::Tensor backward_weight(const at::Tensor& grad_output, const at::Tensor& x,
+                                    at::IntArrayRef weight_size, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef dilation) {
+    constexpr const char* op = "depthwise_conv2d_backward_weight";
+    check_floating(grad_output, op, "grad_output");
+    check_like(x, grad_output, op, "x", "grad_output");
+    const Geometry g = make_geometry(op, x.sizes(), "x", weight_size, "weight_size", stride, padding,
+                                     dilation);
+    check_grad_output(grad_output, g, op);
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
+    if (g.batch == 0) return grad_weight.zero_();  // a sum over nothing
+    const at::Tensor gc = grad_output.contiguous(), xc = x.contiguous();
+    LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
+      Launcher::template backward_weight<scalar_t>(gc.const_data_ptr<scalar_t>(),
+                                                   xc.const_data_ptr<scalar_t>(),
+                                                   grad_weight.mutable_data_ptr<scalar_t>(), g);
+    });
+    return grad_weight;
+  }
+
+  static at::Tensor backward_bias(const at::Tensor& grad_output) {
+    constexpr const char* op = "depthwise_conv2d_backward_bias";
+    check_floating(grad_output, op, "grad_output");
+    TORCH_CHECK_VALUE(grad_output.dim() == 4, "labops.", op,
+                      ": grad_output must be 4-D (N, C_out, outH, outW), got ", grad_output.dim(),
+                      "-D");
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    const int64_t batch = grad_output.size(0), channels = grad_output.size(1);
+    const int64_t plane = grad_output.size(2) * grad_output.size(3);
+    at::Tensor grad_bias = at::empty({channels}, grad_output.options());
+    if (channels == 0) return grad_bias;
+    if (batch * plane == 0) return grad_bias.zero_();
+    const at::Tensor gc = grad_output.contiguous();
+    LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
+      Launcher::template backward_bias<scalar_t>(gc.const_data_ptr<scalar_t>(),
+                                                 grad_bias.mutable_data_ptr<scalar_t>(), batch,
+                                                 channels, plane);
+    });
+    return grad_bias;
+  }
+
+  template <typename Module>
+  static void register_kernels(Module& m) {
+    m.impl("depthwise_conv2d", &forward);
+    m.impl("depthwise_conv2d_backward_input", &backward_input);
+    m.impl("depthwise_conv2d_backward_weight", &backward_weight);
+    m.impl("depthwise_conv2d_backward_bias", &backward_bias);
+  }
+};
+
+#undef LABOPS_DEPTHWISE_DISPATCH
+
+}  // namespace labops::ops::depthwise

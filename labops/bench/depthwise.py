@@ -1,0 +1,52 @@
+"""Depthwise 3x3 convolution on the MobileNetV2 shapes (batch 32 on a GPU, 2 on the CPU).
+
+native = F.conv2d(..., groups=C) (cuDNN or ATen's depthwise kernels on CUDA).
+Bytes counted: forward reads x and w and writes out; forward+backward also
+reads grad_out and writes grad_in and grad_w (each tensor moved once).
+"""
+
+import torch
+import torch.nn.functional as F
+
+import labops
+from labops.bench import Case
+
+# (C, H, stride) of MobileNetV2's depthwise layers, 3x3, padding 1, no bias (a BatchNorm follows).
+SHAPES = [(144, 56, 1), (384, 14, 1), (960, 7, 1), (96, 112, 2)]
+
+
+def _fwd_bwd(fn, x, w, g):
+    def step():
+        return torch.autograd.grad(fn(x, w), (x, w), g)
+
+    return step
+
+
+def cases(device, size=None):
+    batch = size or (32 if device == "cuda" else 2)
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        for c, h, s in SHAPES:
+            gen = torch.Generator(device=device).manual_seed(0)
+            x = torch.randn(batch, c, h, h, device=device, dtype=dtype, generator=gen).requires_grad_()
+            w = torch.randn(c, 1, 3, 3, device=device, dtype=dtype, generator=gen).requires_grad_()
+            out_h = (h + 2 - 3) // s + 1
+            g = torch.randn(batch, c, out_h, out_h, device=device, dtype=dtype, generator=gen)
+            e = x.element_size()
+            x_b, w_b, y_b = x.numel() * e, w.numel() * e, g.numel() * e
+            fwd_bytes = x_b + w_b + y_b
+            bwd_bytes = y_b + x_b + w_b  # read grad_out, write grad_in and grad_w
+            shape = f"{batch}x{c}x{h}x{h} s{s}"
+
+            def mine(a, b, s=s):
+                return labops.depthwise_conv2d(a, b, None, s, 1)
+
+            def native(a, b, s=s, c=c):
+                return F.conv2d(a, b, None, s, 1, 1, c)
+
+            with torch.no_grad():
+                yield Case("depthwise3x3 fwd", shape, dtype, fwd_bytes,
+                           lambda m=mine: m(x.detach(), w.detach()),
+                           lambda f=native: f(x.detach(), w.detach()), "F.conv2d(groups=C)")
+            yield Case("depthwise3x3 fwd+bwd", shape, dtype, fwd_bytes + bwd_bytes,
+                       _fwd_bwd(mine, x, w, g), _fwd_bwd(native, x, w, g), "F.conv2d(groups=C)")

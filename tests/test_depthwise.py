@@ -1,0 +1,273 @@
+"""Depthwise convolution: forward and the three backward ops against F.conv2d(groups=C_in)
+in float64, the reference loops, gradcheck, opcheck, torch.compile, and bad arguments."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tolerances
+
+import labops
+from labops import reference
+from labops.testing import rel_error
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+L = torch.ops.labops
+
+# name, (N, C_in, H, W), multiplier, (kH, kW), stride, padding, dilation, bias
+CASES = [
+    ("3x3 s1 p1", (2, 3, 9, 11), 1, (3, 3), 1, 1, 1, True),
+    ("3x3 s2 p1 odd", (2, 4, 13, 15), 1, (3, 3), 2, 1, 1, True),
+    ("3x3 s2 p1 even", (1, 3, 12, 10), 2, (3, 3), 2, 1, 1, False),
+    ("3x3 s3 p0", (2, 2, 11, 13), 1, (3, 3), 3, 0, 1, True),
+    ("3x3 p2 > k-1", (1, 2, 6, 7), 1, (3, 3), 1, 2, 1, True),
+    ("5x5 s1 p2 m2", (1, 3, 12, 10), 2, (5, 5), 1, 2, 1, True),
+    ("5x5 s2 p2", (2, 2, 15, 13), 1, (5, 5), 2, 2, 1, True),
+    ("7x7 s1 p3", (1, 2, 11, 9), 1, (7, 7), 1, 3, 1, True),
+    ("1x1 m3", (2, 2, 5, 6), 3, (1, 1), 1, 0, 1, True),
+    ("asym k3x5 s(1,2) p(1,2)", (2, 3, 8, 13), 1, (3, 5), (1, 2), (1, 2), 1, True),
+    ("asym k(2,3) s(2,1) p(0,1) d(1,2) m2", (1, 2, 9, 10), 2, (2, 3), (2, 1), (0, 1), (1, 2), True),
+    ("dilation 2 p2", (2, 3, 10, 9), 1, (3, 3), 1, 2, 2, True),
+    ("dilation (2,1) s2 m3", (1, 2, 13, 12), 3, (3, 3), 2, (2, 1), (2, 1), False),
+    ("kernel = padded input", (1, 2, 3, 4), 1, (5, 6), 1, 1, 1, True),
+    ("empty batch", (0, 3, 8, 8), 2, (3, 3), 1, 1, 1, True),
+    ("split reduction 3x3", (8, 2, 64, 64), 1, (3, 3), 1, 1, 1, True),
+    ("split reduction 7x7 s2", (8, 2, 40, 40), 1, (7, 7), 2, 3, 1, True),
+]
+
+
+def sample_inputs(device, dtype=torch.float32, seed=0):
+    """(name, x, weight, bias, stride, padding, dilation) over CASES, plus non-contiguous
+    x: channels_last and a slice. Random normal values, never all zeros."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(device, dtype)
+
+    for name, (n, c, h, w), m, (kh, kw), stride, padding, dilation, has_bias in CASES:
+        x = randn(n, c, h, w)
+        weight = randn(c * m, 1, kh, kw)
+        bias = randn(c * m) if has_bias else None
+        yield name, x, weight, bias, stride, padding, dilation
+    yield ("channels_last x", randn(2, 4, 9, 10).to(memory_format=torch.channels_last),
+           randn(8, 1, 3, 3), randn(8), 1, 1, 1)
+    yield "sliced x", randn(2, 5, 12, 21)[:, 1:, 1:, ::2], randn(4, 1, 3, 3), randn(4), 2, 1, 1
+
+
+def oracle(x, weight, bias, stride, padding, dilation):
+    return F.conv2d(x, weight, bias, stride, padding, dilation, groups=x.shape[1])
+
+
+def _terms(x, weight, stride, padding, dilation, out):
+    """How many products each kind of result sums: forward/grad-input and grad-weight."""
+    return weight.shape[2] * weight.shape[3] * (weight.shape[0] // x.shape[1]), max(1, out.shape[0] * out.shape[2] * out.shape[3])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_forward_matches_oracle(device, dtype):
+    rtol, atol = tolerances(dtype)
+    for case, x, w, b, s, p, d in sample_inputs(device, dtype):
+        out = labops.depthwise_conv2d(x, w, b, s, p, d)
+        expected = oracle(x.double(), w.double(), None if b is None else b.double(), s, p, d)
+        assert out.shape == expected.shape and out.dtype == dtype and out.device == x.device, case
+        assert out.is_contiguous(), case
+        taps, _ = _terms(x, w, s, p, d, out)
+        # sums of `taps` products of unit-size numbers: absolute error grows like sqrt(taps)
+        torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * math.sqrt(taps), msg=case)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_backward_matches_oracle(device, dtype):
+    rtol, atol = tolerances(dtype)
+    for case, x, w, b, s, p, d in sample_inputs(device, dtype, seed=1):
+        leaves = [t.detach().requires_grad_() for t in (x, w) + ((b,) if b is not None else ())]
+        out = labops.depthwise_conv2d(leaves[0], leaves[1], leaves[2] if b is not None else None, s, p, d)
+        grad_out = torch.randn(out.shape, dtype=torch.float64).to(device, dtype)
+        grads = torch.autograd.grad(out, leaves, grad_out)
+        ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+        ref_out = oracle(ref_leaves[0], ref_leaves[1], ref_leaves[2] if b is not None else None, s, p, d)
+        expected = torch.autograd.grad(ref_out, ref_leaves, grad_out.double()) if ref_out.numel() else \
+            [torch.zeros_like(t) for t in ref_leaves]
+        taps, positions = _terms(x, w, s, p, d, out)
+        for name, got, want, terms in zip(("grad_x", "grad_w", "grad_b"), grads, expected,
+                                          (taps, positions, positions)):
+            assert got.dtype == dtype and got.shape == want.shape, (case, name)
+            torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * math.sqrt(terms),
+                                       msg=f"{case}: {name}")
+
+
+def test_every_output_element_is_written(device):
+    # With deterministic algorithms on, torch fills fresh allocations (outputs and the
+    # reduction workspace) with NaN: an element a kernel forgets to write shows up.
+    old = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for case, x, w, b, s, p, d in sample_inputs(device, torch.float32, seed=2):
+            out = L.depthwise_conv2d(x, w, b, [s] * 2 if isinstance(s, int) else s,
+                                     [p] * 2 if isinstance(p, int) else p, [d] * 2 if isinstance(d, int) else d)
+            args = ([s, s] if isinstance(s, int) else list(s), [p, p] if isinstance(p, int) else list(p),
+                    [d, d] if isinstance(d, int) else list(d))
+            g = torch.randn_like(out)
+            results = [out, L.depthwise_conv2d_backward_input(g, w, list(x.shape), *args),
+                       L.depthwise_conv2d_backward_weight(g, x, list(w.shape), *args),
+                       L.depthwise_conv2d_backward_bias(g)]
+            for r in results:
+                assert torch.isfinite(r).all(), case
+    finally:
+        torch.use_deterministic_algorithms(old)
+
+
+def test_reductions_are_deterministic(device):
+    x = torch.randn(8, 3, 64, 64, device=device)
+    w = torch.randn(6, 1, 3, 3, device=device)
+    g = torch.randn(8, 6, 64, 64, device=device)
+    args = ([1, 1], [1, 1], [1, 1])
+    first = L.depthwise_conv2d_backward_weight(g, x, list(w.shape), *args)
+    bias_first = L.depthwise_conv2d_backward_bias(g)
+    for _ in range(3):
+        assert torch.equal(L.depthwise_conv2d_backward_weight(g, x, list(w.shape), *args), first)
+        assert torch.equal(L.depthwise_conv2d_backward_bias(g), bias_first)
+
+
+def test_reference_loops_match_oracle_and_ops():
+    rng = np.random.default_rng(0)
+    for (n, c, h, w), m, (kh, kw), s, p, d in [((2, 2, 6, 7), 2, (3, 3), (2, 1), (1, 2), (1, 2)),
+                                                ((1, 3, 7, 5), 1, (3, 2), (1, 3), (0, 1), (2, 1))]:
+        x, weight = rng.standard_normal((n, c, h, w)), rng.standard_normal((c * m, 1, kh, kw))
+        bias = rng.standard_normal(c * m)
+        tx, tw, tb = (torch.from_numpy(a).requires_grad_() for a in (x, weight, bias))
+        expected = oracle(tx, tw, tb, s, p, d)
+        go = torch.randn(expected.shape, dtype=torch.float64)
+        gx, gw, gb = torch.autograd.grad(expected, (tx, tw, tb), go)
+        y = reference.depthwise_forward_loop(x, weight, bias, s, p, d)
+        assert rel_error(y, expected) < 1e-12
+        assert rel_error(labops.depthwise_conv2d(tx, tw, tb, s, p, d), y) < 1e-12
+        assert rel_error(reference.depthwise_backward_input_loop(go.numpy(), weight, x.shape, s, p, d), gx) < 1e-12
+        assert rel_error(reference.depthwise_backward_weight_loop(go.numpy(), x, weight.shape, s, p, d), gw) < 1e-12
+        assert rel_error(reference.depthwise_backward_bias_loop(go.numpy()), gb) < 1e-12
+        assert reference.depthwise_output_size(h, kh, s[0], p[0], d[0]) == expected.shape[2]
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+def test_gradcheck_float64(device, with_bias):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 2, 7, 6, dtype=torch.float64, generator=g).to(device).requires_grad_()
+    w = torch.randn(4, 1, 3, 2, dtype=torch.float64, generator=g).to(device).requires_grad_()
+    b = torch.randn(4, dtype=torch.float64, generator=g).to(device).requires_grad_() if with_bias else None
+    for s, p, d in [(1, 1, 1), ((2, 1), (1, 0), (1, 2))]:
+        inputs = (x, w, b) if with_bias else (x, w)
+        fn = (lambda a, c, e: labops.depthwise_conv2d(a, c, e, s, p, d)) if with_bias else \
+            (lambda a, c: labops.depthwise_conv2d(a, c, None, s, p, d))
+        assert torch.autograd.gradcheck(fn, inputs)
+
+
+def test_opcheck(device):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 8, 9, generator=g).to(device).requires_grad_()
+    w = torch.randn(6, 1, 3, 3, generator=g).to(device).requires_grad_()
+    b = torch.randn(6, generator=g).to(device).requires_grad_()
+    args = ([2, 1], [1, 1], [1, 2])
+    torch.library.opcheck(L.depthwise_conv2d.default, (x, w, b, *args))
+    torch.library.opcheck(L.depthwise_conv2d.default, (x, w, None, *args))
+    out = L.depthwise_conv2d(x, w, b, *args).detach()
+    go = torch.randn(out.shape, generator=g).to(device)
+    torch.library.opcheck(L.depthwise_conv2d_backward_input.default, (go, w.detach(), list(x.shape), *args))
+    torch.library.opcheck(L.depthwise_conv2d_backward_weight.default, (go, x.detach(), list(w.shape), *args))
+    torch.library.opcheck(L.depthwise_conv2d_backward_bias.default, (go,))
+
+
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+    layer = labops.nn.DepthwiseConv2d(4, 3, stride=2, padding=1, multiplier=2).to(device)
+
+    def block(x):
+        return labops.depthwise_conv2d(layer(x), layer.weight, None, 1, 1).sum()  # a second layer, 8 channels
+
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 4, 11, 10, device=device, requires_grad=True)
+    compiled(x).backward()
+    got = (x.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone())
+    x.grad = None
+    layer.zero_grad()
+    block(x).backward()
+    for a, e in zip(got, (x.grad, layer.weight.grad, layer.bias.grad)):
+        torch.testing.assert_close(a, e)
+
+
+def test_module_matches_conv2d(device):
+    torch.manual_seed(5)
+    layer = labops.nn.DepthwiseConv2d(3, (3, 5), stride=(1, 2), padding=(1, 2), dilation=1, multiplier=2).to(device)
+    assert layer.weight.shape == (6, 1, 3, 5) and layer.bias.shape == (6,)
+    assert isinstance(layer.weight, torch.nn.Parameter)
+    bound = 1 / math.sqrt(15)  # nn.Conv2d's init: fan_in = kH * kW for a depthwise filter
+    assert layer.weight.abs().max() <= bound and layer.bias.abs().max() <= bound
+    ref = torch.nn.Conv2d(3, 6, (3, 5), stride=(1, 2), padding=(1, 2), groups=3).to(device)
+    ref.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 3, 9, 12, device=device)
+    torch.testing.assert_close(layer(x), ref(x))
+    assert labops.nn.DepthwiseConv2d(4, 3, bias=False).bias is None
+
+
+def _bad(device, **over):
+    args = dict(x=torch.randn(2, 3, 8, 8, device=device), weight=torch.randn(6, 1, 3, 3, device=device),
+                bias=torch.randn(6, device=device), stride=1, padding=1, dilation=1)
+    args.update(over)
+    return args
+
+
+BAD = [
+    ("x 3-D", lambda dv: dict(x=torch.randn(3, 8, 8, device=dv)), "x must be 4-D"),
+    ("weight 3-D", lambda dv: dict(weight=torch.randn(6, 3, 3, device=dv)), "weight must be 4-D"),
+    ("weight.size(1)", lambda dv: dict(weight=torch.randn(6, 3, 3, 3, device=dv)), r"weight.size\(1\) must be 1"),
+    ("C_out not multiple", lambda dv: dict(weight=torch.randn(4, 1, 3, 3, device=dv), bias=None),
+     r"positive multiple of C_in = 3, got 4"),
+    ("bias shape", lambda dv: dict(bias=torch.randn(6, 1, device=dv)), r"bias must have shape \(C_out,\)"),
+    ("bias length", lambda dv: dict(bias=torch.randn(3, device=dv)), r"bias must have shape \(C_out,\) = \(6,\)"),
+    ("stride 0", lambda dv: dict(stride=0), "stride must be positive"),
+    ("stride negative", lambda dv: dict(stride=(1, -2)), "stride must be positive"),
+    ("padding negative", lambda dv: dict(padding=(-1, 0)), "padding must be non-negative"),
+    ("dilation 0", lambda dv: dict(dilation=(1, 0)), "dilation must be >= 1"),
+    ("kernel too big", lambda dv: dict(x=torch.randn(2, 3, 2, 8, device=dv), padding=0),
+     "the dilated kernel must fit in the padded input"),
+    ("dilated kernel too big", lambda dv: dict(x=torch.randn(2, 3, 4, 8, device=dv), dilation=3),
+     "the dilated kernel must fit in the padded input"),
+    ("weight dtype", lambda dv: dict(weight=torch.randn(6, 1, 3, 3, device=dv, dtype=torch.float64)),
+     "weight must have the dtype of x"),
+    ("bias dtype", lambda dv: dict(bias=torch.randn(6, device=dv, dtype=torch.float16)), "bias must have the dtype of x"),
+    ("weight device", lambda dv: dict(weight=torch.randn(6, 1, 3, 3, device="meta")), "weight must be on the device of x"),
+    ("integer x", lambda dv: dict(x=torch.ones(2, 3, 8, 8, device=dv, dtype=torch.int64)),
+     "x must be a floating-point tensor"),
+    ("stride 3 entries", lambda dv: dict(stride=(1, 1, 1)), "stride must have 2 entries"),
+]
+
+
+@pytest.mark.parametrize("name,override,match", BAD, ids=[b[0] for b in BAD])
+def test_bad_arguments_raise_value_error(device, name, override, match):
+    args = _bad(device, **override(device))
+    with pytest.raises(ValueError, match=match):
+        labops.depthwise_conv2d(**args)
+    # The compiled op checks the same rules for callers that skip the Python wrapper.
+    pair = lambda v: [v, v] if isinstance(v, int) else list(v)  # noqa: E731
+    if name != "weight device":  # a meta tensor would not reach the CPU/CUDA kernel
+        with pytest.raises(ValueError, match=match):
+            L.depthwise_conv2d(args["x"], args["weight"], args["bias"], pair(args["stride"]),
+                               pair(args["padding"]), pair(args["dilation"]))
+
+
+def test_backward_ops_check_their_arguments(device):
+    go = torch.randn(2, 6, 8, 8, device=device)
+    w = torch.randn(6, 1, 3, 3, device=device)
+    x = torch.randn(2, 3, 8, 8, device=device)
+    args = ([1, 1], [1, 1], [1, 1])
+    with pytest.raises(ValueError, match=r"grad_output must have the forward output's shape \[2, 6, 8, 8\]"):
+        L.depthwise_conv2d_backward_input(go[:, :, 1:], w, [2, 3, 8, 8], *args)
+    with pytest.raises(ValueError, match="input_size must be 4-D"):
+        L.depthwise_conv2d_backward_input(go, w, [3, 8, 8], *args)
+    with pytest.raises(ValueError, match=r"weight_size.size\(0\) \(C_out\) must be a positive multiple"):
+        L.depthwise_conv2d_backward_weight(go, x, [5, 1, 3, 3], *args)
+    with pytest.raises(ValueError, match="x must have the dtype of grad_output"):
+        L.depthwise_conv2d_backward_weight(go, x.double(), [6, 1, 3, 3], *args)
+    with pytest.raises(ValueError, match="grad_output must be 4-D"):
+        L.depthwise_conv2d_backward_bias(go[0])

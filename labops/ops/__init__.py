@@ -13,7 +13,10 @@ load_library()
 # One line per layer module; each module lists its public names in __all__.
 from . import activation  # noqa: E402
 from .activation import *  # noqa: E402,F401,F403
+from . import conv2d_mm as _conv2d_mm  # noqa: E402  (the module; it exports a function of its name)
+from .conv2d_mm import *  # noqa: E402,F401,F403
 
 __all__ = [
     *activation.__all__,
+    *_conv2d_mm.__all__,
 ]

@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "../ops/conv2d_mm_ops.h"
 #include "../ops/im2col.h"
 
@@ -42,12 +44,12 @@ struct Im2colLauncher {
     if (rows == 0 || s.width == 0) return;
     const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, s.width * s.kernel_area()));
     at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+      std::vector<acc_t> sums(s.width);
       for (int64_t row = begin; row < end; ++row) {
         const int64_t plane = row / s.height, ih = row - plane * s.height;
+        ops::col2im_gather_row<acc_t>(s, col, plane, ih, sums.data());
         scalar_t* out = image + row * s.width;
-        for (int64_t iw = 0; iw < s.width; ++iw) {
-          out[iw] = static_cast<scalar_t>(ops::col2im_gather<acc_t>(s, col, plane, ih, iw));
-        }
+        for (int64_t iw = 0; iw < s.width; ++iw) out[iw] = static_cast<scalar_t>(sums[iw]);
       }
     });
   }

@@ -120,30 +120,58 @@ LABOPS_HOST_DEVICE void im2col_item(const Im2colShape& s, const scalar_t* x, int
 
 // ---- col2im: image element <- sum of the column elements copied from it ----
 
-// Gather form: image pixel (plane, ih, iw) adds up every (kh, kw, oh, ow) with
-// input_coord(oh, kh) == ih and input_coord(ow, kw) == iw. Solving for oh:
-// oh = (ih + pad - kh * dilation) / stride, valid when that is a whole number
-// in [0, out_h). No two threads write the same pixel, so no atomics, and the
-// sum is in a fixed order (deterministic).
+// The inverse of input_coord along one axis: the output position whose
+// window reads input coordinate `in` through tap `tap`, or -1 if none does.
+// Solving in = out * stride - pad + tap * dilation for out: a whole number in
+// [0, out_size) or nothing.
+LABOPS_HOST_DEVICE int64_t tap_output(int64_t in, int64_t tap, int64_t stride, int64_t pad, int64_t dilation,
+                                      int64_t out_size) {
+  int64_t t = in + pad - tap * dilation;  // = out * stride
+  if (t < 0) return -1;
+  int64_t out = stride == 1 ? t : t / stride;  // skip the division in the common case
+  return (out * stride == t && out < out_size) ? out : -1;
+}
+
+// Gather form: image pixel (plane, ih, iw) adds up every column element
+// (kh, kw, oh, ow) with input_coord(oh, kh) == ih and input_coord(ow, kw) == iw.
+// No two threads write the same pixel, so no atomics, and the sum runs in a
+// fixed order, (kh, kw) ascending, so it is deterministic.
 template <typename acc_t, typename scalar_t>
 LABOPS_HOST_DEVICE acc_t col2im_gather(const Im2colShape& s, const scalar_t* col, int64_t plane, int64_t ih,
                                        int64_t iw) {
   const scalar_t* plane_col = col + s.column_base(plane);
   acc_t sum = acc_t(0);
   for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
-    int64_t th = ih + s.pad_h - kh * s.dilation_h;  // = oh * stride_h
-    if (th < 0) break;                               // decreases with kh
-    int64_t oh = th / s.stride_h;
-    if (oh * s.stride_h != th || oh >= s.out_h) continue;
+    int64_t oh = tap_output(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+    if (oh < 0) continue;
     for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
-      int64_t tw = iw + s.pad_w - kw * s.dilation_w;
-      if (tw < 0) break;
-      int64_t ow = tw / s.stride_w;
-      if (ow * s.stride_w != tw || ow >= s.out_w) continue;
+      int64_t ow = tap_output(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+      if (ow < 0) continue;
       sum += static_cast<acc_t>(plane_col[(kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w + ow]);
     }
   }
   return sum;
+}
+
+// The same for a whole image row (plane, ih): sums[iw] for iw in [0, W),
+// with the (kh, kw) loops outside so the work per tap is one pass over the
+// row (what the CPU runs; the additions happen in the same order as above).
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE void col2im_gather_row(const Im2colShape& s, const scalar_t* col, int64_t plane, int64_t ih,
+                                          acc_t* sums) {
+  const scalar_t* plane_col = col + s.column_base(plane);
+  for (int64_t iw = 0; iw < s.width; ++iw) sums[iw] = acc_t(0);
+  for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
+    int64_t oh = tap_output(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+    if (oh < 0) continue;
+    for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
+      const scalar_t* src = plane_col + (kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w;
+      for (int64_t iw = 0; iw < s.width; ++iw) {
+        int64_t ow = tap_output(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+        if (ow >= 0) sums[iw] += static_cast<acc_t>(src[ow]);
+      }
+    }
+  }
 }
 
 // The same for a flat index over the image batch (N*C, H, W).

@@ -15,14 +15,19 @@ from ._checks import check_floating
 __all__ = ["col2im", "conv2d_mm", "im2col"]
 
 
+def _is_int(v):
+    # torch.SymInt: sizes under torch.compile's dynamic shapes.
+    return isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool)
+
+
 def _pair(value, op, arg):
-    if isinstance(value, int) and not isinstance(value, bool):
+    if _is_int(value):
         return (value, value)
     try:
         pair = tuple(value)
     except TypeError:
         pair = ()
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+    if len(pair) != 2 or not all(_is_int(v) for v in pair):
         raise ValueError(f"labops.{op}: {arg} must be an int or a pair of ints, got {value!r}")
     return pair
 

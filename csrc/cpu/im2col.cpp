@@ -18,21 +18,21 @@ struct Im2colLauncher {
   // beat one batched GEMM over all 32.
   static constexpr int64_t kColumnBudgetBytes = 64 << 20;
 
-  // Positions per work item: a row of 8 columns per tap keeps the stores
-  // sequential within each of the kH*kW output rows.
-  static constexpr int kPack = 8;
-
+  // One task = one row of the columns (a tap at one output row of one plane):
+  // sequential stores, and at unit stride a straight copy of an input row.
   template <typename scalar_t>
   static void im2col(const ops::Im2colShape& s, const scalar_t* x, scalar_t* col) {
-    using acc_t = at::opmath_type<scalar_t>;
-    const int64_t items = s.planes() * ((s.blocks() + kPack - 1) / kPack);
-    if (items == 0 || s.kernel_area() == 0) return;
-    const int64_t grain = std::max<int64_t>(1, 16384 / (kPack * s.kernel_area()));
-    at::parallel_for(0, items, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t item = begin; item < end; ++item) {
-        ops::im2col_item<kPack, acc_t>(s, x, item, [&](int64_t offset, const scalar_t* values, int count) {
-          for (int u = 0; u < count; ++u) col[offset + u] = values[u];
-        });
+    const int64_t area = s.kernel_area();
+    const int64_t rows = s.planes() * area * s.out_h;
+    if (rows == 0 || s.out_w == 0) return;
+    const int64_t grain = std::max<int64_t>(1, 16384 / s.out_w);
+    at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        // row = (plane * area + tap) * out_h + oh
+        const int64_t oh = row % s.out_h, plane_tap = row / s.out_h;
+        const int64_t plane = plane_tap / area, tap = plane_tap - plane * area;
+        scalar_t* out = col + s.column_base(plane) + tap * s.col_row_stride + oh * s.out_w;
+        ops::im2col_row(s, x, plane, tap / s.kernel_w, tap % s.kernel_w, oh, out);
       }
     });
   }

@@ -81,6 +81,40 @@ LABOPS_HOST_DEVICE int64_t im2col_source(const Im2colShape& s, int64_t plane, in
   return (plane * s.height + ih) * s.width + iw;
 }
 
+// The output positions [lo, hi) along one axis whose tap `tap` lands inside
+// the input [0, in_size): input_coord(o) = o * stride + shift, shift = tap *
+// dilation - pad, must satisfy 0 <= input_coord(o) <= in_size - 1.
+LABOPS_HOST_DEVICE void valid_out_range(int64_t in_size, int64_t tap, int64_t stride, int64_t pad,
+                                        int64_t dilation, int64_t out_size, int64_t& lo, int64_t& hi) {
+  const int64_t shift = tap * dilation - pad;
+  lo = shift >= 0 ? 0 : (-shift + stride - 1) / stride;  // ceil(-shift / stride)
+  const int64_t last = in_size - 1 - shift;               // largest o * stride allowed
+  hi = last < 0 ? 0 : (last / stride + 1 < out_size ? last / stride + 1 : out_size);
+  if (lo > out_size) lo = out_size;
+  if (hi < lo) hi = lo;
+}
+
+// One row of the columns: the out_w values of tap (kh, kw) at output row oh
+// of one plane (what the CPU launcher runs). Zero where the tap sees padding;
+// inside, a plain copy of the input row at unit stride, and the per-element
+// body otherwise.
+template <typename scalar_t>
+LABOPS_HOST_DEVICE void im2col_row(const Im2colShape& s, const scalar_t* x, int64_t plane, int64_t kh, int64_t kw,
+                                   int64_t oh, scalar_t* out) {
+  const scalar_t zero = scalar_t(0.0f);
+  const int64_t ih = input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
+  int64_t lo = 0, hi = 0;
+  if (ih >= 0 && ih < s.height) valid_out_range(s.width, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w, lo, hi);
+  for (int64_t ow = 0; ow < lo; ++ow) out[ow] = zero;
+  if (hi > lo && s.stride_w == 1) {
+    const scalar_t* src = x + (plane * s.height + ih) * s.width + input_coord(0, kw, 1, s.pad_w, s.dilation_w);
+    for (int64_t ow = lo; ow < hi; ++ow) out[ow] = src[ow];
+  } else if (hi > lo) {
+    for (int64_t ow = lo; ow < hi; ++ow) out[ow] = x[im2col_source(s, plane, kh, kw, oh, ow)];
+  }
+  for (int64_t ow = hi; ow < s.out_w; ++ow) out[ow] = zero;
+}
+
 // One work item of the launchers: V consecutive positions p0 .. p0+V-1 of one
 // plane, for every kernel tap (THNN/Caffe give a thread one position and loop
 // over the taps; V > 1 lets the CUDA kernel store 16 bytes at a time).

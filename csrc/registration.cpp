@@ -40,6 +40,19 @@ TORCH_LIBRARY(labops, m) {
         "float? scale_h, float? scale_w, bool deterministic=True) -> Tensor");
 
   // ---- im2col / col2im / conv2d_mm ----
+  // im2col == F.unfold: (N, C, H, W) -> (N, C*kH*kW, L), rows ordered (c, kh, kw).
+  // col2im == F.fold: its adjoint, summing overlapping windows (not its inverse).
+  m.def("im2col(Tensor x, int[2] kernel_size, int[2] stride=1, int[2] padding=0, int[2] dilation=1) -> Tensor");
+  m.def("col2im(Tensor cols, int[2] output_size, int[2] kernel_size, int[2] stride=1, int[2] padding=0, "
+        "int[2] dilation=1) -> Tensor");
+  // conv2d_mm == F.conv2d (groups=1) as SpatialConvolutionMM: im2col + GEMM.
+  m.def("conv2d_mm(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, "
+        "int[2] dilation=1) -> Tensor");
+  m.def("conv2d_mm_backward_input(Tensor grad_output, Tensor weight, int[] input_size, int[2] stride, "
+        "int[2] padding, int[2] dilation) -> Tensor");
+  // accGradParameters: grad_weight += scale * dE/dW, grad_bias += scale * dE/db, in place.
+  m.def("conv2d_mm_acc_grad_parameters(Tensor grad_output, Tensor x, Tensor(a!) grad_weight, "
+        "Tensor(b!)? grad_bias, int[2] stride, int[2] padding, int[2] dilation, float scale=1) -> ()");
 
   // ---- softmax / cross_entropy ----
 

@@ -1,15 +1,16 @@
 """torch.nn.Module wrappers around the labops ops."""
 
-# One line per layer module; each module lists its public names in __all__.
-from . import activation
+# Each layer module lists its public names in __all__. The modules are bound
+# to _aliases first: a star-import may rebind a module's own name (conv2d_mm).
+from . import activation as _activation, upsample as _upsample, depthwise as _depthwise, conv2d_mm as _conv2d_mm
 from .activation import *  # noqa: F401,F403
-from . import upsample
 from .upsample import *  # noqa: F401,F403
-from . import depthwise
 from .depthwise import *  # noqa: F401,F403
+from .conv2d_mm import *  # noqa: F401,F403
 
 __all__ = [
-    *activation.__all__,
-    *upsample.__all__,
-    *depthwise.__all__,
+    *_activation.__all__,
+    *_upsample.__all__,
+    *_depthwise.__all__,
+    *_conv2d_mm.__all__,
 ]

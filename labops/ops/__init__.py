@@ -10,16 +10,17 @@ from labops._build import load_library
 
 load_library()
 
-# One line per layer module; each module lists its public names in __all__.
-from . import activation  # noqa: E402
+# Each layer module lists its public names in __all__. The modules are bound
+# to _aliases first: a star-import may rebind a module's own name (conv2d_mm).
+from . import activation as _activation, upsample as _upsample, depthwise as _depthwise, conv2d_mm as _conv2d_mm  # noqa: E402
 from .activation import *  # noqa: E402,F401,F403
-from . import upsample  # noqa: E402
 from .upsample import *  # noqa: E402,F401,F403
-from . import depthwise  # noqa: E402
 from .depthwise import *  # noqa: E402,F401,F403
+from .conv2d_mm import *  # noqa: E402,F401,F403
 
 __all__ = [
-    *activation.__all__,
-    *upsample.__all__,
-    *depthwise.__all__,
+    *_activation.__all__,
+    *_upsample.__all__,
+    *_depthwise.__all__,
+    *_conv2d_mm.__all__,
 ]

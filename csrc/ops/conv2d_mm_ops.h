@@ -1,0 +1,333 @@
+// Tensor-level entry points of im2col, col2im and conv2d_mm (THNN's
+// SpatialConvolutionMM), written once for both devices: cpu/im2col.cpp uses
+// Conv2dMMOps<cpu::Launcher>, cuda/im2col.cu uses Conv2dMMOps<cuda::Launcher>.
+// A Launcher provides
+//   template <typename scalar_t> static void im2col(const Im2colShape&, const scalar_t* x, scalar_t* col);
+//   template <typename scalar_t> static void col2im(const Im2colShape&, const scalar_t* col, scalar_t* image);
+//   static constexpr int64_t kColumnBudgetBytes;  // largest `columns` buffer to allocate at once
+// and the GEMMs go through ATen (at::bmm / at::baddbmm / addmm_: MKL on the
+// CPU, cuBLAS on the GPU).
+//
+// How big `columns` gets: C*kH*kW x L per image, i.e. kH*kW times the input
+// image (9x for 3x3 at stride 1). Batched GEMMs want all N images unfolded at
+// once: for 32 x 64 x 56 x 56 with a 3x3 kernel that is 32 * 576 * 3136 =
+// 58M elements (231 MB in float32). The batch is cut into chunks of at most
+// kColumnBudgetBytes of columns, so memory stays bounded for any batch.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/baddbmm.h>
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "../common/check.h"
+#include "im2col.h"
+
+namespace labops::ops {
+
+struct ConvParams {
+  int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+};
+
+inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
+  TORCH_CHECK_VALUE(v.size() == 2, "labops.", op, ": ", arg, " must have 2 values (h, w), got ", v);
+}
+
+// The rules every op shares: stride and dilation >= 1, padding >= 0, a
+// kernel of at least 1x1 that fits in the padded input.
+inline ConvParams make_params(at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                              at::IntArrayRef dilation, const char* op) {
+  check_pair(kernel_size, op, "kernel_size");
+  check_pair(stride, op, "stride");
+  check_pair(padding, op, "padding");
+  check_pair(dilation, op, "dilation");
+  TORCH_CHECK_VALUE(kernel_size[0] >= 1 && kernel_size[1] >= 1, "labops.", op,
+                    ": kernel_size must be >= 1, got ", kernel_size);
+  TORCH_CHECK_VALUE(stride[0] >= 1 && stride[1] >= 1, "labops.", op, ": stride must be >= 1, got ", stride);
+  TORCH_CHECK_VALUE(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op, ": dilation must be >= 1, got ",
+                    dilation);
+  TORCH_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, "labops.", op, ": padding must be >= 0, got ",
+                    padding);
+  return {kernel_size[0], kernel_size[1], stride[0], stride[1],
+          padding[0],     padding[1],     dilation[0], dilation[1]};
+}
+
+// The geometry of N images of C x H x W, columns in (N, C*kH*kW, L) layout.
+inline Im2colShape make_shape(int64_t n, int64_t c, int64_t h, int64_t w, const ConvParams& p,
+                              const char* op, const char* kernel_arg) {
+  const int64_t extent_h = p.dilation_h * (p.kernel_h - 1) + 1;
+  const int64_t extent_w = p.dilation_w * (p.kernel_w - 1) + 1;
+  TORCH_CHECK_VALUE(extent_h <= h + 2 * p.pad_h && extent_w <= w + 2 * p.pad_w, "labops.", op, ": ",
+                    kernel_arg, " (", p.kernel_h, ", ", p.kernel_w, ") with dilation (", p.dilation_h, ", ",
+                    p.dilation_w, ") spans (", extent_h, ", ", extent_w,
+                    ") pixels: must not be larger than the padded input (", h + 2 * p.pad_h, ", ",
+                    w + 2 * p.pad_w, ")");
+  Im2colShape s{n, c, h, w, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                p.dilation_h, p.dilation_w, 0, 0, 0, 0};
+  s.out_h = conv_out_size(h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h);
+  s.out_w = conv_out_size(w, p.kernel_w, p.stride_w, p.pad_w, p.dilation_w);
+  s.col_row_stride = s.blocks();
+  s.col_batch_stride = c * s.kernel_area() * s.blocks();
+  return s;
+}
+
+// The same geometry for the images [n0, n0 + count) of a batch.
+inline Im2colShape chunk_of(Im2colShape s, int64_t count) {
+  s.batch = count;
+  return s;
+}
+
+// Images per chunk so that one chunk's columns stay within the budget.
+inline int64_t images_per_chunk(const Im2colShape& s, int64_t element_size, int64_t budget_bytes) {
+  int64_t per_image = std::max<int64_t>(1, s.channels * s.kernel_area() * s.blocks() * element_size);
+  return std::max<int64_t>(1, std::min<int64_t>(s.batch, budget_bytes / per_image));
+}
+
+inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
+  check_floating(x, op, arg);
+  TORCH_CHECK_VALUE(x.dim() == 3 || x.dim() == 4, "labops.", op, ": ", arg,
+                    " must be 3-D (C, H, W) or 4-D (N, C, H, W), got ", x.dim(), "-D of shape ", x.sizes());
+}
+
+inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
+                       const char* ref_arg) {
+  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg, " must have the dtype of ",
+                    ref_arg, " (", ref.scalar_type(), "), got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ", ref_arg,
+                    " (", ref.device(), "), got ", t.device());
+}
+
+template <typename Launcher>
+struct Conv2dMMOps {
+  // ---- im2col == F.unfold ----
+  static at::Tensor im2col(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                           at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_image(x, "im2col", "x");
+    ConvParams p = make_params(kernel_size, stride, padding, dilation, "im2col");
+    const bool batched = x.dim() == 4;
+    at::Tensor x4 = (batched ? x : x.unsqueeze(0)).contiguous();
+    Im2colShape s = make_shape(x4.size(0), x4.size(1), x4.size(2), x4.size(3), p, "im2col", "kernel_size");
+    c10::OptionalDeviceGuard guard(x.device());
+    at::Tensor cols = at::empty({s.batch, s.channels * s.kernel_area(), s.blocks()}, x4.options());
+    if (cols.numel() > 0) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_im2col", [&] {
+        Launcher::im2col(s, x4.const_data_ptr<scalar_t>(), cols.mutable_data_ptr<scalar_t>());
+      });
+    }
+    return batched ? cols : cols.squeeze(0);
+  }
+
+  // ---- col2im == F.fold: the adjoint of im2col (sums overlaps) ----
+  static at::Tensor col2im(const at::Tensor& cols, at::IntArrayRef output_size, at::IntArrayRef kernel_size,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_floating(cols, "col2im", "cols");
+    TORCH_CHECK_VALUE(cols.dim() == 2 || cols.dim() == 3, "labops.col2im: cols must be 2-D (C*kH*kW, L) or 3-D ",
+                      "(N, C*kH*kW, L), got ", cols.dim(), "-D of shape ", cols.sizes());
+    ConvParams p = make_params(kernel_size, stride, padding, dilation, "col2im");
+    check_pair(output_size, "col2im", "output_size");
+    TORCH_CHECK_VALUE(output_size[0] >= 1 && output_size[1] >= 1,
+                      "labops.col2im: output_size must be >= 1, got ", output_size);
+    const bool batched = cols.dim() == 3;
+    at::Tensor c3 = (batched ? cols : cols.unsqueeze(0)).contiguous();
+    const int64_t area = p.kernel_h * p.kernel_w;
+    TORCH_CHECK_VALUE(c3.size(1) % area == 0, "labops.col2im: cols.size(", batched ? 1 : 0,
+                      ") must be divisible by kernel_h * kernel_w = ", area, ", got ", c3.size(1));
+    Im2colShape s = make_shape(c3.size(0), c3.size(1) / area, output_size[0], output_size[1], p, "col2im",
+                               "kernel_size");
+    TORCH_CHECK_VALUE(c3.size(2) == s.blocks(), "labops.col2im: cols.size(", batched ? 2 : 1,
+                      ") must equal the number of blocks ", s.out_h, " x ", s.out_w, " = ", s.blocks(),
+                      " that output_size ", output_size, " gives, got ", c3.size(2));
+    c10::OptionalDeviceGuard guard(cols.device());
+    at::Tensor image = at::empty({s.batch, s.channels, s.height, s.width}, c3.options());
+    if (image.numel() > 0) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cols.scalar_type(), "labops_col2im", [&] {
+        Launcher::col2im(s, c3.const_data_ptr<scalar_t>(), image.mutable_data_ptr<scalar_t>());
+      });
+    }
+    return batched ? image : image.squeeze(0);
+  }
+
+  // ---- conv2d_mm: updateOutput ----
+  // out[n] = W (O x C*kH*kW) . columns[n] (C*kH*kW x L) + bias, one batched
+  // GEMM per chunk of images (W broadcast over the batch with stride 0).
+  static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                              at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_image(x, "conv2d_mm", "x");
+    Im2colShape s = conv_shape(x.sizes(), weight, stride, padding, dilation, "conv2d_mm");
+    check_like(weight, x, "conv2d_mm", "weight", "x");
+    const int64_t O = weight.size(0);
+    if (bias.has_value()) {
+      check_like(*bias, x, "conv2d_mm", "bias", "x");
+      TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == O, "labops.conv2d_mm: bias must have shape (",
+                        O, ",) (out_channels = weight.size(0)), got ", bias->sizes());
+    }
+    c10::OptionalDeviceGuard guard(x.device());
+    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
+    const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
+    at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x4.options());
+    if (out.numel() > 0) {
+      at::Tensor w2 = weight.reshape({O, rows});
+      at::Tensor out3 = out.view({s.batch, O, L});
+      const int64_t per = images_per_chunk(s, x.element_size(), Launcher::kColumnBudgetBytes);
+      at::Tensor cols = at::empty({per, rows, L}, x4.options());
+      for (int64_t n0 = 0; n0 < s.batch; n0 += per) {
+        const int64_t nb = std::min(per, s.batch - n0);
+        at::Tensor cols_n = cols.narrow(0, 0, nb);
+        unfold_into(chunk_of(s, nb), x4.narrow(0, n0, nb), cols_n);
+        at::Tensor out_n = out3.narrow(0, n0, nb);
+        at::Tensor w_n = w2.expand({nb, O, rows});
+        if (bias.has_value()) {
+          at::baddbmm_out(out_n, bias->view({1, O, 1}).expand({nb, O, L}), w_n, cols_n);
+        } else {
+          at::bmm_out(out_n, w_n, cols_n);
+        }
+      }
+    }
+    return x.dim() == 4 ? out : out.squeeze(0);
+  }
+
+  // ---- conv2d_mm_backward_input: updateGradInput ----
+  // grad_columns[n] = W^T . grad_output[n], then col2im sums them into the image.
+  static at::Tensor conv2d_mm_backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
+                                             at::IntArrayRef input_size, at::IntArrayRef stride,
+                                             at::IntArrayRef padding, at::IntArrayRef dilation) {
+    const char* op = "conv2d_mm_backward_input";
+    check_floating(grad_output, op, "grad_output");
+    TORCH_CHECK_VALUE(input_size.size() == 3 || input_size.size() == 4, "labops.", op,
+                      ": input_size must have 3 (C, H, W) or 4 (N, C, H, W) values, got ", input_size);
+    for (int64_t v : input_size) {
+      TORCH_CHECK_VALUE(v >= 0, "labops.", op, ": input_size must be >= 0, got ", input_size);
+    }
+    Im2colShape s = conv_shape(input_size, weight, stride, padding, dilation, op);
+    check_like(weight, grad_output, op, "weight", "grad_output");
+    const int64_t O = weight.size(0);
+    check_grad_output(grad_output, s, O, input_size.size() == 4, op);
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
+    at::Tensor g3 = grad_output.reshape({s.batch, O, L});
+    at::Tensor grad_input = at::empty({s.batch, s.channels, s.height, s.width}, grad_output.options());
+    if (grad_input.numel() > 0) {
+      at::Tensor wt = weight.reshape({O, rows}).t();  // (rows, O), a transposed view: cuBLAS reads it as is
+      const int64_t per = images_per_chunk(s, grad_output.element_size(), Launcher::kColumnBudgetBytes);
+      at::Tensor cols = at::empty({per, rows, L}, grad_output.options());
+      for (int64_t n0 = 0; n0 < s.batch; n0 += per) {
+        const int64_t nb = std::min(per, s.batch - n0);
+        at::Tensor cols_n = cols.narrow(0, 0, nb);
+        at::bmm_out(cols_n, wt.expand({nb, rows, O}), g3.narrow(0, n0, nb));
+        fold_into(chunk_of(s, nb), cols_n, grad_input.narrow(0, n0, nb));
+      }
+    }
+    return input_size.size() == 4 ? grad_input : grad_input.squeeze(0);
+  }
+
+  // ---- conv2d_mm_acc_grad_parameters: accGradParameters ----
+  // grad_weight += scale * sum_n grad_output[n] . columns[n]^T and
+  // grad_bias += scale * sum over n, oh, ow of grad_output. The columns of a
+  // chunk are written as one (C*kH*kW) x (nb*L) matrix, so the sum over images
+  // is the inner dimension of a single GEMM (addmm_ with beta = 1 accumulates).
+  static void conv2d_mm_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                            const at::Tensor& grad_weight, const std::optional<at::Tensor>& grad_bias,
+                                            at::IntArrayRef stride, at::IntArrayRef padding,
+                                            at::IntArrayRef dilation, double scale) {
+    const char* op = "conv2d_mm_acc_grad_parameters";
+    check_image(x, op, "x");
+    check_floating(grad_output, op, "grad_output");
+    check_like(grad_output, x, op, "grad_output", "x");
+    check_like(grad_weight, x, op, "grad_weight", "x");
+    Im2colShape s = conv_shape(x.sizes(), grad_weight, stride, padding, dilation, op, "grad_weight");
+    const int64_t O = grad_weight.size(0);
+    check_grad_output(grad_output, s, O, x.dim() == 4, op);
+    if (grad_bias.has_value()) {
+      check_like(*grad_bias, x, op, "grad_bias", "x");
+      TORCH_CHECK_VALUE(grad_bias->dim() == 1 && grad_bias->size(0) == O, "labops.", op,
+                        ": grad_bias must have shape (", O, ",) (grad_weight.size(0)), got ", grad_bias->sizes());
+    }
+    c10::OptionalDeviceGuard guard(x.device());
+    const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
+    at::Tensor g3 = grad_output.reshape({s.batch, O, L});
+    if (grad_bias.has_value() && s.batch * L > 0) {
+      grad_bias->add_(g3.sum(at::IntArrayRef{0, 2}), scale);
+    }
+    if (grad_weight.numel() == 0 || s.batch * L == 0) return;
+    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
+    // Accumulate in place when grad_weight is one dense (O, rows) matrix, else through a temporary.
+    const bool in_place = grad_weight.is_contiguous();
+    at::Tensor gw2 = in_place ? grad_weight.view({O, rows}) : at::zeros({O, rows}, grad_weight.options());
+    const int64_t per = images_per_chunk(s, x.element_size(), Launcher::kColumnBudgetBytes);
+    at::Tensor cols = at::empty({rows, per * L}, x4.options());
+    for (int64_t n0 = 0; n0 < s.batch; n0 += per) {
+      const int64_t nb = std::min(per, s.batch - n0);
+      Im2colShape sc = chunk_of(s, nb);
+      sc.col_row_stride = nb * L;  // (rows, nb * L): image n's block starts at column n * L
+      sc.col_batch_stride = L;
+      at::Tensor cols_n = cols.view(-1).narrow(0, 0, rows * nb * L).view({rows, nb * L});
+      unfold_into(sc, x4.narrow(0, n0, nb), cols_n);
+      // (nb, O, L) -> (O, nb * L): one copy of grad_output, 1/(kH*kW) of the columns' size when O == C.
+      at::Tensor g2 = g3.narrow(0, n0, nb).transpose(0, 1).reshape({O, nb * L});
+      gw2.addmm_(g2, cols_n.t(), 1.0, scale);
+    }
+    if (!in_place) grad_weight.add_(gw2.view(grad_weight.sizes()));
+  }
+
+  template <typename Module>
+  static void register_kernels(Module& m) {
+    m.impl("im2col", &im2col);
+    m.impl("col2im", &col2im);
+    m.impl("conv2d_mm", &conv2d_mm);
+    m.impl("conv2d_mm_backward_input", &conv2d_mm_backward_input);
+    m.impl("conv2d_mm_acc_grad_parameters", &conv2d_mm_acc_grad_parameters);
+  }
+
+ private:
+  // The geometry of a convolution of an input of `input_size` with `weight`.
+  static Im2colShape conv_shape(at::IntArrayRef input_size, const at::Tensor& weight, at::IntArrayRef stride,
+                                at::IntArrayRef padding, at::IntArrayRef dilation, const char* op,
+                                const char* weight_arg = "weight") {
+    check_floating(weight, op, weight_arg);
+    TORCH_CHECK_VALUE(weight.dim() == 4, "labops.", op, ": ", weight_arg,
+                      " must be 4-D (out_channels, in_channels, kH, kW), got ", weight.dim(), "-D of shape ",
+                      weight.sizes());
+    const bool batched = input_size.size() == 4;
+    const int64_t n = batched ? input_size[0] : 1;
+    const int64_t c = input_size[batched ? 1 : 0], h = input_size[batched ? 2 : 1], w = input_size[batched ? 3 : 2];
+    TORCH_CHECK_VALUE(weight.size(1) == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
+                      "the input's channels ", c, ", got ", weight_arg, " of shape ", weight.sizes(),
+                      " for input of shape ", input_size);
+    TORCH_CHECK_VALUE(weight.size(2) >= 1 && weight.size(3) >= 1, "labops.", op, ": ", weight_arg,
+                      " must have a kernel of at least 1x1, got shape ", weight.sizes());
+    std::vector<int64_t> kernel{weight.size(2), weight.size(3)};
+    ConvParams p = make_params(kernel, stride, padding, dilation, op);
+    return make_shape(n, c, h, w, p, op, weight_arg);
+  }
+
+  static void check_grad_output(const at::Tensor& grad_output, const Im2colShape& s, int64_t O, bool batched,
+                                const char* op) {
+    std::vector<int64_t> expected{s.batch, O, s.out_h, s.out_w};
+    if (!batched) expected.erase(expected.begin());
+    TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
+                      ": grad_output must have the output's shape ", at::IntArrayRef(expected), ", got ",
+                      grad_output.sizes());
+  }
+
+  // im2col of the contiguous images x (nb, C, H, W) into cols (layout from s).
+  static void unfold_into(const Im2colShape& s, const at::Tensor& x, const at::Tensor& cols) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_im2col", [&] {
+      Launcher::im2col(s, x.const_data_ptr<scalar_t>(), cols.mutable_data_ptr<scalar_t>());
+    });
+  }
+
+  // col2im of cols (nb, rows, L) into the contiguous images (nb, C, H, W).
+  static void fold_into(const Im2colShape& s, const at::Tensor& cols, const at::Tensor& image) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cols.scalar_type(), "labops_col2im", [&] {
+      Launcher::col2im(s, cols.const_data_ptr<scalar_t>(), image.mutable_data_ptr<scalar_t>());
+    });
+  }
+};
+
+}  // namespace labops::ops

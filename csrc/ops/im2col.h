@@ -1,0 +1,221 @@
+// im2col / col2im: the index math of THNN's SpatialConvolutionMM, in one place.
+//
+// im2col unfolds every receptive field of an image batch x (N, C, H, W) into
+// one column of a matrix. Column element (n, c, kh, kw, oh, ow) holds the
+// input pixel that kernel tap (kh, kw) sees when the window sits at output
+// position (oh, ow):
+//
+//     ih = oh * stride_h - pad_h + kh * dilation_h
+//     iw = ow * stride_w - pad_w + kw * dilation_w
+//     column = x[n, c, ih, iw]   (0 where (ih, iw) falls in the padding)
+//
+// Rows are ordered (c, kh, kw) and the L = out_h * out_w positions (oh, ow)
+// run along each row, as F.unfold does. col2im is the adjoint: every image
+// pixel receives the SUM of the column entries that were copied from it
+// (overlapping windows add up), so col2im(im2col(x)) != x in general.
+//
+// Every index and offset is int64_t: a batch of columns has N * C*kH*kW * L
+// elements, which passes 2^31 for ordinary layers (128 images x 256*3*3 rows
+// x 112*112 positions = 3.7e9), where an int32 offset would wrap around.
+//
+// Both launchers (cpu/im2col.cpp, cuda/im2col.cu) run the bodies below; they
+// differ only in how they loop over the work items and store the results.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/loop.h"
+
+namespace labops::ops {
+
+// The geometry of one im2col / col2im problem, and where the columns live.
+// Column element (n, c, tap, p), tap = kh * kernel_w + kw, p = oh * out_w + ow,
+// sits at  n * col_batch_stride + (c * kernel_area + tap) * col_row_stride + p.
+//   * (N, C*kH*kW, L) layout (F.unfold's): col_row_stride = L, col_batch_stride = C*kH*kW*L.
+//   * (C*kH*kW, N*L) layout (one GEMM over the whole batch for the weight
+//     gradient): col_row_stride = N*L, col_batch_stride = L.
+struct Im2colShape {
+  int64_t batch, channels, height, width;
+  int64_t kernel_h, kernel_w;
+  int64_t stride_h, stride_w;
+  int64_t pad_h, pad_w;
+  int64_t dilation_h, dilation_w;
+  int64_t out_h, out_w;
+  int64_t col_batch_stride, col_row_stride;
+
+  LABOPS_HOST_DEVICE int64_t kernel_area() const { return kernel_h * kernel_w; }
+  LABOPS_HOST_DEVICE int64_t blocks() const { return out_h * out_w; }  // L
+  LABOPS_HOST_DEVICE int64_t planes() const { return batch * channels; }
+  LABOPS_HOST_DEVICE int64_t image_numel() const { return planes() * height * width; }
+  LABOPS_HOST_DEVICE int64_t column_numel() const { return planes() * kernel_area() * blocks(); }
+
+  // Where column element (plane = n * C + c, tap = 0, p = 0) is stored; tap
+  // and p add tap * col_row_stride + p.
+  LABOPS_HOST_DEVICE int64_t column_base(int64_t plane) const {
+    int64_t n = plane / channels, c = plane - n * channels;
+    return n * col_batch_stride + c * kernel_area() * col_row_stride;
+  }
+};
+
+// Output size along one axis: how many window positions fit in the padded input.
+LABOPS_HOST_DEVICE int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                                         int64_t dilation) {
+  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+// The input coordinate that output position `out` reads through kernel tap `tap`.
+LABOPS_HOST_DEVICE int64_t input_coord(int64_t out, int64_t tap, int64_t stride, int64_t pad,
+                                       int64_t dilation) {
+  return out * stride - pad + tap * dilation;
+}
+
+// ---- im2col: column element -> image element ----
+
+// Offset in x of column element (plane, kh, kw, oh, ow), or -1 when the tap
+// lands in the zero padding.
+LABOPS_HOST_DEVICE int64_t im2col_source(const Im2colShape& s, int64_t plane, int64_t kh, int64_t kw,
+                                         int64_t oh, int64_t ow) {
+  int64_t ih = input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
+  int64_t iw = input_coord(ow, kw, s.stride_w, s.pad_w, s.dilation_w);
+  if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) return -1;
+  return (plane * s.height + ih) * s.width + iw;
+}
+
+// The output positions [lo, hi) along one axis whose tap `tap` lands inside
+// the input [0, in_size): input_coord(o) = o * stride + shift, shift = tap *
+// dilation - pad, must satisfy 0 <= input_coord(o) <= in_size - 1.
+LABOPS_HOST_DEVICE void valid_out_range(int64_t in_size, int64_t tap, int64_t stride, int64_t pad,
+                                        int64_t dilation, int64_t out_size, int64_t& lo, int64_t& hi) {
+  const int64_t shift = tap * dilation - pad;
+  lo = shift >= 0 ? 0 : (-shift + stride - 1) / stride;  // ceil(-shift / stride)
+  const int64_t last = in_size - 1 - shift;               // largest o * stride allowed
+  hi = last < 0 ? 0 : (last / stride + 1 < out_size ? last / stride + 1 : out_size);
+  if (lo > out_size) lo = out_size;
+  if (hi < lo) hi = lo;
+}
+
+// One row of the columns: the out_w values of tap (kh, kw) at output row oh
+// of one plane (what the CPU launcher runs). Zero where the tap sees padding;
+// inside, a plain copy of the input row at unit stride, and the per-element
+// body otherwise.
+template <typename scalar_t>
+LABOPS_HOST_DEVICE void im2col_row(const Im2colShape& s, const scalar_t* x, int64_t plane, int64_t kh, int64_t kw,
+                                   int64_t oh, scalar_t* out) {
+  const scalar_t zero = scalar_t(0.0f);
+  const int64_t ih = input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
+  int64_t lo = 0, hi = 0;
+  if (ih >= 0 && ih < s.height) valid_out_range(s.width, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w, lo, hi);
+  for (int64_t ow = 0; ow < lo; ++ow) out[ow] = zero;
+  if (hi > lo && s.stride_w == 1) {
+    const scalar_t* src = x + (plane * s.height + ih) * s.width + input_coord(0, kw, 1, s.pad_w, s.dilation_w);
+    for (int64_t ow = lo; ow < hi; ++ow) out[ow] = src[ow];
+  } else if (hi > lo) {
+    for (int64_t ow = lo; ow < hi; ++ow) out[ow] = x[im2col_source(s, plane, kh, kw, oh, ow)];
+  }
+  for (int64_t ow = hi; ow < s.out_w; ++ow) out[ow] = zero;
+}
+
+// One work item of the launchers: V consecutive positions p0 .. p0+V-1 of one
+// plane, for every kernel tap (THNN/Caffe give a thread one position and loop
+// over the taps; V > 1 lets the CUDA kernel store 16 bytes at a time).
+// Items are numbered plane-major: item = plane * packs + p0 / V with
+// packs = ceil(L / V). For each tap, `store(offset, values, count)` receives
+// the column offset of p0 and the `count` (<= V) values of that tap.
+template <int V, typename acc_t, typename scalar_t, typename Store>
+LABOPS_HOST_DEVICE void im2col_item(const Im2colShape& s, const scalar_t* x, int64_t item, Store&& store) {
+  const int64_t L = s.blocks();
+  const int64_t packs = (L + V - 1) / V;
+  const int64_t plane = item / packs;
+  const int64_t p0 = (item - plane * packs) * V;
+  const int count = static_cast<int>(L - p0 < V ? L - p0 : V);
+  // (oh, ow) of each of the V positions: one division, then carry along the row.
+  int64_t oh[V], ow[V];
+  oh[0] = p0 / s.out_w;
+  ow[0] = p0 - oh[0] * s.out_w;
+#pragma unroll
+  for (int u = 1; u < V; ++u) {
+    bool wrap = ow[u - 1] + 1 == s.out_w;
+    ow[u] = wrap ? 0 : ow[u - 1] + 1;
+    oh[u] = wrap ? oh[u - 1] + 1 : oh[u - 1];
+  }
+  int64_t offset = s.column_base(plane) + p0;  // of tap 0
+  for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
+    for (int64_t kw = 0; kw < s.kernel_w; ++kw, offset += s.col_row_stride) {
+      scalar_t values[V];
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        int64_t src = u < count ? im2col_source(s, plane, kh, kw, oh[u], ow[u]) : -1;
+        values[u] = src >= 0 ? x[src] : scalar_t(acc_t(0));
+      }
+      store(offset, values, count);
+    }
+  }
+}
+
+// ---- col2im: image element <- sum of the column elements copied from it ----
+
+// The inverse of input_coord along one axis: the output position whose
+// window reads input coordinate `in` through tap `tap`, or -1 if none does.
+// Solving in = out * stride - pad + tap * dilation for out: a whole number in
+// [0, out_size) or nothing.
+LABOPS_HOST_DEVICE int64_t tap_output(int64_t in, int64_t tap, int64_t stride, int64_t pad, int64_t dilation,
+                                      int64_t out_size) {
+  int64_t t = in + pad - tap * dilation;  // = out * stride
+  if (t < 0) return -1;
+  int64_t out = stride == 1 ? t : t / stride;  // skip the division in the common case
+  return (out * stride == t && out < out_size) ? out : -1;
+}
+
+// Gather form: image pixel (plane, ih, iw) adds up every column element
+// (kh, kw, oh, ow) with input_coord(oh, kh) == ih and input_coord(ow, kw) == iw.
+// No two threads write the same pixel, so no atomics, and the sum runs in a
+// fixed order, (kh, kw) ascending, so it is deterministic.
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE acc_t col2im_gather(const Im2colShape& s, const scalar_t* col, int64_t plane, int64_t ih,
+                                       int64_t iw) {
+  const scalar_t* plane_col = col + s.column_base(plane);
+  acc_t sum = acc_t(0);
+  for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
+    int64_t oh = tap_output(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+    if (oh < 0) continue;
+    for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
+      int64_t ow = tap_output(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+      if (ow < 0) continue;
+      sum += static_cast<acc_t>(plane_col[(kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w + ow]);
+    }
+  }
+  return sum;
+}
+
+// The same for a whole image row (plane, ih): sums[iw] for iw in [0, W),
+// with the (kh, kw) loops outside so the work per tap is one pass over the
+// row (what the CPU runs; the additions happen in the same order as above).
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE void col2im_gather_row(const Im2colShape& s, const scalar_t* col, int64_t plane, int64_t ih,
+                                          acc_t* sums) {
+  const scalar_t* plane_col = col + s.column_base(plane);
+  for (int64_t iw = 0; iw < s.width; ++iw) sums[iw] = acc_t(0);
+  for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
+    int64_t oh = tap_output(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+    if (oh < 0) continue;
+    for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
+      const scalar_t* src = plane_col + (kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w;
+      for (int64_t iw = 0; iw < s.width; ++iw) {
+        int64_t ow = tap_output(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+        if (ow >= 0) sums[iw] += static_cast<acc_t>(src[ow]);
+      }
+    }
+  }
+}
+
+// The same for a flat index over the image batch (N*C, H, W).
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE acc_t col2im_gather(const Im2colShape& s, const scalar_t* col, int64_t index) {
+  int64_t iw = index % s.width;
+  index /= s.width;
+  int64_t ih = index % s.height;
+  int64_t plane = index / s.height;
+  return col2im_gather<acc_t>(s, col, plane, ih, iw);
+}
+
+}  // namespace labops::ops

@@ -1,0 +1,84 @@
+"""im2col / col2im / conv2d_mm against F.unfold / F.fold, unfold + matmul,
+and F.conv2d (cuDNN on a GPU, oneDNN on the CPU).
+
+GPU layers (3x3, padding 1): 32x128x28x28 -> 128, 32x64x56x56 -> 64,
+32x256x14x14 -> 256, float32 and float16. The CPU runs 4 images of each.
+
+nbytes: im2col reads x and writes the columns; col2im reads the columns and
+writes the image; the conv rows count x, weight, bias and output once (and
+their gradients for fwd+bwd), so "% copy" there only says how far the layer
+is from memory-bound: the speedup column is what matters.
+"""
+
+import torch
+import torch.nn.functional as F
+
+import labops
+from labops.bench import Case
+
+LAYERS = [(128, 28), (64, 56), (256, 14)]  # (channels in = out, height = width)
+KERNEL, PAD = 3, 1
+
+
+def _unfold_matmul(x, w, b):
+    """The obvious PyTorch im2col convolution: F.unfold, then one matmul."""
+    n, o = x.shape[0], w.shape[0]
+    cols = F.unfold(x, KERNEL, padding=PAD)
+    out = w.view(o, -1) @ cols + b.view(1, o, 1)
+    return out.view(n, o, x.shape[2], x.shape[3])
+
+
+def _labops_conv(x, w, b):
+    return labops.conv2d_mm(x, w, b, padding=PAD)
+
+
+def _cudnn_conv(x, w, b):
+    return F.conv2d(x, w, b, padding=PAD)
+
+
+def _fwd_bwd(fn, x, w, b, g):
+    def step():
+        return torch.autograd.grad(fn(x, w, b), (x, w, b), g)
+
+    return step
+
+
+def cases(device, size=None):
+    batch = size or (32 if device == "cuda" else 4)
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    conv_name = "F.conv2d (cuDNN)" if device == "cuda" else "F.conv2d"
+    for dtype in dtypes:
+        for channels, hw in LAYERS:
+            gen = torch.Generator().manual_seed(0)
+
+            def randn(*shape):
+                return torch.randn(*shape, generator=gen).to(device, dtype)
+
+            x = randn(batch, channels, hw, hw)
+            w = randn(channels, channels, KERNEL, KERNEL) / (channels * KERNEL * KERNEL) ** 0.5
+            b = randn(channels)
+            g = randn(batch, channels, hw, hw)
+            cols = F.unfold(x, KERNEL, padding=PAD)
+            e = x.element_size()
+            shape = f"{batch}x{channels}x{hw}x{hw}"
+            unfold_bytes = (x.numel() + cols.numel()) * e
+            yield Case("im2col", f"{shape} k3 p1", dtype, unfold_bytes,
+                       lambda: labops.im2col(x, KERNEL, padding=PAD),
+                       lambda: F.unfold(x, KERNEL, padding=PAD), "F.unfold")
+            yield Case("col2im", f"{shape} k3 p1", dtype, unfold_bytes,
+                       lambda: labops.col2im(cols, (hw, hw), KERNEL, padding=PAD),
+                       lambda: F.fold(cols, (hw, hw), KERNEL, padding=PAD), "F.fold")
+            params = (x.numel() + w.numel() + b.numel() + g.numel()) * e  # x, w, b read; out written
+            conv_shape = f"{shape} -> {channels} k3 p1"
+            yield Case("conv2d_mm fwd", conv_shape, dtype, params,
+                       lambda: _labops_conv(x, w, b), lambda: _unfold_matmul(x, w, b), "F.unfold+matmul")
+            yield Case("conv2d_mm fwd", conv_shape, dtype, params,
+                       lambda: _labops_conv(x, w, b), lambda: _cudnn_conv(x, w, b), conv_name)
+            xg, wg, bg = (t.detach().requires_grad_() for t in (x, w, b))
+            # fwd+bwd: also read g and write dx, dw, db.
+            both = 2 * params + g.numel() * e
+            yield Case("conv2d_mm fwd+bwd", conv_shape, dtype, both,
+                       _fwd_bwd(_labops_conv, xg, wg, bg, g), _fwd_bwd(_unfold_matmul, xg, wg, bg, g),
+                       "F.unfold+matmul")
+            yield Case("conv2d_mm fwd+bwd", conv_shape, dtype, both,
+                       _fwd_bwd(_labops_conv, xg, wg, bg, g), _fwd_bwd(_cudnn_conv, xg, wg, bg, g), conv_name)

@@ -1,0 +1,436 @@
+"""im2col / col2im / conv2d_mm (SpatialConvolutionMM): against F.unfold,
+F.fold and F.conv2d in float64, gradcheck, opcheck, torch.compile,
+accGradParameters' accumulation, the readable references, and bad input."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tolerances
+
+import labops
+from labops import reference
+from labops.testing import rel_error
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def sample_inputs(device, dtype=torch.float32, seed=0):
+    """(case, x, (kernel, stride, padding, dilation)) over many geometries, never zeros.
+
+    L = out_h * out_w is a multiple of 8 in some cases (the CUDA im2col then
+    stores 16-byte vectors) and odd in others (one element per store).
+    """
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(device, dtype)
+
+    yield "3x3-pad1", randn(2, 3, 7, 9), ((3, 3), (1, 1), (1, 1), (1, 1))
+    yield "3x3-pad1-L64", randn(2, 4, 8, 8), ((3, 3), (1, 1), (1, 1), (1, 1))
+    yield "asymmetric", randn(2, 2, 8, 6), ((2, 3), (1, 2), (0, 1), (1, 1))
+    yield "stride2", randn(1, 3, 9, 9), ((3, 3), (2, 2), (1, 1), (1, 1))
+    yield "dilation", randn(2, 2, 10, 11), ((3, 2), (1, 1), (2, 1), (2, 3))
+    yield "everything", randn(3, 3, 17, 31), ((3, 5), (2, 1), (1, 2), (1, 2))
+    yield "big-stride", randn(2, 2, 11, 13), ((3, 3), (3, 4), (1, 0), (1, 1))
+    yield "kernel-is-image", randn(1, 4, 5, 5), ((5, 5), (1, 1), (0, 0), (1, 1))
+    yield "1x1", randn(3, 5, 4, 4), ((1, 1), (1, 1), (0, 0), (1, 1))
+    yield "unbatched", randn(3, 6, 7), ((2, 2), (2, 2), (0, 0), (1, 1))
+    yield "non-contiguous", randn(2, 9, 8, 3).permute(0, 3, 1, 2), ((3, 3), (1, 1), (1, 1), (1, 1))
+    yield "sliced", randn(2, 3, 12, 20)[:, :, ::2, 1::2], ((3, 2), (1, 1), (1, 0), (1, 1))
+    yield "empty-batch", randn(0, 3, 5, 5), ((3, 3), (1, 1), (1, 1), (1, 1))
+
+
+def unfold_args(params):
+    k, s, p, d = params
+    return dict(kernel_size=k, dilation=d, padding=p, stride=s)
+
+
+def conv_weight(x, params, out_channels=4, seed=1, device=None):
+    g = torch.Generator().manual_seed(seed)
+    k = params[0]
+    c = x.shape[-3]
+    w = torch.randn(out_channels, c, *k, generator=g, dtype=torch.float64) / (c * k[0] * k[1]) ** 0.5
+    b = torch.randn(out_channels, generator=g, dtype=torch.float64)
+    return w.to(x.device, x.dtype), b.to(x.device, x.dtype)
+
+
+def assert_close_scaled(actual, expected, dtype, factor=1.0, msg=""):
+    """assert_close with atol relative to the largest expected value: results of
+    long dot products (K terms) carry absolute errors of about eps * max|y|."""
+    rtol, atol = tolerances(dtype)
+    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
+    torch.testing.assert_close(actual.double(), expected, rtol=factor * rtol, atol=factor * atol * scale, msg=msg)
+
+
+# ---- im2col / col2im ----
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_im2col_matches_unfold(device, dtype):
+    for case, x, params in sample_inputs(device, dtype):
+        k, s, p, d = params
+        out = labops.im2col(x, k, s, p, d)
+        expected = F.unfold(x.double(), **unfold_args(params))
+        assert out.dtype == dtype and out.device == x.device and out.is_contiguous(), case
+        assert out.shape == expected.shape, case
+        # A pure copy: bit for bit.
+        torch.testing.assert_close(out.double(), expected, rtol=0, atol=0, msg=case)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_col2im_matches_fold(device, dtype):
+    g = torch.Generator().manual_seed(2)
+    for case, x, params in sample_inputs(device, dtype):
+        k, s, p, d = params
+        shape = F.unfold(x.double(), **unfold_args(params)).shape
+        cols = torch.randn(shape, generator=g, dtype=torch.float64).to(device, dtype)
+        if case == "non-contiguous":
+            cols = cols.transpose(-1, -2).contiguous().transpose(-1, -2)
+        out = labops.col2im(cols, x.shape[-2:], k, s, p, d)
+        expected = F.fold(cols.double(), x.shape[-2:], **unfold_args(params))
+        assert out.dtype == dtype and out.shape == x.shape and out.is_contiguous(), case
+        assert_close_scaled(out, expected, dtype, msg=case)
+
+
+def test_col2im_is_the_adjoint_not_the_inverse(device):
+    x = torch.randn(2, 3, 6, 7, dtype=torch.float64, device=device)
+    y = torch.randn(2, 3 * 9, 6 * 7, dtype=torch.float64, device=device)
+    # <im2col(x), y> == <x, col2im(y)>: what makes col2im im2col's backward.
+    lhs = (labops.im2col(x, 3, padding=1) * y).sum()
+    rhs = (x * labops.col2im(y, (6, 7), 3, padding=1)).sum()
+    torch.testing.assert_close(lhs, rhs, rtol=1e-12, atol=0)
+    # Each pixel comes back times the number of windows that saw it (4 in a corner, 9 inside).
+    back = labops.col2im(labops.im2col(x, 3, padding=1), (6, 7), 3, padding=1)
+    counts = labops.col2im(labops.im2col(torch.ones_like(x), 3, padding=1), (6, 7), 3, padding=1)
+    torch.testing.assert_close(back, x * counts, rtol=1e-14, atol=0)
+    assert counts[0, 0, 0, 0] == 4 and counts[0, 0, 3, 3] == 9
+
+
+# ---- conv2d_mm ----
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_conv2d_mm_matches_conv2d(device, dtype):
+    for case, x, params in sample_inputs(device, dtype):
+        _, s, p, d = params
+        w, b = conv_weight(x, params)
+        for bias in (b, None):
+            out = labops.conv2d_mm(x, w, bias, s, p, d)
+            expected = F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), s, p, d)
+            assert out.dtype == dtype and out.shape == expected.shape and out.is_contiguous(), case
+            assert_close_scaled(out, expected, dtype, factor=4, msg=case)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_conv2d_mm_backward_matches_conv2d(device, dtype):
+    g = torch.Generator().manual_seed(3)
+    for case, x, params in sample_inputs(device, dtype, seed=4):
+        _, s, p, d = params
+        w, b = conv_weight(x, params)
+        ours = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+        theirs = [t.detach().double().requires_grad_() for t in (x, w, b)]
+        out = labops.conv2d_mm(*ours, s, p, d)
+        grad_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(device, dtype)
+        out.backward(grad_out)
+        F.conv2d(*theirs, s, p, d).backward(grad_out.double())
+        for name, mine, ref in zip(("x", "weight", "bias"), ours, theirs):
+            assert mine.grad.dtype == dtype, (case, name)
+            # grad_weight sums over N * L terms: allow more rounding in half precision.
+            assert_close_scaled(mine.grad, ref.grad, dtype, factor=8, msg=f"{case}: grad {name}")
+
+
+def test_gradcheck_conv2d_mm_float64(device):
+    for case, x, params in sample_inputs(device, torch.float64, seed=5):
+        if case not in ("asymmetric", "dilation", "unbatched", "non-contiguous"):
+            continue
+        _, s, p, d = params
+        x = x[:1] if x.dim() == 4 else x  # one image keeps the Jacobians small
+        w, b = conv_weight(x, params, out_channels=2)
+        inputs = tuple(t.detach().requires_grad_() for t in (x, w, b))
+        assert torch.autograd.gradcheck(lambda a, c, e: labops.conv2d_mm(a, c, e, s, p, d), inputs,
+                                        fast_mode=True), case
+    # Two images, without bias, and the gradient w.r.t. x only / weight only (full Jacobians).
+    x = torch.randn(2, 2, 4, 5, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(3, 2, 2, 3, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, c: labops.conv2d_mm(a, c, None, 1, 1), (x, w))
+    assert torch.autograd.gradcheck(lambda a: labops.conv2d_mm(a, w.detach(), None, 2, 1), (x,))
+    assert torch.autograd.gradcheck(lambda c: labops.conv2d_mm(x.detach(), c, None, 1, (0, 1), 2), (w,))
+
+
+def test_gradcheck_im2col_col2im_float64(device):
+    x = torch.randn(2, 2, 5, 6, dtype=torch.float64, device=device, requires_grad=True)
+    args = ((2, 3), (2, 1), (1, 1), (1, 2))
+    assert torch.autograd.gradcheck(lambda t: labops.im2col(t, *args), (x,))
+    cols = labops.im2col(x.detach(), *args).clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: labops.col2im(t, (5, 6), *args), (cols,))
+    # Second order: im2col's backward is col2im and vice versa, each differentiable.
+    assert torch.autograd.gradgradcheck(lambda t: labops.im2col(t, *args), (x,))
+
+
+def test_opcheck(device):
+    x = torch.randn(2, 3, 6, 5, device=device, requires_grad=True)
+    w = torch.randn(4, 3, 3, 2, device=device, requires_grad=True)
+    b = torch.randn(4, device=device, requires_grad=True)
+    s, p, d = [2, 1], [1, 0], [1, 2]
+    torch.library.opcheck(torch.ops.labops.im2col.default, (x, [3, 2], s, p, d))
+    cols = labops.im2col(x.detach(), (3, 2), s, p, d).requires_grad_()
+    torch.library.opcheck(torch.ops.labops.col2im.default, (cols, [6, 5], [3, 2], s, p, d))
+    torch.library.opcheck(torch.ops.labops.conv2d_mm.default, (x, w, b, s, p, d))
+    torch.library.opcheck(torch.ops.labops.conv2d_mm.default, (x, w, None, s, p, d))
+    g = torch.randn(labops.conv2d_mm(x, w, b, s, p, d).shape, device=device)
+    torch.library.opcheck(torch.ops.labops.conv2d_mm_backward_input.default, (g, w.detach(), list(x.shape), s, p, d))
+    gw, gb = torch.randn_like(w).detach(), torch.randn_like(b).detach()
+    torch.library.opcheck(torch.ops.labops.conv2d_mm_acc_grad_parameters.default,
+                          (g, x.detach(), gw, gb, s, p, d, 0.5))
+    torch.library.opcheck(torch.ops.labops.conv2d_mm_acc_grad_parameters.default,
+                          (g, x.detach(), gw, None, s, p, d, 1.0))
+
+
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+
+    def block(x, w, b):
+        y = labops.conv2d_mm(x, w, b, 1, 1)
+        cols = labops.im2col(y, 2, stride=2)
+        return labops.col2im(cols * 2.0, y.shape[-2:], 2, stride=2)
+
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 3, 8, 8, device=device, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, device=device, requires_grad=True)
+    b = torch.randn(4, device=device, requires_grad=True)
+    out = compiled(x, w, b)
+    out.square().sum().backward()
+    refs = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    expected = block(*refs)
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected)
+    for mine, ref in zip((x, w, b), refs):
+        torch.testing.assert_close(mine.grad, ref.grad)
+
+
+# ---- the layer contract: updateGradInput and accGradParameters as ops ----
+
+def test_acc_grad_parameters_accumulates_with_scale(device):
+    x = torch.randn(3, 2, 7, 6, dtype=torch.float64, device=device)
+    w = torch.randn(4, 2, 3, 2, dtype=torch.float64, device=device)
+    s, p, d = [1, 2], [1, 1], [2, 1]
+    g = torch.randn(labops.conv2d_mm(x, w, None, s, p, d).shape, dtype=torch.float64, device=device)
+    acc = torch.ops.labops.conv2d_mm_acc_grad_parameters
+    start_w, start_b = torch.randn_like(w), torch.randn(4, dtype=torch.float64, device=device)
+    once_w, once_b = start_w.clone(), start_b.clone()
+    acc(g, x, once_w, once_b, s, p, d, 1.0)
+    twice_w, twice_b = start_w.clone(), start_b.clone()
+    acc(g, x, twice_w, twice_b, s, p, d, 0.5)
+    acc(g, x, twice_w, twice_b, s, p, d, 0.5)
+    torch.testing.assert_close(twice_w, once_w, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(twice_b, once_b, rtol=1e-12, atol=1e-12)
+    # What was added is dE/dW from autograd of F.conv2d (the buffers started non-zero).
+    wr, br = w.clone().requires_grad_(), torch.zeros(4, dtype=torch.float64, device=device, requires_grad=True)
+    F.conv2d(x, wr, br, s, p, d).backward(g)
+    torch.testing.assert_close(once_w - start_w, wr.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(once_b - start_b, br.grad, rtol=1e-10, atol=1e-10)
+    # A non-contiguous grad_weight accumulates too.
+    gw_t = start_w.transpose(0, 1).contiguous().transpose(0, 1)
+    acc(g, x, gw_t, None, s, p, d, 1.0)
+    torch.testing.assert_close(gw_t, once_w, rtol=1e-12, atol=1e-12)
+
+
+def test_backward_input_op_matches_conv2d_gradient(device):
+    x = torch.randn(2, 3, 9, 8, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(5, 3, 3, 3, dtype=torch.float64, device=device)
+    s, p, d = [2, 1], [1, 2], [1, 2]
+    y = F.conv2d(x, w, None, s, p, d)
+    g = torch.randn_like(y)
+    y.backward(g)
+    grad_x = torch.ops.labops.conv2d_mm_backward_input(g, w, list(x.shape), s, p, d)
+    torch.testing.assert_close(grad_x, x.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_columns_chunking_covers_every_image(device):
+    # Enough images that the columns buffer is cut into several chunks on any
+    # device (a chunk holds at most kColumnBudgetBytes: 64 MiB on the CPU, 512 MiB on a GPU).
+    # 3 (CPU) or 9 (GPU) images of 12 x H x W give chunks of 2 + 1 or 4 + 4 + 1 images.
+    n, hw = (3, 512) if device == "cpu" else (9, 1024)
+    x = torch.randn(n, 12, hw // 4, hw, device=device)
+    w = torch.randn(2, 12, 3, 3, device=device) / 6
+    out = labops.conv2d_mm(x, w, None, 1, 1)
+    assert_close_scaled(out, F.conv2d(x.double(), w.double(), None, 1, 1), torch.float32, factor=4)
+    g = torch.randn_like(out)
+    gx = torch.ops.labops.conv2d_mm_backward_input(g, w, list(x.shape), [1, 1], [1, 1], [1, 1])
+    gw = torch.zeros_like(w)
+    torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, gw, None, [1, 1], [1, 1], [1, 1], 1.0)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    F.conv2d(xr, wr, None, 1, 1).backward(g.double())
+    assert_close_scaled(gx, xr.grad, torch.float32, factor=4)
+    assert_close_scaled(gw, wr.grad, torch.float32, factor=10)
+
+
+def test_module_matches_nn_conv2d(device):
+    torch.manual_seed(0)
+    mine = labops.nn.Conv2dMM(3, 5, (3, 2), stride=(2, 1), padding=1, dilation=(1, 2)).to(device)
+    native = torch.nn.Conv2d(3, 5, (3, 2), stride=(2, 1), padding=1, dilation=(1, 2)).to(device)
+    native.load_state_dict(mine.state_dict())
+    assert [n for n, _ in mine.named_parameters()] == ["weight", "bias"]
+    x = torch.randn(2, 3, 9, 10, device=device)
+    torch.testing.assert_close(mine(x), native(x), rtol=1e-5, atol=1e-5)
+    mine(x).sum().backward()
+    native(x).sum().backward()
+    torch.testing.assert_close(mine.weight.grad, native.weight.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(mine.bias.grad, native.bias.grad, rtol=1e-4, atol=1e-4)
+    assert labops.nn.Conv2dMM(3, 5, 3, bias=False).bias is None
+
+
+# ---- the readable references ----
+
+def test_reference_loops_agree_with_torch_and_ops():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 2, 5, 6))
+    w = rng.standard_normal((3, 2, 2, 3))
+    b = rng.standard_normal(3)
+    args = dict(stride=(2, 1), padding=(1, 1), dilation=(1, 2))
+    s, p, d = args["stride"], args["padding"], args["dilation"]
+    xt, wt, bt = (torch.from_numpy(a) for a in (x, w, b))
+    cols = reference.im2col_loop(x, (2, 3), **args)
+    assert rel_error(cols, F.unfold(xt, (2, 3), d, p, s)) < 1e-14
+    assert rel_error(cols, labops.im2col(xt, (2, 3), s, p, d)) < 1e-14
+    folded = reference.col2im_loop(cols, (5, 6), (2, 3), **args)
+    assert rel_error(folded, F.fold(torch.from_numpy(cols), (5, 6), (2, 3), d, p, s)) < 1e-14
+    y = reference.conv2d_mm_forward_loop(x, w, b, **args)
+    assert rel_error(y, F.conv2d(xt, wt, bt, s, p, d)) < 1e-12
+    assert rel_error(y, labops.conv2d_mm(xt, wt, bt, s, p, d)) < 1e-12
+    g = rng.standard_normal(y.shape)
+    xr, wr, br = (t.clone().requires_grad_() for t in (xt, wt, bt))
+    F.conv2d(xr, wr, br, s, p, d).backward(torch.from_numpy(g))
+    assert rel_error(reference.conv2d_mm_backward_input_loop(g, w, x.shape, **args), xr.grad) < 1e-12
+    gw, gb = np.ones_like(w), np.ones_like(b)
+    reference.conv2d_mm_acc_grad_parameters_loop(g, x, gw, gb, **args, scale=0.5)
+    assert rel_error(gw, 1 + 0.5 * wr.grad) < 1e-12 and rel_error(gb, 1 + 0.5 * br.grad) < 1e-12
+
+
+# ---- bad arguments ----
+
+def test_bad_arguments_are_rejected(device):
+    x = torch.randn(2, 3, 6, 6, device=device)
+    w = torch.randn(4, 3, 3, 3, device=device)
+    conv = torch.ops.labops.conv2d_mm
+    one, zero = [1, 1], [0, 0]
+    # weight / in_channels mismatch, through the wrapper and the C++ op.
+    with pytest.raises(ValueError, match=r"weight.size\(1\) \(in_channels\) must equal the input's channels 3"):
+        labops.conv2d_mm(x, torch.randn(4, 2, 3, 3, device=device))
+    with pytest.raises(ValueError, match=r"weight.size\(1\) \(in_channels\) must equal the input's channels 3"):
+        conv(x, torch.randn(4, 2, 3, 3, device=device), None, one, zero, one)
+    with pytest.raises(ValueError, match="weight must be 4-D"):
+        labops.conv2d_mm(x, torch.randn(4, 27, device=device))
+    with pytest.raises(ValueError, match="weight must be 4-D"):
+        conv(x, torch.randn(4, 27, device=device), None, one, zero, one)
+    with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):
+        labops.conv2d_mm(x, w, torch.randn(3, device=device))
+    with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):
+        conv(x, w, torch.randn(4, 1, device=device), one, zero, one)
+    with pytest.raises(ValueError, match="weight must have the dtype of x"):
+        labops.conv2d_mm(x, w.double())
+    with pytest.raises(ValueError, match="weight must have the dtype of x"):
+        conv(x, w.double(), None, one, zero, one)
+    with pytest.raises(ValueError, match="x must be 3-D"):
+        labops.conv2d_mm(x[0, 0], w)
+    # stride / dilation < 1, negative padding.
+    for kwargs, arg, rule in (({"stride": 0}, "stride", ">= 1"), ({"dilation": (1, 0)}, "dilation", ">= 1"),
+                              ({"padding": (0, -1)}, "padding", ">= 0")):
+        with pytest.raises(ValueError, match=f"{arg} must be {rule}"):
+            labops.conv2d_mm(x, w, **kwargs)
+        with pytest.raises(ValueError, match=f"{arg} must be {rule}"):
+            labops.im2col(x, 3, **kwargs)
+        with pytest.raises(ValueError, match=f"{arg} must be {rule}"):
+            labops.col2im(torch.randn(2, 27, 16, device=device), (6, 6), 3, **kwargs)
+        s, p, d = (kwargs.get(a, v) for a, v in (("stride", 1), ("padding", 0), ("dilation", 1)))
+        pair = lambda v: [v, v] if isinstance(v, int) else list(v)  # noqa: E731
+        with pytest.raises(ValueError, match=f"{arg} must be {rule}"):
+            conv(x, w, None, pair(s), pair(p), pair(d))
+        with pytest.raises(ValueError, match=f"{arg} must be {rule}"):
+            torch.ops.labops.im2col(x, [3, 3], pair(s), pair(p), pair(d))
+    # Kernel larger than the padded input.
+    with pytest.raises(ValueError, match=r"must not be larger than the padded input \(6, 6\)"):
+        labops.conv2d_mm(x, torch.randn(4, 3, 7, 3, device=device))
+    with pytest.raises(ValueError, match=r"must not be larger than the padded input \(8, 8\)"):
+        conv(x, torch.randn(4, 3, 3, 3, device=device), None, one, one, [4, 4])
+    with pytest.raises(ValueError, match=r"kernel_size \(7, 1\).*must not be larger than the padded input"):
+        labops.im2col(x, (7, 1))
+    with pytest.raises(ValueError, match=r"kernel_size \(7, 1\).*must not be larger than the padded input"):
+        torch.ops.labops.im2col(x, [7, 1], one, zero, one)
+    with pytest.raises(ValueError, match="kernel_size must be an int or a pair of ints"):
+        labops.im2col(x, (3, 3, 3))
+
+
+def test_bad_col2im_arguments_are_rejected(device):
+    cols = torch.randn(2, 27, 16, device=device)  # C=3, 3x3 kernel, 4x4 blocks of a 6x6 image
+    fold = torch.ops.labops.col2im
+    one, zero = [1, 1], [0, 0]
+    assert labops.col2im(cols, (6, 6), 3).shape == (2, 3, 6, 6)
+    with pytest.raises(ValueError, match=r"cols.size\(2\) must equal the number of blocks 5 x 5 = 25"):
+        labops.col2im(cols, (7, 7), 3)
+    with pytest.raises(ValueError, match=r"cols.size\(2\) must equal the number of blocks 5 x 5 = 25"):
+        fold(cols, [7, 7], [3, 3], one, zero, one)
+    with pytest.raises(ValueError, match=r"cols.size\(1\) must equal the number of blocks"):
+        labops.col2im(cols[0], (7, 7), 3)
+    with pytest.raises(ValueError, match=r"cols.size\(1\) must be divisible by kernel_h \* kernel_w = 4"):
+        labops.col2im(cols, (6, 6), 2)
+    with pytest.raises(ValueError, match=r"cols.size\(1\) must be divisible by kernel_h \* kernel_w = 4"):
+        fold(cols, [6, 6], [2, 2], one, zero, one)
+    with pytest.raises(ValueError, match="must not be larger than the padded input"):
+        labops.col2im(cols, (2, 2), 3)
+    with pytest.raises(ValueError, match="cols must be 2-D"):
+        labops.col2im(cols[None], (6, 6), 3)
+    with pytest.raises(ValueError, match="output_size must be an int or a pair of ints"):
+        labops.col2im(cols, (6, 6, 1), 3)
+
+
+def test_bad_backward_op_arguments_are_rejected(device):
+    x = torch.randn(2, 3, 6, 6, device=device)
+    w = torch.randn(4, 3, 3, 3, device=device)
+    g = torch.randn(2, 4, 4, 4, device=device)
+    one, zero = [1, 1], [0, 0]
+    with pytest.raises(ValueError, match=r"grad_output must have the output's shape \[2, 4, 6, 6\]"):
+        torch.ops.labops.conv2d_mm_backward_input(g, w, [2, 3, 6, 6], one, one, one)
+    with pytest.raises(ValueError, match="input_size must have 3"):
+        torch.ops.labops.conv2d_mm_backward_input(g, w, [3, 6, 6, 1, 1], one, zero, one)
+    acc = torch.ops.labops.conv2d_mm_acc_grad_parameters
+    with pytest.raises(ValueError, match=r"grad_bias must have shape \(4,\)"):
+        acc(g, x, torch.zeros_like(w), torch.zeros(5, device=device), one, zero, one, 1.0)
+    with pytest.raises(ValueError, match=r"grad_weight.size\(1\) \(in_channels\) must equal"):
+        acc(g, x, torch.zeros(4, 2, 3, 3, device=device), None, one, zero, one, 1.0)
+    with pytest.raises(ValueError, match="grad_output must have the output's shape"):
+        acc(g[:, :, :3], x, torch.zeros_like(w), None, one, zero, one, 1.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_columns_beyond_int32():
+    # N * C*kH*kW * L = 2 * 1 * 41*41 * 800*800 = 2.15e9 > 2^31: a 32-bit column
+    # offset would wrap around before the end (4.3 GB of float16 columns).
+    free, _ = torch.cuda.mem_get_info()
+    n, hw, k = 2, 840, 41
+    out_hw = hw - k + 1
+    numel = n * k * k * out_hw * out_hw
+    assert numel > 2**31
+    if free < 2 * 2 * numel + 2**30:
+        pytest.skip("needs about 10 GiB of free GPU memory")
+    x = torch.randn(n, 1, hw, hw, device="cuda", dtype=torch.float16)
+    cols = labops.im2col(x, k)
+    assert cols.shape == (n, k * k, out_hw * out_hw)
+    # Spot-check the last rows of the last image (past 2^31) and random elements.
+    idx_n = torch.tensor([1, 1, 1, 0], device="cuda")
+    idx_r = torch.tensor([k * k - 1, k * k - 1, 0, k * k - 1], device="cuda")
+    idx_p = torch.tensor([out_hw * out_hw - 1, 0, out_hw * out_hw - 1, 12345], device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    idx_n = torch.cat([idx_n, torch.randint(0, n, (100000,), device="cuda", generator=gen)])
+    idx_r = torch.cat([idx_r, torch.randint(0, k * k, (100000,), device="cuda", generator=gen)])
+    idx_p = torch.cat([idx_p, torch.randint(0, out_hw * out_hw, (100000,), device="cuda", generator=gen)])
+    kh, kw = idx_r // k, idx_r % k
+    oh, ow = idx_p // out_hw, idx_p % out_hw
+    expected = x[idx_n, 0, oh + kh, ow + kw]
+    torch.testing.assert_close(cols[idx_n, idx_r, idx_p], expected, rtol=0, atol=0)
+    # col2im's gather reads those same far offsets: fold the columns back.
+    image = labops.col2im(cols, (hw, hw), k)
+    del cols
+    counts_h = torch.minimum(torch.arange(hw, device="cuda") + 1, torch.full((hw,), k, device="cuda"))
+    counts_h = torch.minimum(counts_h, (hw - torch.arange(hw, device="cuda")).clamp(max=k))
+    counts = (counts_h[:, None] * counts_h[None, :]).float()
+    torch.testing.assert_close(image[1, 0].float(), x[1, 0].float() * counts, rtol=4e-3, atol=1e-2)

@@ -213,3 +213,83 @@ class GELU(Module):
     def updateGradInput(self, input, gradOutput):
         self.gradInput = L.gelu_backward(gradOutput, input, self.approximate)
         return self.gradInput
+
+
+def _conv_init(weight_shape, bias_shape, fan_in, dtype):
+    bound = 1.0 / math.sqrt(fan_in)
+    return _uniform(weight_shape, bound, dtype), _uniform(bias_shape, bound, dtype)
+
+
+class SpatialConvolutionMM(Module):
+    """THNN's im2col + GEMM convolution. Weight in PyTorch's (nOut, nIn, kH, kW) layout."""
+
+    def __init__(self, nInputPlane, nOutputPlane, kW, kH, dW=1, dH=1, padW=0, padH=None, dtype=torch.float32):
+        super().__init__()
+        padH = padW if padH is None else padH
+        self.stride, self.padding, self.dilation = [dH, dW], [padH, padW], [1, 1]
+        self.weight, self.bias = _conv_init((nOutputPlane, nInputPlane, kH, kW), (nOutputPlane,),
+                                            nInputPlane * kH * kW, dtype)
+        self.gradWeight, self.gradBias = torch.zeros_like(self.weight), torch.zeros_like(self.bias)
+
+    def updateOutput(self, input):
+        self.output = L.conv2d_mm(input, self.weight, self.bias, self.stride, self.padding, self.dilation)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = L.conv2d_mm_backward_input(gradOutput, self.weight, list(input.shape), self.stride,
+                                                    self.padding, self.dilation)
+        return self.gradInput
+
+    def accGradParameters(self, input, gradOutput, scale=1.0):
+        L.conv2d_mm_acc_grad_parameters(gradOutput, input, self.gradWeight, self.gradBias, self.stride,
+                                        self.padding, self.dilation, scale)
+
+
+class SpatialDepthWiseConvolution(Module):
+    """Depthwise convolution; weight in PyTorch's (nIn*multiplier, 1, kH, kW) layout."""
+
+    def __init__(self, nInputPlane, multiplier, kW, kH, dW=1, dH=1, padW=0, padH=None, dtype=torch.float32):
+        super().__init__()
+        padH = padW if padH is None else padH
+        self.stride, self.padding, self.dilation = [dH, dW], [padH, padW], [1, 1]
+        self.weight, self.bias = _conv_init((nInputPlane * multiplier, 1, kH, kW), (nInputPlane * multiplier,),
+                                            kH * kW, dtype)
+        self.gradWeight, self.gradBias = torch.zeros_like(self.weight), torch.zeros_like(self.bias)
+
+    def updateOutput(self, input):
+        self.output = L.depthwise_conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = L.depthwise_conv2d_backward_input(gradOutput, self.weight, list(input.shape),
+                                                           self.stride, self.padding, self.dilation)
+        return self.gradInput
+
+    def accGradParameters(self, input, gradOutput, scale=1.0):
+        gw = L.depthwise_conv2d_backward_weight(gradOutput, input, list(self.weight.shape), self.stride,
+                                                self.padding, self.dilation)
+        self.gradWeight.add_(gw, alpha=scale)
+        self.gradBias.add_(L.depthwise_conv2d_backward_bias(gradOutput), alpha=scale)
+
+
+class SpatialUpSamplingBilinear(Module):
+    """Bilinear resize; same arguments as labops.upsample_bilinear2d."""
+
+    def __init__(self, size=None, scale_factor=None, align_corners=False, coordinate_mode=None):
+        super().__init__()
+        self.args = (size, scale_factor, align_corners, coordinate_mode)
+
+    def _resolved(self, input):
+        from labops.ops.upsample import _resolve
+
+        return _resolve(input, *self.args)
+
+    def updateOutput(self, input):
+        size, mode, sh, sw = self._resolved(input)
+        self.output = L.upsample_bilinear2d(input, list(size), mode, sh, sw)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        _, mode, sh, sw = self._resolved(input)
+        self.gradInput = L.upsample_bilinear2d_backward(gradOutput, list(input.shape), mode, sh, sw, True)
+        return self.gradInput

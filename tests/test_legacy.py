@@ -1,0 +1,106 @@
+"""labops.legacy: the Torch7 contract gives the same numbers as autograd."""
+
+import pytest
+import torch
+
+import labops.legacy as legacy
+from labops import nn
+
+
+def build_pair(device):
+    """The same small network twice: as Torch7-style modules and as labops.nn modules."""
+    torch.manual_seed(0)
+    old = (
+        legacy.Sequential()
+        .add(legacy.SpatialConvolutionMM(3, 8, 3, 3, 1, 1, 1))
+        .add(legacy.Tanh())
+        .add(legacy.SpatialDepthWiseConvolution(8, 2, 3, 3, 2, 2, 1))
+        .add(legacy.GELU("sigmoid"))
+        .add(legacy.SpatialUpSamplingBilinear(scale_factor=2))
+    ).to(device=device, dtype=torch.float64)
+    new = torch.nn.Sequential(
+        nn.Conv2dMM(3, 8, 3, padding=1),
+        nn.Tanh(),
+        nn.DepthwiseConv2d(8, 3, stride=2, padding=1, multiplier=2),
+        nn.GELU("sigmoid"),
+        nn.UpsampleBilinear2d(scale_factor=2),
+    ).to(device=device, dtype=torch.float64)
+    with torch.no_grad():
+        for o, n in [(old.modules[0], new[0]), (old.modules[2], new[2])]:
+            n.weight.copy_(o.weight)
+            n.bias.copy_(o.bias)
+    return old, new
+
+
+def test_legacy_matches_autograd(device):
+    old, new = build_pair(device)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64, device=device)
+    out = old.forward(x)
+    g = torch.randn_like(out)
+    grad_in = old.backward(x, g)
+
+    xa = x.clone().requires_grad_()
+    out_a = new(xa)
+    out_a.backward(g)
+    torch.testing.assert_close(out, out_a.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad_in, xa.grad, rtol=1e-12, atol=1e-12)
+    weights, grads = old.parameters()
+    expected = [p.grad for p in new.parameters()]
+    assert len(grads) == len(expected) == 4
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_acc_grad_parameters_accumulates_with_scale(device):
+    old, _ = build_pair(device)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64, device=device)
+    g = torch.randn_like(old.forward(x))
+    old.zeroGradParameters()
+    old.backward(x, g, scale=1.0)
+    once = [t.clone() for t in old.parameters()[1]]
+    assert all(t.abs().sum() > 0 for t in once)
+    old.zeroGradParameters()
+    assert all(t.abs().sum() == 0 for t in old.parameters()[1])
+    old.backward(x, g, scale=0.5)
+    old.backward(x, g, scale=0.5)
+    for got, want in zip(old.parameters()[1], once):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_update_parameters_is_sgd_step(device):
+    old, _ = build_pair(device)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64, device=device)
+    old.zeroGradParameters()
+    old.backward(x, torch.randn_like(old.forward(x)))
+    before = [w.clone() for w in old.parameters()[0]]
+    old.updateParameters(0.1)
+    for w, g, b in zip(*old.parameters(), before):
+        torch.testing.assert_close(w, b - 0.1 * g)
+
+
+def test_linear_matches_torch():
+    torch.manual_seed(1)
+    layer = legacy.Linear(5, 3, dtype=torch.float64)
+    ref = torch.nn.Linear(5, 3).double()
+    with torch.no_grad():
+        ref.weight.copy_(layer.weight)
+        ref.bias.copy_(layer.bias)
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, 3, dtype=torch.float64)
+    out = layer.forward(x.detach())
+    gi = layer.backward(x.detach(), g)
+    ref(x).backward(g)
+    torch.testing.assert_close(out, ref(x).detach())
+    torch.testing.assert_close(gi, x.grad)
+    torch.testing.assert_close(layer.gradWeight, ref.weight.grad)
+    torch.testing.assert_close(layer.gradBias, ref.bias.grad)
+
+
+def test_sequential_add_returns_itself():
+    seq = legacy.Sequential()
+    assert seq.add(legacy.Tanh()) is seq
+
+
+@pytest.mark.parametrize("cls", [legacy.Tanh, legacy.GELU])
+def test_parameter_free_layers_have_no_parameters(cls):
+    assert cls().parameters() == ([], [])

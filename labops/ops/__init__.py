@@ -13,7 +13,13 @@ load_library()
 # One line per layer module; each module lists its public names in __all__.
 from . import activation  # noqa: E402
 from .activation import *  # noqa: E402,F401,F403
+from . import pooling  # noqa: E402
+from .pooling import *  # noqa: E402,F401,F403
+from . import reorg as _reorg_module  # noqa: E402  (its function reorg shadows the module name)
+from .reorg import *  # noqa: E402,F401,F403
 
 __all__ = [
     *activation.__all__,
+    *pooling.__all__,
+    *_reorg_module.__all__,
 ]

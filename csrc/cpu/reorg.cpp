@@ -16,31 +16,26 @@ namespace {
 constexpr int64_t kGrainElements = 32768;
 
 // One row of tasks. kS > 0 is the stride known at compile time (the common
-// s = 2 unrolls into two streams); kS == 0 reads it from s.
-template <int kS, bool kBackward, typename scalar_t>
-void reorg_row(const scalar_t* src, scalar_t* dst, ops::ReorgTask<int64_t> task, int64_t Wo, int64_t s_runtime,
-               int64_t y_dx_stride) {
-  const int64_t s = kS > 0 ? kS : s_runtime;
-  for (int64_t w = 0; w < Wo; ++w) {
-    for (int64_t dx = 0; dx < s; ++dx) {
-      const int64_t xi = task.x + w * s + dx, yi = task.y + dx * y_dx_stride + w;
-      if constexpr (kBackward) {
-        dst[xi] = src[yi];
-      } else {
-        dst[yi] = src[xi];
-      }
-    }
-  }
-}
-
+// s = 2 unrolls into two streams); kS == 0 reads it from the geometry.
 template <int kS, bool kBackward, typename scalar_t>
 void reorg_rows(const scalar_t* src, scalar_t* dst, int64_t numel, const ops::ReorgShape& shape) {
   const ops::ReorgGeometry<ops::PlainDivider> g(shape);
-  const int64_t rows = numel / (g.s * g.Wo);
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / (g.s * g.Wo));
+  const int64_t s = kS > 0 ? kS : g.s;
+  const int64_t rows = numel / (s * g.Wo);
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / (s * g.Wo));
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
-      reorg_row<kS, kBackward>(src, dst, ops::reorg_task(g, row * g.Wo), g.Wo, g.s, g.y_dx_stride);
+      const auto task = ops::reorg_task(g, row * g.Wo);
+      for (int64_t w = 0; w < g.Wo; ++w) {
+        for (int64_t dx = 0; dx < s; ++dx) {
+          const int64_t xi = ops::reorg_x_element(g, task, w, dx), yi = ops::reorg_y_element(g, task, w, dx);
+          if constexpr (kBackward) {
+            dst[xi] = src[yi];
+          } else {
+            dst[yi] = src[xi];
+          }
+        }
+      }
     }
   });
 }

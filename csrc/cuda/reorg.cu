@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kBlock)
         if constexpr (kBackward) {
 #pragma unroll
           for (int dx = 0; dx < kS; ++dx) {
-            ys[u][dx] = *reinterpret_cast<const YPack*>(src + task[u].y + dx * g.y_dx_stride);
+            ys[u][dx] = *reinterpret_cast<const YPack*>(src + ops::reorg_y_element(g, task[u], index_t(0), index_t(dx)));
           }
         } else {
           xs[u] = *reinterpret_cast<const XPack*>(src + task[u].x);
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
     for (int u = 0; u < kTasksInFlight; ++u) {
       if (base + u * stride < n_groups) {
-        // Element (v, dx): x offset v*s + dx, y offset dx*y_dx_stride + v.
+        // Element (v, dx) is at reorg_x_element / reorg_y_element: packs hold v*s + dx and v.
         if constexpr (kBackward) {
 #pragma unroll
           for (int v = 0; v < kVw; ++v) {
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kBlock)
           for (int dx = 0; dx < kS; ++dx) {
 #pragma unroll
             for (int v = 0; v < kVw; ++v) ys[u][dx].set(v, xs[u].get(v * kS + dx));
-            *reinterpret_cast<YPack*>(dst + task[u].y + dx * g.y_dx_stride) = ys[u][dx];
+            *reinterpret_cast<YPack*>(dst + ops::reorg_y_element(g, task[u], index_t(0), index_t(dx))) = ys[u][dx];
           }
         }
       }

@@ -150,6 +150,21 @@ LABOPS_HOST_DEVICE ReorgTask<typename Div::index_t> reorg_task(const ReorgGeomet
   return {reorg_x_index(nc, h, dy, w, g.s, g.Ho, g.Wo), y};
 }
 
+// Element (v, dx) of the run of tasks starting at `task` (v counts
+// consecutive w in one row): where it sits in x and in y.
+template <typename Div>
+LABOPS_HOST_DEVICE typename Div::index_t reorg_x_element(const ReorgGeometry<Div>& g,
+                                                         ReorgTask<typename Div::index_t> task,
+                                                         typename Div::index_t v, typename Div::index_t dx) {
+  return task.x + v * g.s + dx;
+}
+template <typename Div>
+LABOPS_HOST_DEVICE typename Div::index_t reorg_y_element(const ReorgGeometry<Div>& g,
+                                                         ReorgTask<typename Div::index_t> task,
+                                                         typename Div::index_t v, typename Div::index_t dx) {
+  return task.y + dx * g.y_dx_stride + v;
+}
+
 // Output index -> the input index it copies (the forward's gather, one element).
 template <typename Div>
 LABOPS_HOST_DEVICE typename Div::index_t reorg_input_index(const ReorgGeometry<Div>& g,

@@ -30,7 +30,7 @@ at::opmath_type<scalar_t> plane_sum(const scalar_t* plane, int64_t hw) {
   if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
     using Vec = at::vec::Vectorized<scalar_t>;
     constexpr int64_t kLanes = Vec::size();
-    if (hw >= 4 * kLanes) {
+    if (hw >= kLanes) {
       Vec a0(0), a1(0), a2(0), a3(0);
       for (; k + 4 * kLanes <= hw; k += 4 * kLanes) {
         a0 = ops::gap_accumulate(a0, Vec::loadu(plane + k));
@@ -38,6 +38,7 @@ at::opmath_type<scalar_t> plane_sum(const scalar_t* plane, int64_t hw) {
         a2 = ops::gap_accumulate(a2, Vec::loadu(plane + k + 2 * kLanes));
         a3 = ops::gap_accumulate(a3, Vec::loadu(plane + k + 3 * kLanes));
       }
+      for (; k + kLanes <= hw; k += kLanes) a0 = ops::gap_accumulate(a0, Vec::loadu(plane + k));
       scalar_t lanes[kLanes];
       ((a0 + a1) + (a2 + a3)).store(lanes);
       for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];

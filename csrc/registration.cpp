@@ -18,6 +18,9 @@ TORCH_LIBRARY(labops, m) {
   m.def("gelu_backward(Tensor grad_output, Tensor x, str approximate='none') -> Tensor");
 
   // ---- global_avg_pool2d ----
+  // (N,C,H,W) -> (N,C,1,1) or (C,H,W) -> (C,1,1); backward spreads grad_output / (H*W)
+  m.def("global_avg_pool2d(Tensor x) -> Tensor");
+  m.def("global_avg_pool2d_backward(Tensor grad_output, SymInt[] input_size) -> Tensor");
 
   // ---- depthwise_conv2d ----
   // x (N, C_in, H, W), weight (C_in*m, 1, kH, kW): F.conv2d(..., groups=C_in). The backward ops
@@ -57,4 +60,8 @@ TORCH_LIBRARY(labops, m) {
   // ---- softmax / cross_entropy ----
 
   // ---- reorg ----
+  // YOLOv2 passthrough, order 'darknet', 'dcr' (space_to_depth) or 'crd' (pixel_unshuffle);
+  // backward is the inverse permutation
+  m.def("reorg(Tensor x, int stride=2, str order='darknet') -> Tensor");
+  m.def("reorg_backward(Tensor grad_output, int stride=2, str order='darknet') -> Tensor");
 }

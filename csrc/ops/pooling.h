@@ -1,0 +1,131 @@
+// Global average pooling (Torch7's SpatialGlobalAveragePooling): the math,
+// then the tensor-level entry points written once for both devices.
+//
+// The input is viewed as `planes` contiguous planes of hw = H*W elements
+// (planes = N*C, or C for a 3-D input); plane p is x[p*hw, (p+1)*hw).
+//   updateOutput:    y[p] = (1/hw) * sum_k x[p*hw + k]
+//   updateGradInput: grad_input[i] = grad_output[i / hw] / hw
+// Sums run in at::opmath_type (float for half/bfloat16): a half sum of a
+// 56x56 plane would round away most of its bits, and dividing in half
+// loses more.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
+
+#include "../common/check.h"
+#include "../common/loop.h"
+
+namespace labops::ops {
+
+// ---- the math: one plane, one element ----
+
+// Which plane element i belongs to.
+template <typename index_t>
+LABOPS_HOST_DEVICE index_t gap_plane_of(index_t i, index_t hw) {
+  return i / hw;
+}
+
+// The running sum's update with one input value (or one SIMD vector of them).
+template <typename acc_t, typename T>
+LABOPS_HOST_DEVICE acc_t gap_accumulate(acc_t sum, T x) {
+  return sum + static_cast<acc_t>(x);
+}
+
+// Sum of plane[begin], plane[begin + step], ... below end: the whole plane
+// for one CPU loop (begin 0, step 1), one lane's share for a GPU thread
+// group (begin = lane, step = group size).
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE acc_t gap_sum_strided(const scalar_t* plane, int64_t begin, int64_t end,
+                                         int64_t step) {
+  acc_t sum = acc_t(0);
+  for (int64_t k = begin; k < end; k += step) sum = gap_accumulate(sum, plane[k]);
+  return sum;
+}
+
+// updateOutput for one plane, from its sum: divide in acc_t, never in half.
+template <typename acc_t>
+LABOPS_HOST_DEVICE acc_t gap_mean(acc_t sum, int64_t hw) {
+  return sum / static_cast<acc_t>(hw);
+}
+
+// updateGradInput for every element of one plane: each of the hw inputs
+// contributed 1/hw of the mean, so each gets grad_output / hw.
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE acc_t gap_grad_input(scalar_t grad_output_of_plane, int64_t hw) {
+  return static_cast<acc_t>(grad_output_of_plane) / static_cast<acc_t>(hw);
+}
+
+// ---- the tensor level, shared by cpu/pooling.cpp and cuda/pooling.cu ----
+//
+// Launcher provides
+//   forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw)
+//   backward(const scalar_t* grad_output, scalar_t* grad_input, int64_t planes, int64_t hw)
+// for hw >= 1 and planes >= 1.
+
+inline void check_gap_input_rank(int64_t dim, const char* op, const char* arg) {
+  TORCH_CHECK_VALUE(dim == 3 || dim == 4, "labops.", op, ": ", arg,
+                    " must be a 3-D (C, H, W) or 4-D (N, C, H, W) tensor, got ", dim, "-D");
+}
+
+template <typename Launcher>
+struct PoolingOps {
+  static at::Tensor global_avg_pool2d(const at::Tensor& x) {
+    check_floating(x, "global_avg_pool2d", "x");
+    check_gap_input_rank(x.dim(), "global_avg_pool2d", "x");
+    std::vector<int64_t> out_size(x.sizes().begin(), x.sizes().end() - 2);
+    out_size.push_back(1);
+    out_size.push_back(1);
+    c10::OptionalDeviceGuard guard(x.device());
+    at::Tensor out = at::empty(out_size, x.options());
+    const int64_t hw = x.size(-2) * x.size(-1);
+    const int64_t planes = out.numel();
+    if (planes == 0) return out;
+    if (hw == 0) return out.fill_(std::numeric_limits<double>::quiet_NaN());  // mean of nothing, as torch.mean
+    at::Tensor xc = x.contiguous();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_gap_forward", [&] {
+      Launcher::forward(xc.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), planes, hw);
+    });
+    return out;
+  }
+
+  static at::Tensor global_avg_pool2d_backward(const at::Tensor& grad_output, at::IntArrayRef input_size) {
+    const char* op = "global_avg_pool2d_backward";
+    check_floating(grad_output, op, "grad_output");
+    check_gap_input_rank(static_cast<int64_t>(input_size.size()), op, "input_size");
+    for (int64_t s : input_size) {
+      TORCH_CHECK_VALUE(s >= 0, "labops.", op, ": input_size must not be negative, got ", input_size);
+    }
+    std::vector<int64_t> expected(input_size.begin(), input_size.end() - 2);
+    expected.push_back(1);
+    expected.push_back(1);
+    TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
+                      ": grad_output must have shape ", at::IntArrayRef(expected),
+                      " (input_size with H and W set to 1), got ", grad_output.sizes());
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    at::Tensor grad_input = at::empty(input_size, grad_output.options());
+    const int64_t hw = input_size[input_size.size() - 2] * input_size[input_size.size() - 1];
+    const int64_t planes = grad_output.numel();
+    if (planes == 0 || hw == 0) return grad_input;
+    at::Tensor go = grad_output.contiguous();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, go.scalar_type(), "labops_gap_backward", [&] {
+      Launcher::backward(go.const_data_ptr<scalar_t>(), grad_input.mutable_data_ptr<scalar_t>(), planes, hw);
+    });
+    return grad_input;
+  }
+
+  template <typename Module>
+  static void register_kernels(Module& m) {
+    m.impl("global_avg_pool2d", &global_avg_pool2d);
+    m.impl("global_avg_pool2d_backward", &global_avg_pool2d_backward);
+  }
+};
+
+}  // namespace labops::ops

@@ -1,0 +1,40 @@
+"""Global average pooling on ResNet / MobileNet head shapes, vs x.mean((-2, -1), keepdim=True)."""
+
+import torch
+
+import labops
+from labops.bench import Case
+
+SHAPES_CUDA = [(256, 512, 14, 14), (64, 2048, 7, 7), (32, 256, 56, 56)]
+SHAPES_CPU = [(32, 512, 14, 14), (16, 2048, 7, 7), (4, 256, 56, 56)]
+
+
+def _native(x):
+    return x.mean((-2, -1), keepdim=True)
+
+
+def _fwd_bwd(fn, x, g):
+    def step():
+        return torch.autograd.grad(fn(x), x, g)
+
+    return step
+
+
+def cases(device, size=None):
+    shapes = SHAPES_CUDA if device == "cuda" else SHAPES_CPU
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        for shape in shapes:
+            x = torch.randn(shape, device=device, dtype=dtype)
+            xg = x.detach().requires_grad_()
+            g = torch.randn(*shape[:2], 1, 1, device=device, dtype=dtype)
+            e = x.element_size()
+            n, planes = x.numel(), shape[0] * shape[1]
+            fwd_bytes = (n + planes) * e  # read x, write y
+            bwd_bytes = (planes + n) * e  # read grad_output, write grad_input
+            name = "x.mean((-2,-1), keepdim=True)"
+            label = "x".join(map(str, shape))
+            yield Case("global_avg_pool2d fwd", label, dtype, fwd_bytes,
+                       lambda x=x: labops.global_avg_pool2d(x), lambda x=x: _native(x), name)
+            yield Case("global_avg_pool2d fwd+bwd", label, dtype, fwd_bytes + bwd_bytes,
+                       _fwd_bwd(labops.global_avg_pool2d, xg, g), _fwd_bwd(_native, xg, g), name)

@@ -1,0 +1,45 @@
+"""Reorg (YOLOv2 passthrough, stride 2), every order, vs F.pixel_unshuffle(x, 2).contiguous().
+
+All orders move the same bytes (each element read once and written once), so
+pixel_unshuffle + contiguous is the native yardstick for each of them.
+"""
+
+import torch
+import torch.nn.functional as F
+
+import labops
+from labops.bench import Case
+
+ORDERS = ("darknet", "dcr", "crd")
+
+
+def _native(x, s):
+    return F.pixel_unshuffle(x, s).contiguous()
+
+
+def _fwd_bwd(fn, x, g):
+    def step():
+        return torch.autograd.grad(fn(x), x, g)
+
+    return step
+
+
+def cases(device, size=None):
+    # YOLOv2's passthrough is 64 x 26 x 26 per image at 416 px; a 104 x 104
+    # map and a batch of 32 make it memory-bound on a GPU (88 MB in fp32).
+    shape = (32, 64, 104, 104) if device == "cuda" else (8, 64, 52, 52)
+    s = 2
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        x = torch.randn(shape, device=device, dtype=dtype)
+        xg = x.detach().requires_grad_()
+        g = torch.randn(shape[0], shape[1] * s * s, shape[2] // s, shape[3] // s, device=device, dtype=dtype)
+        nbytes = 2 * x.numel() * x.element_size()  # read once, write once
+        label = "x".join(map(str, shape)) + f" s={s}"
+        for order in ORDERS:
+            mine = (lambda t, o=order: labops.reorg(t, s, o))
+            native = (lambda t: _native(t, s))
+            yield Case(f"reorg({order}) fwd", label, dtype, nbytes, lambda m=mine: m(x), lambda: native(x),
+                       "pixel_unshuffle().contiguous()")
+            yield Case(f"reorg({order}) fwd+bwd", label, dtype, 2 * nbytes, _fwd_bwd(mine, xg, g),
+                       _fwd_bwd(native, xg, g), "pixel_unshuffle().contiguous()")

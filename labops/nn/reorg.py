@@ -1,0 +1,24 @@
+import torch
+
+from labops import ops
+
+__all__ = ["Reorg"]
+
+
+class Reorg(torch.nn.Module):
+    """YOLOv2's passthrough: (N, C, H, W) -> (N, C*s*s, H/s, W/s); see labops.reorg for the orders."""
+
+    def __init__(self, stride: int = 2, order: str = "darknet"):
+        super().__init__()
+        if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+            raise ValueError(f"Reorg: stride must be an int >= 1, got {stride!r}")
+        if order not in ops.REORG_ORDERS:
+            raise ValueError(f"Reorg: order must be one of {ops.REORG_ORDERS}, got {order!r}")
+        self.stride = stride
+        self.order = order
+
+    def forward(self, x):
+        return ops.reorg(x, self.stride, self.order)
+
+    def extra_repr(self):
+        return f"stride={self.stride}, order={self.order!r}"

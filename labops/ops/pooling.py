@@ -1,0 +1,70 @@
+"""Global average pooling: Python face of the compiled ops in csrc/ops/pooling.h."""
+
+import torch
+
+from ._checks import check_floating
+
+__all__ = ["global_avg_pool2d"]
+
+
+def _check_rank(dim: int, op: str, arg: str) -> None:
+    if dim not in (3, 4):
+        raise ValueError(f"labops.{op}: {arg} must be a 3-D (C, H, W) or 4-D (N, C, H, W) tensor, got {dim}-D")
+
+
+def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
+    """Mean over the last two dims: (N, C, H, W) -> (N, C, 1, 1), (C, H, W) -> (C, 1, 1).
+
+    Torch7's SpatialGlobalAveragePooling. Sums and divides in float32 for
+    float16/bfloat16 inputs (float64 for float64). Backward spreads
+    ``grad_output / (H*W)`` over every input position.
+    """
+    check_floating(x, "global_avg_pool2d", "x")
+    _check_rank(x.dim(), "global_avg_pool2d", "x")
+    return torch.ops.labops.global_avg_pool2d(x)
+
+
+# ---- shapes for torch.compile ----
+
+@torch.library.register_fake("labops::global_avg_pool2d")
+def _global_avg_pool2d_fake(x):
+    check_floating(x, "global_avg_pool2d", "x")
+    _check_rank(x.dim(), "global_avg_pool2d", "x")
+    return x.new_empty((*x.shape[:-2], 1, 1))
+
+
+@torch.library.register_fake("labops::global_avg_pool2d_backward")
+def _global_avg_pool2d_backward_fake(grad_output, input_size):
+    check_floating(grad_output, "global_avg_pool2d_backward", "grad_output")
+    _check_rank(len(input_size), "global_avg_pool2d_backward", "input_size")
+    expected = (*input_size[:-2], 1, 1)
+    if tuple(grad_output.shape) != tuple(expected):
+        raise ValueError(f"labops.global_avg_pool2d_backward: grad_output must have shape {list(expected)} "
+                         f"(input_size with H and W set to 1), got {list(grad_output.shape)}")
+    return grad_output.new_empty(input_size)
+
+
+# ---- autograd: backward (and double backward) are compiled ops ----
+
+def _setup_context(ctx, inputs, output):
+    (x,) = inputs
+    ctx.input_size = list(x.shape)  # the gradient needs only the shape, not x
+
+
+def _backward(ctx, grad_output):
+    return torch.ops.labops.global_avg_pool2d_backward(grad_output, ctx.input_size)
+
+
+def _backward_setup_context(ctx, inputs, output):
+    pass
+
+
+def _backward_backward(ctx, grad_grad_input):
+    # The backward is linear in grad_output; its adjoint is the forward:
+    # d/d(grad_output[p]) of sum(grad_grad_input * grad_input) = mean of plane p.
+    return torch.ops.labops.global_avg_pool2d(grad_grad_input), None
+
+
+torch.library.register_autograd("labops::global_avg_pool2d", _backward, setup_context=_setup_context)
+torch.library.register_autograd("labops::global_avg_pool2d_backward", _backward_backward,
+                                setup_context=_backward_setup_context)

@@ -1,0 +1,104 @@
+"""Reorg (YOLOv2's passthrough layer) in plain Python and NumPy.
+
+Three orders move the same s x s blocks of pixels into channels, in
+different channel orders (x is NCHW, stride s, y has C*s*s channels):
+
+    crd  (F.pixel_unshuffle):   y[n, c*s*s + dy*s + dx, h, w] = x[n, c, h*s+dy, w*s+dx]
+    dcr  (tf.nn.space_to_depth): y[n, (dy*s+dx)*C + c, h, w] = x[n, c, h*s+dy, w*s+dx]
+    darknet: what darknet's reorg_cpu computes in YOLOv2 (ported below, line
+         for line). It is *not* space-to-depth of x: it equals dcr applied to
+         x's memory read as (N, C/s^2, H*s, W*s). Pretrained YOLOv2 weights
+         expect exactly this, so a "correct" space_to_depth breaks them.
+"""
+
+import numpy as np
+
+__all__ = [
+    "REORG_ORDERS",
+    "darknet_reorg_cpu",
+    "reorg_backward_numpy",
+    "reorg_forward_loop",
+    "reorg_forward_numpy",
+]
+
+REORG_ORDERS = ("darknet", "dcr", "crd")
+
+
+def darknet_reorg_cpu(x, w, h, c, batch, stride, forward):
+    """darknet's src/blas.c reorg_cpu, ported line for line; x is a flat array.
+
+    YOLOv2's reorg layer calls it with the *input's* w, h, c and forward=0
+    for its forward pass, and forward=1 for its backward pass.
+    """
+    x = np.asarray(x).reshape(-1)
+    out = np.empty_like(x)
+    out_c = c // (stride * stride)
+    for b in range(batch):
+        for k in range(c):
+            for j in range(h):
+                for i in range(w):
+                    in_index = i + w * (j + h * (k + c * b))
+                    c2 = k % out_c
+                    offset = k // out_c
+                    w2 = i * stride + offset % stride
+                    h2 = j * stride + offset // stride
+                    out_index = w2 + w * stride * (h2 + h * stride * (c2 + out_c * b))
+                    if forward:
+                        out[out_index] = x[in_index]
+                    else:
+                        out[in_index] = x[out_index]
+    return out
+
+
+def _check_order(order):
+    if order not in REORG_ORDERS:
+        raise ValueError(f"order must be one of {REORG_ORDERS}, got {order!r}")
+
+
+def reorg_forward_loop(x, stride=2, order="darknet"):
+    """One output element at a time: y[n, k, h, w] for every index, from the formulas above."""
+    _check_order(order)
+    x = np.asarray(x)
+    N, C, H, W = x.shape
+    s = stride
+    if order == "darknet":
+        flat = darknet_reorg_cpu(x, W, H, C, N, s, forward=0)
+        return flat.reshape(N, C * s * s, H // s, W // s)
+    y = np.empty((N, C * s * s, H // s, W // s), dtype=x.dtype)
+    for n in range(N):
+        for c in range(C):
+            for dy in range(s):
+                for dx in range(s):
+                    k = c * s * s + dy * s + dx if order == "crd" else (dy * s + dx) * C + c
+                    for h in range(H // s):
+                        for w in range(W // s):
+                            y[n, k, h, w] = x[n, c, h * s + dy, w * s + dx]
+    return y
+
+
+def reorg_forward_numpy(x, stride=2, order="darknet"):
+    """The same permutations as reshape + transpose (no loops)."""
+    _check_order(order)
+    x = np.asarray(x)
+    N, C, H, W = x.shape
+    s = stride
+    if order == "darknet":  # dcr of the memory read as (N, C/s^2, H*s, W*s)
+        y = reorg_forward_numpy(x.reshape(N, C // (s * s), H * s, W * s), s, "dcr")
+        return y.reshape(N, C * s * s, H // s, W // s)
+    x6 = x.reshape(N, C, H // s, s, W // s, s)  # [n, c, h, dy, w, dx]
+    axes = (0, 1, 3, 5, 2, 4) if order == "crd" else (0, 3, 5, 1, 2, 4)  # crd: [n,c,dy,dx,h,w]; dcr: [n,dy,dx,c,h,w]
+    return x6.transpose(axes).reshape(N, C * s * s, H // s, W // s)
+
+
+def reorg_backward_numpy(grad_output, stride=2, order="darknet"):
+    """The inverse permutation: grad_input[i] = grad_output[j] wherever forward did y[j] = x[i]."""
+    _check_order(order)
+    g = np.asarray(grad_output)
+    N, Cs2, Ho, Wo = g.shape
+    s = stride
+    C, H, W = Cs2 // (s * s), Ho * s, Wo * s
+    # Push the positions 0..n-1 through the forward: forward_index[j] = i means y[j] = x[i].
+    forward_index = reorg_forward_numpy(np.arange(g.size).reshape(N, C, H, W), s, order).reshape(-1)
+    grad_input = np.empty(g.size, dtype=g.dtype)
+    grad_input[forward_index] = g.reshape(-1)
+    return grad_input.reshape(N, C, H, W)

@@ -28,7 +28,7 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     The row lengths reach every CUDA path: sub-warp and warp rows (3..1024),
     block rows (2048, 5000), rows too long for registers (40000; 9001 unaligned),
     16-byte-aligned and not (odd lengths, an offset view), and dim != -1
-    (strided rows)."""
+    (strided rows: few are moved last first on CUDA, many take the strided kernel)."""
     g = torch.Generator().manual_seed(seed)
 
     def t(x):
@@ -51,6 +51,7 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "rows-1001", t(_randn(g, 17, 1001)), -1
     yield "rows-9001", t(_randn(g, 2, 9001)), -1
     yield "rows-40000", t(_randn(g, 2, 40000)), -1
+    yield "strided-many-rows", t(_randn(g, 2, 5, 16400)), 1  # enough strided rows for CUDA's strided kernel
     yield "transposed-dim0", t(_randn(g, 65, 33)).t(), 0
     yield "transposed-dim1", t(_randn(g, 65, 33)).t(), 1
     yield "strided", t(_randn(g, 4, 300))[:, ::3], -1

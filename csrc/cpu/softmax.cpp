@@ -216,6 +216,8 @@ void for_each_row(const RowGeometry& geo, VecBody vec_body, OneBody one_body) {
 }
 
 struct SoftmaxLauncher {
+  static constexpr int64_t kMinStridedRows = 0;  // strided rows are vectorized across rows: never transpose
+
   template <typename scalar_t>
   static void softmax_forward(const scalar_t* x, scalar_t* y, RowGeometry geo) {
     using acc_t = at::opmath_type<scalar_t>;

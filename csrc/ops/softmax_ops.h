@@ -5,6 +5,9 @@
 // Here: argument checks, contiguous inputs, output allocation, dtype dispatch,
 // the final reduction of per-row losses. The launcher gets raw pointers and a
 // RowGeometry and runs the row bodies of softmax.h. Its interface:
+//   kMinStridedRows: fewer strided rows (dim not last) than this are moved
+//                    last and made contiguous first
+
 //   softmax_forward<scalar_t>(x, y, geometry)
 //   softmax_backward<scalar_t>(grad_output, output, grad_input, geometry)
 //   cross_entropy_forward<scalar_t>(logits, target, loss_rows, n, c) -> bool (all targets valid)
@@ -70,10 +73,15 @@ struct SoftmaxOps {
     check_floating(x, "softmax", "x");
     const int64_t d = softmax_detail::wrap_dim(dim, x.dim(), "softmax");
     c10::OptionalDeviceGuard guard(x.device());
+    const auto g = softmax_detail::geometry(x, d);
+    if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && x.numel() > 0) {
+      // Few, long strided rows would leave most of the device idle: make them
+      // contiguous rows instead (two extra copies, at full bandwidth).
+      return softmax(x.movedim(d, -1), -1).movedim(-1, d).contiguous();
+    }
     at::Tensor xc = x.contiguous();
     at::Tensor y = at::empty(x.sizes(), x.options());
     if (x.numel() == 0) return y;
-    const auto g = softmax_detail::geometry(xc, d);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_softmax", [&] {
       Launcher::template softmax_forward<scalar_t>(xc.const_data_ptr<scalar_t>(),
                                                    y.mutable_data_ptr<scalar_t>(), g);
@@ -87,10 +95,13 @@ struct SoftmaxOps {
     check_same_meta(grad_output, output, "softmax_backward", "grad_output", "output");
     const int64_t d = softmax_detail::wrap_dim(dim, output.dim(), "softmax_backward");
     c10::OptionalDeviceGuard guard(output.device());
+    const auto g = softmax_detail::geometry(output, d);
+    if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && output.numel() > 0) {
+      return softmax_backward(grad_output.movedim(d, -1), output.movedim(d, -1), -1).movedim(-1, d).contiguous();
+    }
     at::Tensor gc = grad_output.contiguous(), yc = output.contiguous();
     at::Tensor dx = at::empty(output.sizes(), output.options());
     if (output.numel() == 0) return dx;
-    const auto g = softmax_detail::geometry(yc, d);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, output.scalar_type(),
                                     "labops_softmax_backward", [&] {
       Launcher::template softmax_backward<scalar_t>(gc.const_data_ptr<scalar_t>(),

@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-SUITES = ["activation"]
+SUITES = ["activation", "softmax"]
 
 
 @dataclass

@@ -159,33 +159,46 @@ void softmax_backward_contiguous_row(const scalar_t* g, const scalar_t* y, scala
 // ---- strided rows (inner > 1): Val holds the same element of W neighbouring rows ----
 
 template <typename Val, typename scalar_t>
-void softmax_strided_rows(const scalar_t* x, scalar_t* y, int64_t n, int64_t stride) {
+void softmax_strided_rows(const scalar_t* x, scalar_t* y, const RowGeometry& geo, int64_t r) {
   using acc_t = at::opmath_type<scalar_t>;
+  const int64_t start = geo.row_start(r), n = geo.size;
   Val m(neg_inf<acc_t>());
-  for (int64_t j = 0; j < n; ++j) m = row_max_step(m, load<Val>(x + j * stride));
+  for (int64_t j = 0; j < n; ++j) m = row_max_step(m, load<Val>(x + geo.element(start, j)));
   Val s(0);
   if constexpr (IsVec<Val>::value || kSimd<scalar_t>) {
     for (int64_t j = 0; j < n; ++j) {
-      Val e = exp_shifted(load<Val>(x + j * stride), m);
-      store(e, y + j * stride);
+      const int64_t k = geo.element(start, j);
+      Val e = exp_shifted(load<Val>(x + k), m);
+      store(e, y + k);
       s = s + e;
     }
     const Val inv = Val(1) / s;
-    for (int64_t j = 0; j < n; ++j) store(normalize(load<Val>(y + j * stride), inv), y + j * stride);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = geo.element(start, j);
+      store(normalize(load<Val>(y + k), inv), y + k);
+    }
   } else {
-    for (int64_t j = 0; j < n; ++j) s = s + exp_shifted(load<Val>(x + j * stride), m);
+    for (int64_t j = 0; j < n; ++j) s = s + exp_shifted(load<Val>(x + geo.element(start, j)), m);
     const Val inv = Val(1) / s;
-    for (int64_t j = 0; j < n; ++j) store(softmax_output(load<Val>(x + j * stride), m, inv), y + j * stride);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = geo.element(start, j);
+      store(softmax_output(load<Val>(x + k), m, inv), y + k);
+    }
   }
 }
 
 template <typename Val, typename scalar_t>
-void softmax_backward_strided_rows(const scalar_t* g, const scalar_t* y, scalar_t* dx, int64_t n,
-                                   int64_t stride) {
+void softmax_backward_strided_rows(const scalar_t* g, const scalar_t* y, scalar_t* dx, const RowGeometry& geo,
+                                   int64_t r) {
+  const int64_t start = geo.row_start(r), n = geo.size;
   Val dot(0);
-  for (int64_t j = 0; j < n; ++j) dot = dot_step(dot, load<Val>(g + j * stride), load<Val>(y + j * stride));
   for (int64_t j = 0; j < n; ++j) {
-    store(softmax_grad(load<Val>(g + j * stride), load<Val>(y + j * stride), dot), dx + j * stride);
+    const int64_t k = geo.element(start, j);
+    dot = dot_step(dot, load<Val>(g + k), load<Val>(y + k));
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t k = geo.element(start, j);
+    store(softmax_grad(load<Val>(g + k), load<Val>(y + k), dot), dx + k);
   }
 }
 
@@ -225,15 +238,15 @@ struct SoftmaxLauncher {
     for_each_row<scalar_t>(
         geo,
         [&](int64_t r) {
-          if constexpr (kSimd<scalar_t>) {
-            const int64_t s = geo.row_start(r);
-            softmax_strided_rows<Vec>(x + s, y + s, geo.size, geo.inner);
-          }
+          if constexpr (kSimd<scalar_t>) softmax_strided_rows<Vec>(x, y, geo, r);
         },
         [&](int64_t r) {
-          const int64_t s = geo.row_start(r);
-          if (geo.inner == 1) softmax_contiguous_row(x + s, y + s, geo.size);
-          else softmax_strided_rows<acc_t>(x + s, y + s, geo.size, geo.inner);
+          if (geo.inner == 1) {
+            const int64_t s = geo.row_start(r);
+            softmax_contiguous_row(x + s, y + s, geo.size);
+          } else {
+            softmax_strided_rows<acc_t>(x, y, geo, r);
+          }
         });
   }
 
@@ -244,15 +257,15 @@ struct SoftmaxLauncher {
     for_each_row<scalar_t>(
         geo,
         [&](int64_t r) {
-          if constexpr (kSimd<scalar_t>) {
-            const int64_t s = geo.row_start(r);
-            softmax_backward_strided_rows<Vec>(g + s, y + s, dx + s, geo.size, geo.inner);
-          }
+          if constexpr (kSimd<scalar_t>) softmax_backward_strided_rows<Vec>(g, y, dx, geo, r);
         },
         [&](int64_t r) {
-          const int64_t s = geo.row_start(r);
-          if (geo.inner == 1) softmax_backward_contiguous_row(g + s, y + s, dx + s, geo.size);
-          else softmax_backward_strided_rows<acc_t>(g + s, y + s, dx + s, geo.size, geo.inner);
+          if (geo.inner == 1) {
+            const int64_t s = geo.row_start(r);
+            softmax_backward_contiguous_row(g + s, y + s, dx + s, geo.size);
+          } else {
+            softmax_backward_strided_rows<acc_t>(g, y, dx, geo, r);
+          }
         });
   }
 

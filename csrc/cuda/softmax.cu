@@ -55,6 +55,12 @@ constexpr int max_loads(int inputs) {
   else return inputs == 1 ? 8 : 4;
 }
 
+// Threads per block of the long-row kernels (doubles need more registers for exp).
+template <typename scalar_t>
+constexpr int long_threads() {
+  return sizeof(scalar_t) == 8 ? 512 : kMaxThreads;
+}
+
 // Loads in flight per thread and input in the long-row kernels.
 template <typename scalar_t>
 constexpr int long_unroll() {
@@ -366,7 +372,7 @@ __device__ MaxSumExp<acc_t> online_row(const scalar_t* row_ptr, int64_t n) {
 }
 
 template <typename scalar_t, int V>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(long_threads<scalar_t>())
     softmax_forward_long(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo) {
   using acc_t = at::opmath_type<scalar_t>;
   using VecT = Vec<scalar_t, V>;
@@ -388,7 +394,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 template <typename scalar_t, int V>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(long_threads<scalar_t>())
     softmax_backward_long(const scalar_t* __restrict__ g, const scalar_t* __restrict__ y, scalar_t* __restrict__ dx,
                           RowGeometry geo) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -431,7 +437,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 template <typename scalar_t, int V, typename acc_t = at::opmath_type<scalar_t>>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(long_threads<scalar_t>())
     cross_entropy_forward_long(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
                                acc_t* __restrict__ loss, RowGeometry geo, int* bad_target) {
   __shared__ acc_t smem_max[kWarp], smem_sum[kWarp];
@@ -451,7 +457,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 template <typename scalar_t, int V, typename acc_t = at::opmath_type<scalar_t>>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(long_threads<scalar_t>())
     cross_entropy_backward_long(const scalar_t* __restrict__ grad_loss, int64_t grad_stride, acc_t scale,
                                 const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
                                 scalar_t* __restrict__ grad, RowGeometry geo) {
@@ -487,10 +493,10 @@ __global__ void softmax_forward_strided(const scalar_t* __restrict__ x, scalar_t
   LABOPS_KERNEL_LOOP(r, geo.rows()) {
     const int64_t start = geo.row_start(r);
     MaxSumExp<acc_t> st = empty_max_sum<acc_t>();
-    for (int64_t j = 0; j < geo.size; ++j) st = online_update(st, static_cast<acc_t>(x[start + j * geo.inner]));
+    for (int64_t j = 0; j < geo.size; ++j) st = online_update(st, static_cast<acc_t>(x[geo.element(start, j)]));
     const acc_t inv = acc_t(1) / st.sum;
     for (int64_t j = 0; j < geo.size; ++j) {
-      const int64_t k = start + j * geo.inner;
+      const int64_t k = geo.element(start, j);
       y[k] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(x[k]), st.max, inv));
     }
   }
@@ -504,11 +510,11 @@ __global__ void softmax_backward_strided(const scalar_t* __restrict__ g, const s
     const int64_t start = geo.row_start(r);
     acc_t dot = 0;
     for (int64_t j = 0; j < geo.size; ++j) {
-      const int64_t k = start + j * geo.inner;
+      const int64_t k = geo.element(start, j);
       dot = dot_step(dot, static_cast<acc_t>(g[k]), static_cast<acc_t>(y[k]));
     }
     for (int64_t j = 0; j < geo.size; ++j) {
-      const int64_t k = start + j * geo.inner;
+      const int64_t k = geo.element(start, j);
       dx[k] = static_cast<scalar_t>(softmax_grad(static_cast<acc_t>(g[k]), static_cast<acc_t>(y[k]), dot));
     }
   }
@@ -622,7 +628,7 @@ struct SoftmaxLauncher {
     } else {
       with_long_vec<kVec>(aligned, geo.size, [&](auto vec) {
         softmax_forward_long<scalar_t, decltype(vec)::value>
-            <<<long_blocks(geo.rows()), kMaxThreads, 0, stream>>>(x, y, geo);
+            <<<long_blocks(geo.rows()), long_threads<scalar_t>(), 0, stream>>>(x, y, geo);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }
@@ -649,7 +655,7 @@ struct SoftmaxLauncher {
     } else {
       with_long_vec<kVec>(aligned, geo.size, [&](auto vec) {
         softmax_backward_long<scalar_t, decltype(vec)::value>
-            <<<long_blocks(geo.rows()), kMaxThreads, 0, stream>>>(g, y, dx, geo);
+            <<<long_blocks(geo.rows()), long_threads<scalar_t>(), 0, stream>>>(g, y, dx, geo);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }
@@ -675,7 +681,7 @@ struct SoftmaxLauncher {
     } else {
       with_long_vec<kVec>(aligned, c, [&](auto vec) {
         cross_entropy_forward_long<scalar_t, decltype(vec)::value>
-            <<<long_blocks(n), kMaxThreads, 0, stream>>>(logits, target, loss, geo, bad_ptr);
+            <<<long_blocks(n), long_threads<scalar_t>(), 0, stream>>>(logits, target, loss, geo, bad_ptr);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }
@@ -702,7 +708,7 @@ struct SoftmaxLauncher {
     } else {
       with_long_vec<kVec>(aligned, c, [&](auto vec) {
         cross_entropy_backward_long<scalar_t, decltype(vec)::value>
-            <<<long_blocks(n), kMaxThreads, 0, stream>>>(grad_loss, grad_stride, scale, logits, target, grad, geo);
+            <<<long_blocks(n), long_threads<scalar_t>(), 0, stream>>>(grad_loss, grad_stride, scale, logits, target, grad, geo);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }

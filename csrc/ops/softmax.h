@@ -42,6 +42,8 @@ struct RowGeometry {
     const int64_t o = r / inner;
     return o * size * inner + (r - o * inner);
   }
+  // Offset of element j of the row that starts at `start`.
+  LABOPS_HOST_DEVICE int64_t element(int64_t start, int64_t j) const { return start + j * inner; }
 };
 
 template <typename T>

@@ -54,7 +54,10 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "
     Per row: ``loss = max + log(sum(exp(x - max))) - x[target]``. The backward
     recomputes softmax from the logits: ``(softmax - onehot) * g`` (``/ N`` for
     the mean). A target outside [0, C) raises ValueError (on CUDA this reads
-    back one flag, so the call synchronizes; the CUDA context stays usable).
+    back one flag, so the call synchronizes and cannot be captured in a CUDA
+    graph; the CUDA context stays usable). The backward op does not check
+    again (autograd only runs it after a forward that passed): called
+    directly, it returns NaN for the rows of out-of-range targets.
     """
     _check_logits_target(logits, target, "cross_entropy")
     check_choice(reduction, CROSS_ENTROPY_REDUCTIONS, "cross_entropy", "reduction")

@@ -58,6 +58,13 @@ TORCH_LIBRARY(labops, m) {
         "Tensor(b!)? grad_bias, int[2] stride, int[2] padding, int[2] dilation, float scale=1) -> ()");
 
   // ---- softmax / cross_entropy ----
+  // softmax backward takes the saved output y: grad_x = y * (g - sum(g * y)) along dim.
+  m.def("softmax(Tensor x, int dim) -> Tensor");
+  m.def("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
+  // Fused log-softmax + NLL on (N, C) logits and int64 class indices; reduction is
+  // 'mean', 'sum' or 'none'. The backward recomputes softmax from the logits.
+  m.def("cross_entropy(Tensor logits, Tensor target, str reduction='mean') -> Tensor");
+  m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor target, str reduction) -> Tensor");
 
   // ---- reorg ----
   // YOLOv2 passthrough, order 'darknet', 'dcr' (space_to_depth) or 'crd' (pixel_unshuffle);

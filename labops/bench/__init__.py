@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-SUITES = ["activation", "upsample", "depthwise", "conv2d_mm", "pooling", "reorg"]
+SUITES = ["activation", "upsample", "depthwise", "conv2d_mm", "pooling", "reorg", "softmax"]
 
 
 @dataclass

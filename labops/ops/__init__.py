@@ -19,6 +19,7 @@ from . import (  # noqa: E402
     conv2d_mm as _conv2d_mm,
     pooling as _pooling,
     reorg as _reorg,
+    softmax as _softmax,
 )
 from .activation import *  # noqa: E402,F401,F403
 from .upsample import *  # noqa: E402,F401,F403
@@ -26,6 +27,7 @@ from .depthwise import *  # noqa: E402,F401,F403
 from .conv2d_mm import *  # noqa: E402,F401,F403
 from .pooling import *  # noqa: E402,F401,F403
 from .reorg import *  # noqa: E402,F401,F403
+from .softmax import *  # noqa: E402,F401,F403
 
 __all__ = [
     *_activation.__all__,
@@ -34,4 +36,5 @@ __all__ = [
     *_conv2d_mm.__all__,
     *_pooling.__all__,
     *_reorg.__all__,
+    *_softmax.__all__,
 ]

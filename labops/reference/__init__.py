@@ -16,6 +16,7 @@ from . import (
     conv2d_mm as _conv2d_mm,
     pooling as _pooling,
     reorg as _reorg,
+    softmax as _softmax,
 )
 from .activation import *  # noqa: F401,F403
 from .upsample import *  # noqa: F401,F403
@@ -23,6 +24,7 @@ from .depthwise import *  # noqa: F401,F403
 from .conv2d_mm import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
 from .reorg import *  # noqa: F401,F403
+from .softmax import *  # noqa: F401,F403
 
 __all__ = [
     *_activation.__all__,
@@ -31,4 +33,5 @@ __all__ = [
     *_conv2d_mm.__all__,
     *_pooling.__all__,
     *_reorg.__all__,
+    *_softmax.__all__,
 ]

@@ -1,0 +1,723 @@
+// CUDA kernels for softmax and cross-entropy: the row bodies of ops/softmax.h
+// in three kinds of kernel, picked per call from the row length.
+//
+//  * Rows in registers (rows along the innermost dim, up to 32K floats): a row
+//    is handled by 1..32 lanes of a warp (short rows: several rows per warp,
+//    no shared memory) or by a whole block of up to 1024 threads (long rows).
+//    Each thread loads its slice with 16-byte loads, all issued before the
+//    first use, and keeps it in registers: the max, the sum of exps and the
+//    output are computed from that one read (the input is read once).
+//  * Rows too long for registers: one block per row, an online (max, sum)
+//    pass, then a write pass that reads the row again (mostly from L2, since a
+//    block finishes its row before starting another).
+//  * Strided rows (softmax along a dim that is not the last): one thread per
+//    row; neighbouring threads read neighbouring addresses, so loads coalesce.
+//
+// Cross-entropy validates targets without a device-side assert: a kernel that
+// meets a target outside [0, C) writes NaN for that row and sets a flag; the
+// host reads the flag after the kernel and raises ValueError. The CUDA context
+// stays usable. Logits are never read at an out-of-range target.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include <ATen/OpMathType.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <torch/library.h>
+
+#include "../ops/softmax_ops.h"
+
+namespace labops::cuda {
+namespace {
+
+using namespace labops::ops::softmax;
+
+constexpr int kVecBytes = 16;
+constexpr int kWarp = 32;
+constexpr int kMaxThreads = 1024;
+constexpr int kRowsPerWarpBlock = 128;  // threads per block when rows are a warp or less
+
+// Loads per thread per row in the register kernels, at most: a thread keeps
+// about 32 registers of row data (16 when the values are 2 bytes, whose float
+// copies the compiler may keep too; doubles: exp needs many registers), so a
+// 1024-thread block fits in 64 registers per thread without spilling.
+// `inputs` is 2 for the softmax backward (g and y), else 1.
+template <typename scalar_t>
+constexpr int max_loads(int inputs) {
+  if constexpr (sizeof(scalar_t) == 8) return 2;
+  else if constexpr (sizeof(scalar_t) == 2) return inputs == 1 ? 4 : 2;
+  else return inputs == 1 ? 8 : 4;
+}
+
+// Threads per block of the long-row kernels (doubles need more registers for exp).
+template <typename scalar_t>
+constexpr int long_threads() {
+  return sizeof(scalar_t) == 8 ? 512 : kMaxThreads;
+}
+
+// Loads in flight per thread and input in the long-row kernels.
+template <typename scalar_t>
+constexpr int long_unroll() {
+  return sizeof(scalar_t) == 4 ? 4 : sizeof(scalar_t) == 2 ? 2 : 1;
+}
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// The second pass of the long-row kernels reads a row for the last time and
+// writes an output nobody reads soon: mark both "evict first" (ld/st.global.cs)
+// so they do not push the rows that other blocks are about to reread out of L2.
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> load_last_use(const Vec<T, V>* p) {
+  if constexpr (sizeof(Vec<T, V>) == 16) {
+    const int4 bits = __ldcs(reinterpret_cast<const int4*>(p));
+    Vec<T, V> out;
+    memcpy(&out, &bits, sizeof(out));
+    return out;
+  } else {
+    return *p;
+  }
+}
+template <typename T, int V>
+__device__ __forceinline__ void store_streaming(Vec<T, V>* p, const Vec<T, V>& v) {
+  if constexpr (sizeof(Vec<T, V>) == 16) {
+    int4 bits;
+    memcpy(&bits, &v, sizeof(bits));
+    __stcs(reinterpret_cast<int4*>(p), bits);
+  } else {
+    *p = v;
+  }
+}
+
+template <typename scalar_t>
+constexpr int vec_width() {
+  return kVecBytes / static_cast<int>(sizeof(scalar_t));
+}
+
+// ---- reductions across the threads of one row ----
+
+template <typename T>
+struct MaxOp {
+  __device__ __forceinline__ T operator()(T a, T b) const { return row_max_step(a, b); }
+};
+template <typename T>
+struct SumOp {
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_allreduce(T v, int width, Op op) {
+  for (int offset = width >> 1; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Every thread of a row gets the row's reduction. A row is `tpr` consecutive
+// threads: part of a warp (tpr <= 32: shuffles only) or the whole block.
+template <typename T, typename Op>
+__device__ __forceinline__ T row_allreduce(T v, int tpr, Op op, T identity, T* smem) {
+  v = warp_allreduce(v, tpr < kWarp ? tpr : kWarp, op);
+  if (tpr <= kWarp) return v;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  __syncthreads();  // readers of the previous reduction are done with smem
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / kWarp) ? smem[lane] : identity;
+  return warp_allreduce(v, kWarp, op);
+}
+
+template <typename T>
+__device__ __forceinline__ MaxSumExp<T> block_allreduce(MaxSumExp<T> s, T* smem_max, T* smem_sum) {
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
+    s = online_merge(s, {__shfl_xor_sync(0xffffffffu, s.max, offset), __shfl_xor_sync(0xffffffffu, s.sum, offset)});
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  __syncthreads();
+  if (lane == 0) {
+    smem_max[warp] = s.max;
+    smem_sum[warp] = s.sum;
+  }
+  __syncthreads();
+  s = lane < static_cast<int>(blockDim.x / kWarp) ? MaxSumExp<T>{smem_max[lane], smem_sum[lane]} : empty_max_sum<T>();
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
+    s = online_merge(s, {__shfl_xor_sync(0xffffffffu, s.max, offset), __shfl_xor_sync(0xffffffffu, s.sum, offset)});
+  }
+  return s;
+}
+
+// ---- rows in registers ----
+// Thread `lane` of a row holds the vectors at columns (l * tpr + lane) * V,
+// l < kLoads: each load instruction of the row's threads covers one
+// contiguous stretch of tpr * 16 bytes. Blocks loop over rows (uniformly, so
+// every lane of a warp reaches every shuffle).
+struct RowThreads {
+  int tpr;
+  int lane;
+  int64_t first_row;  // of this block's current batch
+  int rows_per_block;
+  int sub;  // which row of the batch is this thread's
+
+  __device__ explicit RowThreads(int tpr_log2)
+      : tpr(1 << tpr_log2),
+        lane(static_cast<int>(threadIdx.x) & ((1 << tpr_log2) - 1)),
+        first_row(static_cast<int64_t>(blockIdx.x) * (blockDim.x >> tpr_log2)),
+        rows_per_block(blockDim.x >> tpr_log2),
+        sub(threadIdx.x >> tpr_log2) {}
+  __device__ int64_t row() const { return first_row + sub; }
+  __device__ void next() { first_row += static_cast<int64_t>(gridDim.x) * rows_per_block; }
+  template <int V>
+  __device__ int64_t col(int l) const { return (static_cast<int64_t>(l) * tpr + lane) * V; }
+};
+
+template <int kLoads, int V, typename scalar_t>
+__device__ __forceinline__ void load_slice(Vec<scalar_t, V> (&v)[kLoads], const scalar_t* row_ptr, int64_t n,
+                                           bool active, const RowThreads& rt, scalar_t pad) {
+#pragma unroll
+  for (int l = 0; l < kLoads; ++l) {
+    const int64_t c = rt.col<V>(l);
+    if (active && c < n) {
+      v[l] = *reinterpret_cast<const Vec<scalar_t, V>*>(row_ptr + c);
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[l].v[e] = pad;
+    }
+  }
+}
+
+template <typename scalar_t, int V, int kLoads>
+__global__ void __launch_bounds__(kMaxThreads)
+    softmax_forward_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo, int tpr_log2) {
+  using acc_t = at::opmath_type<scalar_t>;
+  __shared__ acc_t smem[kWarp];
+  const int64_t rows = geo.rows(), n = geo.size;
+  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
+    const bool active = rt.row() < rows;
+    const int64_t start = geo.row_start(active ? rt.row() : 0);
+    Vec<scalar_t, V> v[kLoads];
+    load_slice(v, x + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
+    acc_t m = neg_inf<acc_t>();
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+      for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].v[e]));
+    m = row_allreduce(m, rt.tpr, MaxOp<acc_t>{}, neg_inf<acc_t>(), smem);
+    acc_t s = 0;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += exp_shifted(static_cast<acc_t>(v[l].v[e]), m);
+    s = row_allreduce(s, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
+    const acc_t inv = acc_t(1) / s;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int64_t c = rt.col<V>(l);
+      if (active && c < n) {
+        Vec<scalar_t, V> out;
+#pragma unroll
+        for (int e = 0; e < V; ++e) out.v[e] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(v[l].v[e]), m, inv));
+        *reinterpret_cast<Vec<scalar_t, V>*>(y + start + c) = out;
+      }
+    }
+  }
+}
+
+template <typename scalar_t, int V, int kLoads>
+__global__ void __launch_bounds__(kMaxThreads)
+    softmax_backward_rows(const scalar_t* __restrict__ g, const scalar_t* __restrict__ y, scalar_t* __restrict__ dx,
+                          RowGeometry geo, int tpr_log2) {
+  using acc_t = at::opmath_type<scalar_t>;
+  __shared__ acc_t smem[kWarp];
+  const int64_t rows = geo.rows(), n = geo.size;
+  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
+    const bool active = rt.row() < rows;
+    const int64_t start = geo.row_start(active ? rt.row() : 0);
+    Vec<scalar_t, V> gv[kLoads], yv[kLoads];
+    load_slice(gv, g + start, n, active, rt, scalar_t(0));
+    load_slice(yv, y + start, n, active, rt, scalar_t(0));
+    acc_t dot = 0;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+      for (int e = 0; e < V; ++e) dot = dot_step(dot, static_cast<acc_t>(gv[l].v[e]), static_cast<acc_t>(yv[l].v[e]));
+    dot = row_allreduce(dot, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int64_t c = rt.col<V>(l);
+      if (active && c < n) {
+        Vec<scalar_t, V> out;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          out.v[e] = static_cast<scalar_t>(softmax_grad(static_cast<acc_t>(gv[l].v[e]), static_cast<acc_t>(yv[l].v[e]), dot));
+        }
+        *reinterpret_cast<Vec<scalar_t, V>*>(dx + start + c) = out;
+      }
+    }
+  }
+}
+
+template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type<scalar_t>>
+__global__ void __launch_bounds__(kMaxThreads)
+    cross_entropy_forward_rows(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
+                               acc_t* __restrict__ loss, RowGeometry geo, int tpr_log2, int* bad_target) {
+  __shared__ acc_t smem[kWarp];
+  const int64_t rows = geo.rows(), n = geo.size;
+  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
+    const bool active = rt.row() < rows;
+    const int64_t row = active ? rt.row() : 0, start = geo.row_start(row);
+    const int64_t t = target[row];
+    Vec<scalar_t, V> v[kLoads];
+    load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
+    acc_t m = neg_inf<acc_t>();
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+      for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].v[e]));
+    m = row_allreduce(m, rt.tpr, MaxOp<acc_t>{}, neg_inf<acc_t>(), smem);
+    acc_t s = 0;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += exp_shifted(static_cast<acc_t>(v[l].v[e]), m);
+    s = row_allreduce(s, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
+    if (active && rt.lane == 0) {
+      if (target_in_range(t, n)) {
+        loss[row] = cross_entropy_loss(m, s, static_cast<acc_t>(logits[start + t]));
+      } else {
+        loss[row] = std::numeric_limits<acc_t>::quiet_NaN();
+        *bad_target = 1;
+      }
+    }
+  }
+}
+
+template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type<scalar_t>>
+__global__ void __launch_bounds__(kMaxThreads)
+    cross_entropy_backward_rows(const scalar_t* __restrict__ grad_loss, int64_t grad_stride, acc_t scale,
+                                const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
+                                scalar_t* __restrict__ grad, RowGeometry geo, int tpr_log2) {
+  __shared__ acc_t smem[kWarp];
+  const int64_t rows = geo.rows(), n = geo.size;
+  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
+    const bool active = rt.row() < rows;
+    const int64_t row = active ? rt.row() : 0, start = geo.row_start(row);
+    const int64_t t = target[row];
+    const acc_t row_scale = static_cast<acc_t>(grad_loss[row * grad_stride]) * scale;
+    Vec<scalar_t, V> v[kLoads];
+    load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
+    acc_t m = neg_inf<acc_t>();
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+      for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].v[e]));
+    m = row_allreduce(m, rt.tpr, MaxOp<acc_t>{}, neg_inf<acc_t>(), smem);
+    acc_t s = 0;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += exp_shifted(static_cast<acc_t>(v[l].v[e]), m);
+    s = row_allreduce(s, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
+    const acc_t inv = acc_t(1) / s;
+    // A bad target (only possible when the op is called directly, the forward
+    // raises for it) gives a NaN row instead of a device-side assert.
+    const acc_t nan_if_bad = target_in_range(t, n) ? acc_t(0) : std::numeric_limits<acc_t>::quiet_NaN();
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int64_t c = rt.col<V>(l);
+      if (active && c < n) {
+        Vec<scalar_t, V> out;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const acc_t onehot = c + e == t ? acc_t(1) : acc_t(0);
+          out.v[e] = static_cast<scalar_t>(
+              cross_entropy_grad(static_cast<acc_t>(v[l].v[e]), m, inv, onehot, row_scale) + nan_if_bad);
+        }
+        *reinterpret_cast<Vec<scalar_t, V>*>(grad + start + c) = out;
+      }
+    }
+  }
+}
+
+// ---- rows too long for registers: one block per row, read twice ----
+
+// The online (max, sum of exps) of this thread's share of a row, kLongUnroll
+// loads in flight.
+template <typename scalar_t, int V, typename acc_t = at::opmath_type<scalar_t>>
+__device__ MaxSumExp<acc_t> online_row(const scalar_t* row_ptr, int64_t n) {
+  using VecT = Vec<scalar_t, V>;
+  constexpr int kLongUnroll = long_unroll<scalar_t>();
+  const int64_t nv = n / V, step = blockDim.x;
+  MaxSumExp<acc_t> st = empty_max_sum<acc_t>();
+  for (int64_t q = threadIdx.x; q < nv; q += step * kLongUnroll) {
+    VecT v[kLongUnroll];
+#pragma unroll
+    for (int u = 0; u < kLongUnroll; ++u) {
+      if (q + u * step < nv) v[u] = reinterpret_cast<const VecT*>(row_ptr)[q + u * step];
+    }
+#pragma unroll
+    for (int u = 0; u < kLongUnroll; ++u) {
+      if (q + u * step < nv) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) st = online_update(st, static_cast<acc_t>(v[u].v[e]));
+      }
+    }
+  }
+  return st;
+}
+
+template <typename scalar_t, int V>
+__global__ void __launch_bounds__(long_threads<scalar_t>())
+    softmax_forward_long(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using VecT = Vec<scalar_t, V>;
+  __shared__ acc_t smem_max[kWarp], smem_sum[kWarp];
+  const int64_t nv = geo.size / V;
+  for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
+    const int64_t start = geo.row_start(row);
+    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(x + start, geo.size), smem_max, smem_sum);
+    const acc_t inv = acc_t(1) / st.sum;
+#pragma unroll long_unroll<scalar_t>()
+    for (int64_t q = threadIdx.x; q < nv; q += blockDim.x) {
+      const VecT in = load_last_use(reinterpret_cast<const VecT*>(x + start) + q);
+      VecT out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(in.v[e]), st.max, inv));
+      store_streaming(reinterpret_cast<VecT*>(y + start) + q, out);
+    }
+  }
+}
+
+template <typename scalar_t, int V>
+__global__ void __launch_bounds__(long_threads<scalar_t>())
+    softmax_backward_long(const scalar_t* __restrict__ g, const scalar_t* __restrict__ y, scalar_t* __restrict__ dx,
+                          RowGeometry geo) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using VecT = Vec<scalar_t, V>;
+  constexpr int kLongUnroll = long_unroll<scalar_t>();
+  __shared__ acc_t smem[kWarp];
+  const int64_t nv = geo.size / V, step = blockDim.x;
+  for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
+    const int64_t start = geo.row_start(row);
+    const VecT* gr = reinterpret_cast<const VecT*>(g + start);
+    const VecT* yr = reinterpret_cast<const VecT*>(y + start);
+    acc_t dot = 0;
+    for (int64_t q = threadIdx.x; q < nv; q += step * kLongUnroll) {
+      VecT gv[kLongUnroll], yv[kLongUnroll];
+#pragma unroll
+      for (int u = 0; u < kLongUnroll; ++u) {
+        if (q + u * step < nv) {
+          gv[u] = gr[q + u * step];
+          yv[u] = yr[q + u * step];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kLongUnroll; ++u) {
+        if (q + u * step < nv) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) dot = dot_step(dot, static_cast<acc_t>(gv[u].v[e]), static_cast<acc_t>(yv[u].v[e]));
+        }
+      }
+    }
+    dot = row_allreduce(dot, static_cast<int>(blockDim.x), SumOp<acc_t>{}, acc_t(0), smem);
+#pragma unroll long_unroll<scalar_t>()
+    for (int64_t q = threadIdx.x; q < nv; q += step) {
+      const VecT gq = load_last_use(gr + q), yq = load_last_use(yr + q);
+      VecT out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = static_cast<scalar_t>(softmax_grad(static_cast<acc_t>(gq.v[e]), static_cast<acc_t>(yq.v[e]), dot));
+      store_streaming(reinterpret_cast<VecT*>(dx + start) + q, out);
+    }
+  }
+}
+
+template <typename scalar_t, int V, typename acc_t = at::opmath_type<scalar_t>>
+__global__ void __launch_bounds__(long_threads<scalar_t>())
+    cross_entropy_forward_long(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
+                               acc_t* __restrict__ loss, RowGeometry geo, int* bad_target) {
+  __shared__ acc_t smem_max[kWarp], smem_sum[kWarp];
+  for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
+    const int64_t start = geo.row_start(row);
+    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(logits + start, geo.size), smem_max, smem_sum);
+    if (threadIdx.x == 0) {
+      const int64_t t = target[row];
+      if (target_in_range(t, geo.size)) {
+        loss[row] = cross_entropy_loss(st.max, st.sum, static_cast<acc_t>(logits[start + t]));
+      } else {
+        loss[row] = std::numeric_limits<acc_t>::quiet_NaN();
+        *bad_target = 1;
+      }
+    }
+  }
+}
+
+template <typename scalar_t, int V, typename acc_t = at::opmath_type<scalar_t>>
+__global__ void __launch_bounds__(long_threads<scalar_t>())
+    cross_entropy_backward_long(const scalar_t* __restrict__ grad_loss, int64_t grad_stride, acc_t scale,
+                                const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
+                                scalar_t* __restrict__ grad, RowGeometry geo) {
+  using VecT = Vec<scalar_t, V>;
+  __shared__ acc_t smem_max[kWarp], smem_sum[kWarp];
+  const int64_t nv = geo.size / V;
+  for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
+    const int64_t start = geo.row_start(row);
+    const int64_t t = target[row];
+    const acc_t row_scale = static_cast<acc_t>(grad_loss[row * grad_stride]) * scale;
+    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(logits + start, geo.size), smem_max, smem_sum);
+    const acc_t inv = acc_t(1) / st.sum;
+    const acc_t nan_if_bad = target_in_range(t, geo.size) ? acc_t(0) : std::numeric_limits<acc_t>::quiet_NaN();
+#pragma unroll long_unroll<scalar_t>()
+    for (int64_t q = threadIdx.x; q < nv; q += blockDim.x) {
+      const VecT in = load_last_use(reinterpret_cast<const VecT*>(logits + start) + q);
+      VecT out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const acc_t onehot = q * V + e == t ? acc_t(1) : acc_t(0);
+        out.v[e] = static_cast<scalar_t>(cross_entropy_grad(static_cast<acc_t>(in.v[e]), st.max, inv, onehot, row_scale) + nan_if_bad);
+      }
+      store_streaming(reinterpret_cast<VecT*>(grad + start) + q, out);
+    }
+  }
+}
+
+// ---- strided rows (dim is not the last): one thread per row ----
+
+template <typename scalar_t>
+__global__ void softmax_forward_strided(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo) {
+  using acc_t = at::opmath_type<scalar_t>;
+  LABOPS_KERNEL_LOOP(r, geo.rows()) {
+    const int64_t start = geo.row_start(r);
+    MaxSumExp<acc_t> st = empty_max_sum<acc_t>();
+    for (int64_t j = 0; j < geo.size; ++j) st = online_update(st, static_cast<acc_t>(x[geo.element(start, j)]));
+    const acc_t inv = acc_t(1) / st.sum;
+    for (int64_t j = 0; j < geo.size; ++j) {
+      const int64_t k = geo.element(start, j);
+      y[k] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(x[k]), st.max, inv));
+    }
+  }
+}
+
+template <typename scalar_t>
+__global__ void softmax_backward_strided(const scalar_t* __restrict__ g, const scalar_t* __restrict__ y,
+                                         scalar_t* __restrict__ dx, RowGeometry geo) {
+  using acc_t = at::opmath_type<scalar_t>;
+  LABOPS_KERNEL_LOOP(r, geo.rows()) {
+    const int64_t start = geo.row_start(r);
+    acc_t dot = 0;
+    for (int64_t j = 0; j < geo.size; ++j) {
+      const int64_t k = geo.element(start, j);
+      dot = dot_step(dot, static_cast<acc_t>(g[k]), static_cast<acc_t>(y[k]));
+    }
+    for (int64_t j = 0; j < geo.size; ++j) {
+      const int64_t k = geo.element(start, j);
+      dx[k] = static_cast<scalar_t>(softmax_grad(static_cast<acc_t>(g[k]), static_cast<acc_t>(y[k]), dot));
+    }
+  }
+}
+
+// ---- choosing a kernel ----
+
+inline bool is_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; }
+
+inline int ceil_log2(int64_t v) {
+  int l = 0;
+  while ((int64_t(1) << l) < v) ++l;
+  return l;
+}
+
+inline int multiprocessor_count() {
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c10::cuda::current_device()));
+  return sms;
+}
+
+// How the rows of length n map to threads; `fits` is false when a row is too
+// long for the registers of one block (then the *_long kernels run).
+struct RowPlan {
+  bool fits = false;
+  int vec = 1;       // elements per load: 16 bytes' worth, or 1 when unaligned
+  int loads = 1;     // loads per thread per row (1, 2, 4, 8)
+  int tpr_log2 = 0;  // log2(threads per row)
+  int threads = kRowsPerWarpBlock;
+
+  int64_t blocks(int64_t rows) const {
+    const int64_t rows_per_block = threads >> tpr_log2;
+    return std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t(1) << 30);
+  }
+};
+
+template <typename scalar_t>
+RowPlan plan_rows(int64_t n, bool aligned, int load_cap) {
+  constexpr int kVec = vec_width<scalar_t>();
+  RowPlan p;
+  p.vec = aligned && n % kVec == 0 ? kVec : 1;
+  const int64_t nv = (n + p.vec - 1) / p.vec;  // loads per row
+  if (nv <= int64_t(kWarp) * load_cap) {       // a warp or less per row
+    p.tpr_log2 = std::min(5, ceil_log2(nv));
+    p.threads = kRowsPerWarpBlock;
+  } else if (nv <= int64_t(kMaxThreads) * load_cap) {  // a block per row, up to 4 loads per thread
+    const int64_t per_thread = std::min(4, load_cap);
+    p.tpr_log2 = std::clamp(ceil_log2((nv + per_thread - 1) / per_thread), 6, 10);
+    p.threads = 1 << p.tpr_log2;
+  } else {
+    return p;
+  }
+  p.loads = 1 << ceil_log2((nv + (1 << p.tpr_log2) - 1) >> p.tpr_log2);
+  p.fits = p.loads <= load_cap;
+  return p;
+}
+
+// Calls launch(vec, loads) with both as std::integral_constant; only load
+// counts up to kMaxLoads are instantiated.
+template <int kVec, int kMaxLoads, typename F>
+void with_plan(const RowPlan& p, F&& launch) {
+  auto by_loads = [&](auto vec) {
+    if (p.loads == 1) launch(vec, std::integral_constant<int, 1>{});
+    else if (p.loads == 2) launch(vec, std::integral_constant<int, 2>{});
+    else if constexpr (kMaxLoads >= 4) {
+      if (p.loads == 4) launch(vec, std::integral_constant<int, 4>{});
+      else if constexpr (kMaxLoads >= 8) launch(vec, std::integral_constant<int, 8>{});
+    }
+  };
+  TORCH_INTERNAL_ASSERT(p.fits && p.loads <= kMaxLoads);
+  if (p.vec == 1) by_loads(std::integral_constant<int, 1>{});
+  else by_loads(std::integral_constant<int, kVec>{});
+}
+
+// The long-row kernels: vectorized when the rows allow it.
+template <int kVec, typename F>
+void with_long_vec(bool aligned, int64_t n, F&& launch) {
+  if (aligned && n % kVec == 0) launch(std::integral_constant<int, kVec>{});
+  else launch(std::integral_constant<int, 1>{});
+}
+
+inline int64_t long_blocks(int64_t rows) {
+  // One 1024-thread block per multiprocessor: a block rereads its row soon
+  // after the first pass, while the row is still in L2.
+  return std::min<int64_t>(rows, multiprocessor_count());
+}
+
+struct SoftmaxLauncher {
+  // The strided kernel has one thread per row and one load in flight each:
+  // with fewer rows than this, transposing first is faster.
+  static constexpr int64_t kMinStridedRows = 32768;
+
+  template <typename scalar_t>
+  static void softmax_forward(const scalar_t* x, scalar_t* y, RowGeometry geo) {
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    constexpr int kVec = vec_width<scalar_t>();
+    if (geo.inner > 1) {
+      softmax_forward_strided<scalar_t><<<get_blocks(geo.rows()), kThreadsPerBlock, 0, stream>>>(x, y, geo);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
+    const bool aligned = is_aligned(x) && is_aligned(y);
+    constexpr int kLoads = max_loads<scalar_t>(1);
+    const RowPlan p = plan_rows<scalar_t>(geo.size, aligned, kLoads);
+    if (p.fits) {
+      with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
+        softmax_forward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
+            <<<p.blocks(geo.rows()), p.threads, 0, stream>>>(x, y, geo, p.tpr_log2);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    } else {
+      with_long_vec<kVec>(aligned, geo.size, [&](auto vec) {
+        softmax_forward_long<scalar_t, decltype(vec)::value>
+            <<<long_blocks(geo.rows()), long_threads<scalar_t>(), 0, stream>>>(x, y, geo);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    }
+  }
+
+  template <typename scalar_t>
+  static void softmax_backward(const scalar_t* g, const scalar_t* y, scalar_t* dx, RowGeometry geo) {
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    constexpr int kVec = vec_width<scalar_t>();
+    if (geo.inner > 1) {
+      softmax_backward_strided<scalar_t><<<get_blocks(geo.rows()), kThreadsPerBlock, 0, stream>>>(g, y, dx, geo);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
+    const bool aligned = is_aligned(g) && is_aligned(y) && is_aligned(dx);
+    constexpr int kLoads = max_loads<scalar_t>(2);
+    const RowPlan p = plan_rows<scalar_t>(geo.size, aligned, kLoads);
+    if (p.fits) {
+      with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
+        softmax_backward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
+            <<<p.blocks(geo.rows()), p.threads, 0, stream>>>(g, y, dx, geo, p.tpr_log2);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    } else {
+      with_long_vec<kVec>(aligned, geo.size, [&](auto vec) {
+        softmax_backward_long<scalar_t, decltype(vec)::value>
+            <<<long_blocks(geo.rows()), long_threads<scalar_t>(), 0, stream>>>(g, y, dx, geo);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    }
+  }
+
+  template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
+  static bool cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss, int64_t n,
+                                    int64_t c) {
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    constexpr int kVec = vec_width<scalar_t>();
+    const RowGeometry geo{n, c, 1};
+    at::Tensor bad = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, c10::cuda::current_device()));
+    int* bad_ptr = bad.mutable_data_ptr<int>();
+    const bool aligned = is_aligned(logits);
+    constexpr int kLoads = max_loads<scalar_t>(1);
+    const RowPlan p = plan_rows<scalar_t>(c, aligned, kLoads);
+    if (p.fits) {
+      with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
+        cross_entropy_forward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
+            <<<p.blocks(n), p.threads, 0, stream>>>(logits, target, loss, geo, p.tpr_log2, bad_ptr);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    } else {
+      with_long_vec<kVec>(aligned, c, [&](auto vec) {
+        cross_entropy_forward_long<scalar_t, decltype(vec)::value>
+            <<<long_blocks(n), long_threads<scalar_t>(), 0, stream>>>(logits, target, loss, geo, bad_ptr);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    }
+    return bad.item<int>() == 0;  // waits for the kernel: the price of a ValueError instead of an assert
+  }
+
+  template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
+  static void cross_entropy_backward(const scalar_t* grad_loss, int64_t grad_stride, acc_t scale,
+                                     const scalar_t* logits, const int64_t* target, scalar_t* grad, int64_t n,
+                                     int64_t c) {
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    constexpr int kVec = vec_width<scalar_t>();
+    const RowGeometry geo{n, c, 1};
+    const bool aligned = is_aligned(logits) && is_aligned(grad);
+    constexpr int kLoads = max_loads<scalar_t>(1);
+    const RowPlan p = plan_rows<scalar_t>(c, aligned, kLoads);
+    if (p.fits) {
+      with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
+        cross_entropy_backward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
+            <<<p.blocks(n), p.threads, 0, stream>>>(grad_loss, grad_stride, scale, logits, target, grad, geo,
+                                                    p.tpr_log2);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    } else {
+      with_long_vec<kVec>(aligned, c, [&](auto vec) {
+        cross_entropy_backward_long<scalar_t, decltype(vec)::value>
+            <<<long_blocks(n), long_threads<scalar_t>(), 0, stream>>>(grad_loss, grad_stride, scale, logits, target, grad, geo);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    }
+  }
+};
+
+}  // namespace
+}  // namespace labops::cuda
+
+TORCH_LIBRARY_IMPL(labops, CUDA, m) {
+  labops::ops::SoftmaxOps<labops::cuda::SoftmaxLauncher>::register_kernels(m);
+}

@@ -1,0 +1,64 @@
+"""Softmax and fused cross-entropy on the goal shapes: 65536x1000, 4096x32768,
+262144x128 on a GPU (fp32 and fp16); 8x smaller on the CPU (fp32).
+
+Rows and what "native" is:
+  softmax fwd            torch.softmax(x, -1)
+  softmax bwd            the backward op alone vs torch._softmax_backward_data (the op
+                         that autograd of torch.softmax calls), both on a saved output y
+  softmax fwd+bwd        autograd of labops.softmax vs autograd of torch.softmax
+  cross_entropy fwd+bwd  autograd of labops.cross_entropy vs F.cross_entropy (mean)
+Bytes counted: fwd = read x + write y; bwd = read g, y + write dx; cross-entropy
+= read the logits twice (the backward recomputes softmax from them) + write the
+gradient + read the int64 targets twice.
+"""
+
+import torch
+import torch.nn.functional as F
+
+import labops
+from labops.bench import Case
+
+CUDA_SHAPES = [(65536, 1000), (4096, 32768), (262144, 128)]
+CPU_SHAPES = [(8192, 1000), (512, 32768), (32768, 128)]
+
+
+def _grad_step(loss_fn, x, *args):
+    def step():
+        return torch.autograd.grad(loss_fn(x, *args), x)
+
+    return step
+
+
+def _fwd_bwd(fn, x, g):
+    def step():
+        return torch.autograd.grad(fn(x, -1), x, g)
+
+    return step
+
+
+def cases(device, size=None):
+    shapes = CUDA_SHAPES if device == "cuda" else CPU_SHAPES
+    if size:  # keep the row lengths, scale the number of rows to about `size` elements
+        shapes = [(max(1, size // c), c) for _, c in shapes]
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    gen = torch.Generator(device=device).manual_seed(0)
+    for dtype in dtypes:
+        for n, c in shapes:
+            x = torch.randn(n, c, device=device, dtype=dtype, generator=gen)
+            g = torch.randn(n, c, device=device, dtype=dtype, generator=gen)
+            y = torch.softmax(x, -1)
+            xg = x.detach().requires_grad_()
+            target = torch.randint(0, c, (n,), device=device, generator=gen)
+            e, numel = x.element_size(), n * c
+            shape = f"{n}x{c}"
+            yield Case("softmax fwd", shape, dtype, 2 * numel * e,
+                       lambda x=x: labops.softmax(x, -1), lambda x=x: torch.softmax(x, -1), "torch.softmax")
+            yield Case("softmax bwd", shape, dtype, 3 * numel * e,
+                       lambda g=g, y=y: torch.ops.labops.softmax_backward(g, y, -1),
+                       lambda g=g, y=y: torch._softmax_backward_data(g, y, -1, y.dtype),
+                       "torch._softmax_backward_data")
+            yield Case("softmax fwd+bwd", shape, dtype, 5 * numel * e,
+                       _fwd_bwd(labops.softmax, xg, g), _fwd_bwd(torch.softmax, xg, g), "autograd torch.softmax")
+            yield Case("cross_entropy fwd+bwd", shape, dtype, 3 * numel * e + 2 * n * 8,
+                       _grad_step(labops.cross_entropy, xg, target), _grad_step(F.cross_entropy, xg, target),
+                       "F.cross_entropy")

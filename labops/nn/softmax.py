@@ -1,0 +1,38 @@
+import torch
+
+from labops import ops
+
+__all__ = ["CrossEntropyLoss", "Softmax"]
+
+
+class Softmax(torch.nn.Module):
+    """Softmax along ``dim`` (no default: say which dim holds the classes)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise TypeError(f"Softmax: dim must be an int, got {type(dim).__name__}")
+        self.dim = dim
+
+    def forward(self, x):
+        return ops.softmax(x, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class CrossEntropyLoss(torch.nn.Module):
+    """Fused softmax + negative log-likelihood on (N, C) logits and (N,) int64 targets."""
+
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        if reduction not in ops.CROSS_ENTROPY_REDUCTIONS:
+            raise ValueError(f"CrossEntropyLoss: reduction must be one of {ops.CROSS_ENTROPY_REDUCTIONS}, "
+                             f"got {reduction!r}")
+        self.reduction = reduction
+
+    def forward(self, logits, target):
+        return ops.cross_entropy(logits, target, self.reduction)
+
+    def extra_repr(self):
+        return f"reduction={self.reduction!r}"

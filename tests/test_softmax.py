@@ -1,0 +1,372 @@
+"""Softmax and fused cross-entropy: forward and backward against float64
+oracles (torch.softmax, F.cross_entropy), gradcheck, opcheck, torch.compile,
+huge inputs, out-of-range targets and bad arguments."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tolerances
+
+import labops
+from labops import reference
+from labops.testing import numerical_gradient, rel_error
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+def _randn(g, *shape, scale=3.0, shift=0.0):
+    return scale * torch.randn(shape, generator=g, dtype=torch.float64) + shift
+
+
+def sample_inputs(device, dtype=torch.float32, seed=0):
+    """(case, x, dim): many shapes and dims, contiguous or not, never all zeros.
+
+    The row lengths reach every CUDA path: sub-warp and warp rows (3..1024),
+    block rows (2048, 5000), rows too long for registers (40000; 9001 unaligned),
+    16-byte-aligned and not (odd lengths, an offset view), and dim != -1
+    (strided rows: few are moved last first on CUDA, many take the strided kernel)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def t(x):
+        return x.to(device, dtype)
+
+    yield "scalar", t(_randn(g)), 0
+    yield "1d-odd", t(_randn(g, 7)), 0
+    yield "1d-neg-dim", t(_randn(g, 130)), -1
+    for dim in (0, 1, -1):
+        yield f"2d-dim{dim}", t(_randn(g, 33, 65)), dim
+    for dim in (0, 1, -1):
+        yield f"3d-dim{dim}", t(_randn(g, 2, 3, 1029)), dim
+    for dim in (0, 1, 2, -1, -3):
+        yield f"4d-dim{dim}", t(_randn(g, 2, 3, 4, 5)), dim
+    yield "tiny-rows", t(_randn(g, 100, 3)), -1
+    yield "rows-128", t(_randn(g, 40, 128)), -1
+    yield "rows-1000", t(_randn(g, 9, 1000)), 1
+    yield "rows-2048", t(_randn(g, 5, 2048)), -1
+    yield "rows-5000", t(_randn(g, 3, 5000)), -1
+    yield "rows-1001", t(_randn(g, 17, 1001)), -1
+    yield "rows-9001", t(_randn(g, 2, 9001)), -1
+    yield "rows-40000", t(_randn(g, 2, 40000)), -1
+    yield "strided-many-rows", t(_randn(g, 2, 5, 16400)), 1  # enough strided rows for CUDA's strided kernel
+    yield "transposed-dim0", t(_randn(g, 65, 33)).t(), 0
+    yield "transposed-dim1", t(_randn(g, 65, 33)).t(), 1
+    yield "strided", t(_randn(g, 4, 300))[:, ::3], -1
+    yield "offset", t(_randn(g, 4, 1025)).reshape(-1)[1:4097].reshape(4, 1024), -1  # not 16-byte aligned
+    yield "empty-rows", t(_randn(g, 0, 5)), -1
+    yield "empty-dim", t(_randn(g, 4, 0)), -1
+    yield "empty-dim0", t(_randn(g, 0, 5)), 0
+
+
+def huge_inputs(device, dtype):
+    """Rows where exp(x) overflows without the max subtraction (and underflows for -1000)."""
+    x = torch.tensor([[1000.0, 999.0, 990.0, 0.0],
+                      [-1000.0, -1001.0, -1003.0, -1000.5],
+                      [500.0, -500.0, 1000.0, 1000.0],
+                      [3.0, float("-inf"), 1.0, float("-inf")]], dtype=torch.float64)
+    return x.to(device, dtype)
+
+
+def poison_allocator(device, numel):
+    """On CUDA, fill a freed block with NaN so an output that reuses it shows unwritten elements."""
+    if device == "cuda":
+        junk = torch.full((max(numel, 1) + 4096,), float("nan"), device=device)
+        del junk
+
+
+def backward_tolerances(dtype):
+    rtol, atol = tolerances(dtype)
+    # y * (g - dot) cancels when g is close to dot; the saved y carries the dtype's rounding.
+    return 4 * rtol, 4 * atol
+
+
+# ---------------------------------------------------------------- softmax
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_forward_matches_oracle(device, dtype):
+    rtol, atol = tolerances(dtype)
+    for case, x, dim in sample_inputs(device, dtype):
+        poison_allocator(device, x.numel())
+        y = labops.softmax(x, dim)
+        assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device, case
+        assert y.is_contiguous(), case
+        expected = torch.softmax(x.double(), dim)
+        torch.testing.assert_close(y.double(), expected, rtol=rtol, atol=atol, msg=case)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_backward_matches_oracle(device, dtype):
+    rtol, atol = backward_tolerances(dtype)
+    for case, x, dim in sample_inputs(device, dtype, seed=1):
+        g = torch.randn(x.shape, dtype=torch.float64).to(device, dtype)
+        xl = x.detach().requires_grad_()
+        labops.softmax(xl, dim).backward(g)
+        x64 = x.double().detach().requires_grad_()
+        torch.softmax(x64, dim).backward(g.double())
+        assert xl.grad.dtype == dtype, case
+        torch.testing.assert_close(xl.grad.double(), x64.grad, rtol=rtol, atol=atol, msg=case)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_backward_op_matches_formula(device, dtype):
+    # The op alone, on a saved output y that it did not compute itself.
+    rtol, atol = tolerances(dtype)
+    for case, x, dim in sample_inputs(device, dtype, seed=2):
+        y = torch.softmax(x.double(), dim).to(dtype)
+        g = torch.randn(x.shape, dtype=torch.float64).to(device, dtype)
+        poison_allocator(device, x.numel())
+        dx = torch.ops.labops.softmax_backward(g, y, dim)
+        expected = torch._softmax_backward_data(g.double(), y.double(), dim if x.dim() else 0, torch.float64)
+        scale = 1.0 + (g.double().abs().max().item() if g.numel() else 0.0)
+        torch.testing.assert_close(dx.double(), expected, rtol=rtol, atol=atol * scale, msg=case)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_is_stable_on_huge_inputs(device, dtype):
+    x = huge_inputs(device, dtype)
+    y = labops.softmax(x, -1)
+    assert not y.isnan().any(), "the max subtraction is missing: exp overflowed"
+    rtol, atol = tolerances(dtype)
+    torch.testing.assert_close(y.double(), torch.softmax(x.double(), -1), rtol=rtol, atol=atol)
+    # Along dim 0 too (strided rows), and the gradient stays finite.
+    torch.testing.assert_close(labops.softmax(x, 0).double(), torch.softmax(x.double(), 0), rtol=rtol, atol=atol)
+    xl = x.detach().requires_grad_()
+    labops.softmax(xl, -1).backward(torch.ones_like(x))
+    assert xl.grad.isfinite().all()
+
+
+def test_naive_reference_overflows_and_stable_one_does_not():
+    x = np.array([[1000.0, 0.0], [-1000.0, -1001.0]])
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        naive = reference.naive_softmax_loop(x)
+    assert np.isnan(naive[0, 0]) and np.isnan(naive[1]).all()  # inf / inf and 0 / 0
+    stable = reference.softmax_loop(x)
+    np.testing.assert_allclose(stable, [[1.0, 0.0], [1 / (1 + math.exp(-1)), 1 / (1 + math.exp(1))]], rtol=1e-15, atol=1e-300)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_gradcheck_float64(device, dim):
+    x = torch.randn(4, 5, 6, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: labops.softmax(t, dim), (x,))
+
+
+def test_softmax_opcheck(device):
+    x = torch.randn(3, 9, 5, device=device, requires_grad=True)
+    g = torch.randn(3, 9, 5, device=device)
+    for dim in (1, -1):
+        torch.library.opcheck(torch.ops.labops.softmax.default, (x, dim))
+        y = torch.softmax(x, dim).detach()
+        torch.library.opcheck(torch.ops.labops.softmax_backward.default, (g, y, dim))
+
+
+def test_softmax_bad_arguments(device):
+    x = torch.randn(3, 4, device=device)
+    for bad in (2, -3):
+        with pytest.raises(ValueError, match=r"dim must be in \[-2, 1\] for a 2-D tensor, got"):
+            labops.softmax(x, bad)
+        with pytest.raises(ValueError, match=r"dim must be in \[-2, 1\] for a 2-D tensor, got"):
+            torch.ops.labops.softmax(x, bad)  # the C++ check, for callers that skip the wrapper
+    with pytest.raises(TypeError, match="dim must be an int"):
+        labops.softmax(x, 1.0)
+    for dtype in (torch.int64, torch.bool):
+        with pytest.raises(ValueError, match="x must be a floating-point tensor"):
+            labops.softmax(x.to(dtype))
+        with pytest.raises(ValueError, match="x must be a floating-point tensor"):
+            torch.ops.labops.softmax(x.to(dtype), -1)
+    y = torch.softmax(x, -1)
+    with pytest.raises(ValueError, match="grad_output must have the shape of output"):
+        torch.ops.labops.softmax_backward(torch.randn(3, 5, device=device), y, -1)
+    with pytest.raises(ValueError, match="grad_output must have the dtype of output"):
+        torch.ops.labops.softmax_backward(y.double(), y, -1)
+
+
+# ---------------------------------------------------------------- cross-entropy
+
+def ce_inputs(device, dtype, seed=0):
+    """(case, logits, target): row lengths for every CUDA path, odd sizes, non-contiguous, empty."""
+    g = torch.Generator().manual_seed(seed)
+    for case, n, c in [("1x1", 1, 1), ("7x3", 7, 3), ("40x128", 40, 128), ("9x1000", 9, 1000),
+                       ("17x1001", 17, 1001), ("5x5000", 5, 5000), ("3x40000", 3, 40000), ("2x9001", 2, 9001)]:
+        logits = _randn(g, n, c).to(device, dtype)
+        target = torch.randint(0, c, (n,), generator=g).to(device)
+        yield case, logits, target
+    logits = _randn(g, 33, 12).to(device, dtype).t()  # (12, 33), not contiguous
+    target = torch.randint(0, 33, (24,), generator=g).to(device)[::2]  # not contiguous either
+    yield "non-contiguous", logits, target
+    yield "huge", huge_inputs(device, dtype), torch.tensor([0, 1, 3, 2], device=device)
+    yield "empty", torch.zeros(0, 5, device=device, dtype=dtype), torch.zeros(0, dtype=torch.long, device=device)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cross_entropy_forward_matches_oracle(device, dtype, reduction):
+    rtol, atol = tolerances(dtype)
+    for case, logits, target in ce_inputs(device, dtype):
+        loss = labops.cross_entropy(logits, target, reduction)
+        expected = F.cross_entropy(logits.double(), target, reduction=reduction)
+        assert loss.dtype == dtype and loss.shape == expected.shape, case
+        # the loss is a difference log-sum-exp - x_t of numbers as large as the logits
+        scale = 1.0 + (logits.double().abs().max().item() if logits.numel() else 0.0)
+        torch.testing.assert_close(loss.double(), expected, rtol=rtol, atol=atol * scale, msg=case,
+                                   equal_nan=logits.numel() == 0)  # mean over no rows is NaN, as torch
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cross_entropy_backward_matches_oracle(device, dtype, reduction):
+    rtol, atol = backward_tolerances(dtype)
+    for case, logits, target in ce_inputs(device, dtype, seed=1):
+        gshape = (logits.shape[0],) if reduction == "none" else ()
+        g = (torch.rand(gshape, dtype=torch.float64) + 0.5).to(device, dtype)
+        xl = logits.detach().requires_grad_()
+        labops.cross_entropy(xl, target, reduction).backward(g)
+        x64 = logits.double().detach().requires_grad_()
+        F.cross_entropy(x64, target, reduction=reduction).backward(g.double())
+        assert xl.grad.dtype == dtype and xl.grad.shape == logits.shape, case
+        torch.testing.assert_close(xl.grad.double(), x64.grad, rtol=rtol, atol=atol, msg=case)
+
+
+def test_cross_entropy_mean_divides_by_n_and_sum_does_not(device):
+    logits = torch.randn(6, 4, dtype=torch.float64, device=device)
+    target = torch.tensor([0, 1, 2, 3, 0, 1], device=device)
+    grads = {}
+    for reduction in ("mean", "sum"):
+        x = logits.clone().requires_grad_()
+        labops.cross_entropy(x, target, reduction).backward()
+        grads[reduction] = x.grad
+    torch.testing.assert_close(grads["sum"], 6 * grads["mean"])
+    # each row's gradient sums to zero: softmax sums to 1, onehot sums to 1
+    torch.testing.assert_close(grads["sum"].sum(1), torch.zeros(6, dtype=torch.float64, device=device))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy_gradcheck_float64(device, reduction):
+    logits = torch.randn(5, 7, dtype=torch.float64, device=device, requires_grad=True)
+    target = torch.tensor([0, 6, 3, 3, 1], device=device)
+    assert torch.autograd.gradcheck(lambda t: labops.cross_entropy(t, target, reduction), (logits,))
+
+
+def test_cross_entropy_opcheck(device):
+    logits = torch.randn(6, 11, device=device, requires_grad=True)
+    target = torch.randint(0, 11, (6,), device=device)
+    for reduction in REDUCTIONS:
+        torch.library.opcheck(torch.ops.labops.cross_entropy.default, (logits, target, reduction))
+        g = torch.rand((6,) if reduction == "none" else (), device=device) + 0.5
+        torch.library.opcheck(torch.ops.labops.cross_entropy_backward.default,
+                              (g, logits.detach(), target, reduction))
+
+
+@pytest.mark.parametrize("bad", [-1, 10, 2**40])
+def test_cross_entropy_rejects_out_of_range_target(device, bad):
+    logits = torch.randn(4, 10, device=device)
+    target = torch.tensor([1, bad, 3, 9], device=device)
+    with pytest.raises(ValueError, match=r"target must hold class indices in \[0, C\) = \[0, 10\), got values from"):
+        labops.cross_entropy(logits, target)
+    # The error came from a flag, not a device-side assert: the device still works.
+    y = labops.softmax(logits, -1)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    torch.testing.assert_close(y, torch.softmax(logits, -1))
+    ok = labops.cross_entropy(logits, torch.tensor([1, 2, 3, 9], device=device))
+    assert ok.isfinite()
+
+
+def test_cross_entropy_backward_op_marks_bad_target_rows_nan(device):
+    # The backward op does not re-validate (the forward did, and raising would
+    # cost a device sync); a row with a bad target comes back NaN, never garbage.
+    logits = torch.randn(3, 5, device=device)
+    target = torch.tensor([1, 7, 0], device=device)
+    grad = torch.ops.labops.cross_entropy_backward(torch.tensor(1.0, device=device), logits, target, "sum")
+    assert grad[1].isnan().all()
+    expected = torch.softmax(logits, -1) - F.one_hot(target.clamp(max=4), 5)
+    torch.testing.assert_close(grad[[0, 2]], expected[[0, 2]])
+
+
+def test_cross_entropy_bad_arguments(device):
+    logits = torch.randn(4, 10, device=device)
+    target = torch.tensor([1, 2, 3, 4], device=device)
+    cases = [
+        ((logits, target.int()), r"target must be an int64 \(torch.long\) tensor of class indices, got (torch.int32|Int)"),
+        ((logits, target.float()), "target must be an int64"),
+        ((logits, target[:3]), r"target must have shape \(N,\) = \(4,\), got \[3\]"),
+        ((logits, target[:, None]), r"target must have shape \(N,\)"),
+        ((logits[0], target[:1]), "logits must be 2-D"),
+        ((logits[None], target), "logits must be 2-D"),
+        ((logits.long(), target), "logits must be a floating-point tensor"),
+    ]
+    for args, message in cases:
+        with pytest.raises(ValueError, match=message):
+            labops.cross_entropy(*args)
+        with pytest.raises(ValueError, match=message):
+            torch.ops.labops.cross_entropy(*args, "mean")  # the C++ checks, same rules
+    with pytest.raises(ValueError, match="reduction must be one of 'mean', 'sum', 'none', got 'avg'"):
+        labops.cross_entropy(logits, target, "avg")
+    with pytest.raises(ValueError, match="reduction must be 'mean', 'sum' or 'none', got 'avg'"):
+        torch.ops.labops.cross_entropy(logits, target, "avg")
+    with pytest.raises(ValueError, match=r"grad_loss must have shape \(N,\)"):
+        torch.ops.labops.cross_entropy_backward(torch.ones(3, device=device), logits, target, "none")
+    with pytest.raises(ValueError, match="grad_loss must be 0-d for reduction='mean'"):
+        torch.ops.labops.cross_entropy_backward(torch.ones(4, device=device), logits, target, "mean")
+
+
+# ---------------------------------------------------------------- together
+
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+
+    def step(x, t):
+        p = labops.softmax(x * 2.0, 0)
+        return labops.cross_entropy(x + p, t, "sum") + labops.cross_entropy(x, t, "none").max()
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x = torch.randn(16, 10, device=device, requires_grad=True)
+    t = torch.randint(0, 10, (16,), device=device)
+    out = compiled(x, t)
+    out.backward()
+    x2 = x.detach().requires_grad_()
+    expected = step(x2, t)
+    expected.backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+def test_nn_modules(device):
+    x = torch.randn(6, 5, device=device, requires_grad=True)
+    t = torch.randint(0, 5, (6,), device=device)
+    torch.testing.assert_close(labops.nn.Softmax(0)(x), torch.softmax(x, 0))
+    for reduction in REDUCTIONS:
+        loss = labops.nn.CrossEntropyLoss(reduction)(x, t)
+        torch.testing.assert_close(loss, torch.nn.CrossEntropyLoss(reduction=reduction)(x, t))
+    assert "reduction='sum'" in repr(labops.nn.CrossEntropyLoss("sum"))
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        labops.nn.CrossEntropyLoss("avg")
+
+
+def test_reference_loops_agree_with_torch_and_ops():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5)) * 3
+    g = rng.standard_normal((3, 4, 5))
+    for dim in (0, 1, -1):
+        y = reference.softmax_loop(x, dim)
+        y_torch = torch.softmax(torch.from_numpy(x), dim)
+        assert rel_error(y, y_torch) < 1e-14
+        assert rel_error(labops.softmax(torch.from_numpy(x), dim), y) < 1e-12
+        dx = reference.softmax_backward_loop(g, y, dim)
+        numeric = numerical_gradient(lambda t: reference.softmax_loop(t, dim), x, g)
+        np.testing.assert_allclose(dx, numeric, rtol=1e-6, atol=1e-9)
+    logits = rng.standard_normal((6, 4)) * 3
+    target = np.array([0, 3, 2, 1, 1, 0])
+    lt, tt = torch.from_numpy(logits), torch.from_numpy(target)
+    for reduction in REDUCTIONS:
+        loss = reference.cross_entropy_forward_loop(logits, target, reduction)
+        assert rel_error(loss, F.cross_entropy(lt, tt, reduction=reduction)) < 1e-13
+        assert rel_error(labops.cross_entropy(lt, tt, reduction), loss) < 1e-12
+        gl = np.linspace(0.5, 1.5, 6) if reduction == "none" else np.array(1.3)
+        grad = reference.cross_entropy_backward_loop(gl, logits, target, reduction)
+        numeric = numerical_gradient(lambda t: reference.cross_entropy_forward_loop(t, target, reduction), logits, gl)
+        np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match=r"target\[1\] = 4 is not a class index"):
+        reference.cross_entropy_forward_loop(logits[:2], [0, 4])

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "../common/loop.h"
+#include "device.cuh"
 
 namespace labops::cuda {
 
@@ -101,9 +102,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-inline bool is_aligned(const void* ptr) {
-  return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0;
-}
 
 // gridDim.x's hardware limit; past it the grid-stride loop covers the rest.
 constexpr int64_t kMaxGridX = 2147483647;

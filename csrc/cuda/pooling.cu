@@ -32,6 +32,7 @@
 
 #include "../common/loop.h"
 #include "../ops/pooling.h"
+#include "device.cuh"
 
 namespace labops::cuda {
 namespace {
@@ -144,14 +145,6 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-int multiprocessor_count() {
-  int device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kPackBytes == 0; }
 
 template <typename scalar_t, int kVec, int G>
 void launch_forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, cudaStream_t stream) {
@@ -194,7 +187,7 @@ struct PoolingLauncher {
   template <typename scalar_t>
   static void forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    if (aligned16(x)) {
+    if (is_aligned(x, kPackBytes)) {
       forward_with_vec<scalar_t, kPackBytes / sizeof(scalar_t)>(x, y, planes, hw, stream);
     } else {
       forward_with_vec<scalar_t, 1>(x, y, planes, hw, stream);

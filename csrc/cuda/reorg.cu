@@ -28,6 +28,7 @@
 
 #include "../common/loop.h"
 #include "../ops/reorg.h"
+#include "device.cuh"
 
 namespace labops::cuda {
 namespace {
@@ -118,14 +119,6 @@ __global__ void reorg_index_kernel(const scalar_t* __restrict__ src, scalar_t* _
   }
 }
 
-int multiprocessor_count() {
-  int device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
-bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename scalar_t, typename Div, int kS, int kVw>
 void launch_tasks(const scalar_t* src, scalar_t* dst, int64_t numel, const ops::ReorgGeometry<Div>& g,
@@ -149,7 +142,7 @@ bool try_task_kernel(const scalar_t* src, scalar_t* dst, int64_t numel, const op
                      bool backward, cudaStream_t stream) {
   constexpr size_t e = sizeof(scalar_t);
   auto fits = [&](int vw) {
-    return g.Wo % vw == 0 && aligned_to(src, kS * vw * e) && aligned_to(dst, kS * vw * e);
+    return g.Wo % vw == 0 && is_aligned(src, kS * vw * e) && is_aligned(dst, kS * vw * e);
   };
   if constexpr (kS * 4 * e <= kMaxPackBytes) {
     if (fits(4)) return launch_tasks<scalar_t, Div, kS, 4>(src, dst, numel, g, backward, stream), true;

@@ -32,6 +32,7 @@
 #include <torch/library.h>
 
 #include "../ops/softmax_ops.h"
+#include "device.cuh"
 
 namespace labops::cuda {
 namespace {
@@ -522,18 +523,11 @@ __global__ void softmax_backward_strided(const scalar_t* __restrict__ g, const s
 
 // ---- choosing a kernel ----
 
-inline bool is_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; }
 
 inline int ceil_log2(int64_t v) {
   int l = 0;
   while ((int64_t(1) << l) < v) ++l;
   return l;
-}
-
-inline int multiprocessor_count() {
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c10::cuda::current_device()));
-  return sms;
 }
 
 // How the rows of length n map to threads; `fits` is false when a row is too

@@ -28,6 +28,7 @@
 
 #include "../common/loop.h"
 #include "../ops/upsample_ops.h"
+#include "device.cuh"
 
 namespace labops::cuda::upsample {
 
@@ -46,7 +47,6 @@ struct alignas(sizeof(scalar_t) * V) Pack {
   scalar_t val[V];
 };
 
-inline bool is_aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kVecBytes == 0; }
 
 inline int multiprocessor_count() {
   int device = 0, sms = 0;

@@ -1,0 +1,24 @@
+// Small facts about the current GPU and pointers, shared by every CUDA launcher.
+#pragma once
+
+#include <cstdint>
+
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
+namespace labops::cuda {
+
+// Streaming multiprocessors on the current device (132 on an H100 SXM / H200).
+inline int multiprocessor_count() {
+  int device = 0, sms = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// Whether `ptr` may be read or written with `bytes`-wide vector accesses.
+inline bool is_aligned(const void* ptr, size_t bytes = 16) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
+}  // namespace labops::cuda

@@ -92,7 +92,7 @@ inline int64_t images_per_chunk(const Im2colShape& s, int64_t element_size, int6
 inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
   check_floating(x, op, arg);
   TORCH_CHECK_VALUE(x.dim() == 3 || x.dim() == 4, "labops.", op, ": ", arg,
-                    " must be 3-D (C, H, W) or 4-D (N, C, H, W), got ", x.dim(), "-D of shape ", x.sizes());
+                    " must be 3-D (C, H, W) or 4-D (N, C, H, W), got ", x.dim(), "-D of shape ", shape_str(x.sizes()));
 }
 
 inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
@@ -128,7 +128,7 @@ struct Conv2dMMOps {
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     check_floating(cols, "col2im", "cols");
     TORCH_CHECK_VALUE(cols.dim() == 2 || cols.dim() == 3, "labops.col2im: cols must be 2-D (C*kH*kW, L) or 3-D ",
-                      "(N, C*kH*kW, L), got ", cols.dim(), "-D of shape ", cols.sizes());
+                      "(N, C*kH*kW, L), got ", cols.dim(), "-D of shape ", shape_str(cols.sizes()));
     ConvParams p = make_params(kernel_size, stride, padding, dilation, "col2im");
     check_pair(output_size, "col2im", "output_size");
     TORCH_CHECK_VALUE(output_size[0] >= 1 && output_size[1] >= 1,
@@ -165,7 +165,7 @@ struct Conv2dMMOps {
     if (bias.has_value()) {
       check_like(*bias, x, "conv2d_mm", "bias", "x");
       TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == O, "labops.conv2d_mm: bias must have shape (",
-                        O, ",) (out_channels = weight.size(0)), got ", bias->sizes());
+                        O, ",) (out_channels = weight.size(0)), got ", shape_str(bias->sizes()));
     }
     c10::OptionalDeviceGuard guard(x.device());
     at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
@@ -246,7 +246,7 @@ struct Conv2dMMOps {
     if (grad_bias.has_value()) {
       check_like(*grad_bias, x, op, "grad_bias", "x");
       TORCH_CHECK_VALUE(grad_bias->dim() == 1 && grad_bias->size(0) == O, "labops.", op,
-                        ": grad_bias must have shape (", O, ",) (grad_weight.size(0)), got ", grad_bias->sizes());
+                        ": grad_bias must have shape (", O, ",) (grad_weight.size(0)), got ", shape_str(grad_bias->sizes()));
     }
     c10::OptionalDeviceGuard guard(x.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
@@ -292,15 +292,15 @@ struct Conv2dMMOps {
     check_floating(weight, op, weight_arg);
     TORCH_CHECK_VALUE(weight.dim() == 4, "labops.", op, ": ", weight_arg,
                       " must be 4-D (out_channels, in_channels, kH, kW), got ", weight.dim(), "-D of shape ",
-                      weight.sizes());
+                      shape_str(weight.sizes()));
     const bool batched = input_size.size() == 4;
     const int64_t n = batched ? input_size[0] : 1;
     const int64_t c = input_size[batched ? 1 : 0], h = input_size[batched ? 2 : 1], w = input_size[batched ? 3 : 2];
     TORCH_CHECK_VALUE(weight.size(1) == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
-                      "the input's channels ", c, ", got ", weight_arg, " of shape ", weight.sizes(),
+                      "the input's channels ", c, ", got ", weight_arg, " of shape ", shape_str(weight.sizes()),
                       " for input of shape ", input_size);
     TORCH_CHECK_VALUE(weight.size(2) >= 1 && weight.size(3) >= 1, "labops.", op, ": ", weight_arg,
-                      " must have a kernel of at least 1x1, got shape ", weight.sizes());
+                      " must have a kernel of at least 1x1, got shape ", shape_str(weight.sizes()));
     std::vector<int64_t> kernel{weight.size(2), weight.size(3)};
     ConvParams p = make_params(kernel, stride, padding, dilation, op);
     return make_shape(n, c, h, w, p, op, weight_arg);
@@ -311,8 +311,8 @@ struct Conv2dMMOps {
     std::vector<int64_t> expected{s.batch, O, s.out_h, s.out_w};
     if (!batched) expected.erase(expected.begin());
     TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
-                      ": grad_output must have the output's shape ", at::IntArrayRef(expected), ", got ",
-                      grad_output.sizes());
+                      ": grad_output must have the output's shape ", shape_str(expected), ", got ",
+                      shape_str(grad_output.sizes()));
   }
 
   // im2col of the contiguous images x (nb, C, H, W) into cols (layout from s).

@@ -91,8 +91,8 @@ inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* o
 inline void check_grad_output(const at::Tensor& grad_output, const Geometry& g, const char* op) {
   const std::array<int64_t, 4> want{g.batch, g.out_channels, g.out_h, g.out_w};
   TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(want), "labops.", op,
-                    ": grad_output must have the forward output's shape ", at::IntArrayRef(want),
-                    ", got ", grad_output.sizes());
+                    ": grad_output must have the forward output's shape ", shape_str(want),
+                    ", got ", shape_str(grad_output.sizes()));
 }
 
 #define LABOPS_DEPTHWISE_DISPATCH(TYPE, ...) \
@@ -106,14 +106,14 @@ struct DepthwiseOps {
     constexpr const char* op = "depthwise_conv2d";
     check_floating(x, op, "x");
     check_like(weight, x, op, "weight", "x");
-    const Geometry g = make_geometry(op, x.sizes(), "x", weight.sizes(), "weight", stride, padding,
+    const Geometry g = make_geometry(op, x.sizes(), "x", shape_str(weight.sizes()), "weight", stride, padding,
                                      dilation);
     const bool has_bias = bias.has_value() && bias->defined();
     if (has_bias) {
       check_like(*bias, x, op, "bias", "x");
       TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == g.out_channels, "labops.", op,
                         ": bias must have shape (C_out,) = (", g.out_channels, ",), got ",
-                        bias->sizes());
+                        shape_str(bias->sizes()));
     }
     c10::OptionalDeviceGuard guard(x.device());
     at::Tensor out = at::empty({g.batch, g.out_channels, g.out_h, g.out_w}, x.options());
@@ -134,7 +134,7 @@ struct DepthwiseOps {
     constexpr const char* op = "depthwise_conv2d_backward_input";
     check_floating(grad_output, op, "grad_output");
     check_like(weight, grad_output, op, "weight", "grad_output");
-    const Geometry g = make_geometry(op, input_size, "input_size", weight.sizes(), "weight", stride,
+    const Geometry g = make_geometry(op, input_size, "input_size", shape_str(weight.sizes()), "weight", stride,
                                      padding, dilation);
     check_grad_output(grad_output, g, op);
     c10::OptionalDeviceGuard guard(grad_output.device());

@@ -107,8 +107,8 @@ struct PoolingOps {
     expected.push_back(1);
     expected.push_back(1);
     TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
-                      ": grad_output must have shape ", at::IntArrayRef(expected),
-                      " (input_size with H and W set to 1), got ", grad_output.sizes());
+                      ": grad_output must have shape ", shape_str(expected),
+                      " (input_size with H and W set to 1), got ", shape_str(grad_output.sizes()));
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor grad_input = at::empty(input_size, grad_output.options());
     const int64_t hw = input_size[input_size.size() - 2] * input_size[input_size.size() - 1];

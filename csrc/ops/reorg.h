@@ -219,10 +219,10 @@ struct ReorgOps {
     int64_t s2 = 0;
     TORCH_CHECK_VALUE(!c10::mul_overflows(s, s, &s2), "labops.", op, ": stride is too large, got ", s);
     TORCH_CHECK_VALUE(H % s == 0 && W % s == 0, "labops.", op, ": ", arg,
-                      "'s height and width must be divisible by stride ", s, ", got ", t.sizes());
+                      "'s height and width must be divisible by stride ", s, ", got ", shape_str(t.sizes()));
     if (order == ReorgOrder::Darknet) {
       TORCH_CHECK_VALUE(C % s2 == 0, "labops.", op, ": ", arg, "'s channels must be divisible by stride^2 = ",
-                        s2, " for order 'darknet', got ", t.sizes());
+                        s2, " for order 'darknet', got ", shape_str(t.sizes()));
     }
     return reorg_shape(order, C, H, W, s);
   }
@@ -263,7 +263,7 @@ struct ReorgOps {
                       stride);
     const int64_t N = grad_output.size(0), Cout = grad_output.size(1);
     TORCH_CHECK_VALUE(Cout % s2 == 0, "labops.reorg_backward: grad_output's channels must be divisible by stride^2 = ",
-                      s2, ", got ", grad_output.sizes());
+                      s2, ", got ", shape_str(grad_output.sizes()));
     const int64_t C = Cout / s2, H = grad_output.size(2) * stride, W = grad_output.size(3) * stride;
     const ReorgShape shape = check(op, grad_output, "grad_output", stride, order, C, H, W);
     return run(grad_output, std::vector<int64_t>{N, C, H, W}, shape, /*backward=*/true);

@@ -54,12 +54,12 @@ inline softmax::RowGeometry geometry(const at::Tensor& t, int64_t dim) {
 inline void check_logits_target(const at::Tensor& logits, const at::Tensor& target, const char* op) {
   check_floating(logits, op, "logits");
   TORCH_CHECK_VALUE(logits.dim() == 2, "labops.", op, ": logits must be 2-D (N, C), got a ",
-                    logits.dim(), "-D tensor of shape ", logits.sizes());
+                    logits.dim(), "-D tensor of shape ", shape_str(logits.sizes()));
   TORCH_CHECK_VALUE(target.scalar_type() == at::kLong, "labops.", op,
                     ": target must be an int64 (torch.long) tensor of class indices, got ",
                     target.scalar_type());
   TORCH_CHECK_VALUE(target.dim() == 1 && target.size(0) == logits.size(0), "labops.", op,
-                    ": target must have shape (N,) = (", logits.size(0), ",), got ", target.sizes());
+                    ": target must have shape (N,) = (", logits.size(0), ",), got ", shape_str(target.sizes()));
   TORCH_CHECK_VALUE(target.device() == logits.device(), "labops.", op,
                     ": target must be on the device of logits (", logits.device(), "), got ",
                     target.device());
@@ -162,11 +162,11 @@ struct SoftmaxOps {
     if (red == softmax::Reduction::None) {
       TORCH_CHECK_VALUE(grad_loss.dim() == 1 && grad_loss.size(0) == n,
                         "labops.cross_entropy_backward: grad_loss must have shape (N,) = (", n,
-                        ",) for reduction='none', got ", grad_loss.sizes());
+                        ",) for reduction='none', got ", shape_str(grad_loss.sizes()));
     } else {
       TORCH_CHECK_VALUE(grad_loss.dim() == 0,
                         "labops.cross_entropy_backward: grad_loss must be 0-d for reduction='",
-                        reduction, "', got shape ", grad_loss.sizes());
+                        reduction, "', got shape ", shape_str(grad_loss.sizes()));
     }
     c10::OptionalDeviceGuard guard(logits.device());
     at::Tensor lc = logits.contiguous(), tc = target.contiguous(), gc = grad_loss.contiguous();

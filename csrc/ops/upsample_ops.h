@@ -37,7 +37,7 @@ inline void check_scale(std::optional<double> scale, const char* op, const char*
 
 inline void check_4d(const at::Tensor& t, const char* op, const char* arg) {
   TORCH_CHECK_VALUE(t.dim() == 4, "labops.", op, ": ", arg, " must be a 4-D (N, C, H, W) tensor, got ",
-                    t.dim(), "-D with shape ", t.sizes());
+                    t.dim(), "-D with shape ", shape_str(t.sizes()));
 }
 
 // Spatial sizes go through float coordinates: keep them where a float still
@@ -96,7 +96,7 @@ struct UpsampleOps {
                       ": input_size must not be negative, got ", input_size);
     TORCH_CHECK_VALUE(grad_output.size(0) == input_size[0] && grad_output.size(1) == input_size[1],
                       "labops.", op, ": grad_output must have input_size's N and C (", input_size[0], ", ",
-                      input_size[1], "), got shape ", grad_output.sizes());
+                      input_size[1], "), got shape ", shape_str(grad_output.sizes()));
     check_spatial(input_size[2], op, "input_size[2]");
     check_spatial(input_size[3], op, "input_size[3]");
     check_spatial(grad_output.size(2), op, "grad_output's height");

@@ -106,7 +106,7 @@ struct DepthwiseOps {
     constexpr const char* op = "depthwise_conv2d";
     check_floating(x, op, "x");
     check_like(weight, x, op, "weight", "x");
-    const Geometry g = make_geometry(op, x.sizes(), "x", shape_str(weight.sizes()), "weight", stride, padding,
+    const Geometry g = make_geometry(op, x.sizes(), "x", weight.sizes(), "weight", stride, padding,
                                      dilation);
     const bool has_bias = bias.has_value() && bias->defined();
     if (has_bias) {
@@ -134,7 +134,7 @@ struct DepthwiseOps {
     constexpr const char* op = "depthwise_conv2d_backward_input";
     check_floating(grad_output, op, "grad_output");
     check_like(weight, grad_output, op, "weight", "grad_output");
-    const Geometry g = make_geometry(op, input_size, "input_size", shape_str(weight.sizes()), "weight", stride,
+    const Geometry g = make_geometry(op, input_size, "input_size", weight.sizes(), "weight", stride,
                                      padding, dilation);
     check_grad_output(grad_output, g, op);
     c10::OptionalDeviceGuard guard(grad_output.device());

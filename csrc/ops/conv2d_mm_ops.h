@@ -36,7 +36,7 @@ struct ConvParams {
 };
 
 inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
-  TORCH_CHECK_VALUE(v.size() == 2, "labops.", op, ": ", arg, " must have 2 values (h, w), got ", v);
+  TORCH_CHECK_VALUE(v.size() == 2, "labops.", op, ": ", arg, " must have 2 values (h, w), got ", shape_str(v));
 }
 
 // The rules every op shares: stride and dilation >= 1, padding >= 0, a
@@ -48,12 +48,12 @@ inline ConvParams make_params(at::IntArrayRef kernel_size, at::IntArrayRef strid
   check_pair(padding, op, "padding");
   check_pair(dilation, op, "dilation");
   TORCH_CHECK_VALUE(kernel_size[0] >= 1 && kernel_size[1] >= 1, "labops.", op,
-                    ": kernel_size must be >= 1, got ", kernel_size);
-  TORCH_CHECK_VALUE(stride[0] >= 1 && stride[1] >= 1, "labops.", op, ": stride must be >= 1, got ", stride);
+                    ": kernel_size must be >= 1, got ", shape_str(kernel_size));
+  TORCH_CHECK_VALUE(stride[0] >= 1 && stride[1] >= 1, "labops.", op, ": stride must be >= 1, got ", shape_str(stride));
   TORCH_CHECK_VALUE(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op, ": dilation must be >= 1, got ",
-                    dilation);
+                    shape_str(dilation));
   TORCH_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, "labops.", op, ": padding must be >= 0, got ",
-                    padding);
+                    shape_str(padding));
   return {kernel_size[0], kernel_size[1], stride[0], stride[1],
           padding[0],     padding[1],     dilation[0], dilation[1]};
 }
@@ -132,7 +132,7 @@ struct Conv2dMMOps {
     ConvParams p = make_params(kernel_size, stride, padding, dilation, "col2im");
     check_pair(output_size, "col2im", "output_size");
     TORCH_CHECK_VALUE(output_size[0] >= 1 && output_size[1] >= 1,
-                      "labops.col2im: output_size must be >= 1, got ", output_size);
+                      "labops.col2im: output_size must be >= 1, got ", shape_str(output_size));
     const bool batched = cols.dim() == 3;
     at::Tensor c3 = (batched ? cols : cols.unsqueeze(0)).contiguous();
     const int64_t area = p.kernel_h * p.kernel_w;
@@ -142,7 +142,7 @@ struct Conv2dMMOps {
                                "kernel_size");
     TORCH_CHECK_VALUE(c3.size(2) == s.blocks(), "labops.col2im: cols.size(", batched ? 2 : 1,
                       ") must equal the number of blocks ", s.out_h, " x ", s.out_w, " = ", s.blocks(),
-                      " that output_size ", output_size, " gives, got ", c3.size(2));
+                      " that output_size ", shape_str(output_size), " gives, got ", c3.size(2));
     c10::OptionalDeviceGuard guard(cols.device());
     at::Tensor image = at::empty({s.batch, s.channels, s.height, s.width}, c3.options());
     if (image.numel() > 0) {
@@ -200,9 +200,9 @@ struct Conv2dMMOps {
     const char* op = "conv2d_mm_backward_input";
     check_floating(grad_output, op, "grad_output");
     TORCH_CHECK_VALUE(input_size.size() == 3 || input_size.size() == 4, "labops.", op,
-                      ": input_size must have 3 (C, H, W) or 4 (N, C, H, W) values, got ", input_size);
+                      ": input_size must have 3 (C, H, W) or 4 (N, C, H, W) values, got ", shape_str(input_size));
     for (int64_t v : input_size) {
-      TORCH_CHECK_VALUE(v >= 0, "labops.", op, ": input_size must be >= 0, got ", input_size);
+      TORCH_CHECK_VALUE(v >= 0, "labops.", op, ": input_size must be >= 0, got ", shape_str(input_size));
     }
     Im2colShape s = conv_shape(input_size, weight, stride, padding, dilation, op);
     check_like(weight, grad_output, op, "weight", "grad_output");
@@ -298,7 +298,7 @@ struct Conv2dMMOps {
     const int64_t c = input_size[batched ? 1 : 0], h = input_size[batched ? 2 : 1], w = input_size[batched ? 3 : 2];
     TORCH_CHECK_VALUE(weight.size(1) == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
                       "the input's channels ", c, ", got ", weight_arg, " of shape ", shape_str(weight.sizes()),
-                      " for input of shape ", input_size);
+                      " for input of shape ", shape_str(input_size));
     TORCH_CHECK_VALUE(weight.size(2) >= 1 && weight.size(3) >= 1, "labops.", op, ": ", weight_arg,
                       " must have a kernel of at least 1x1, got shape ", shape_str(weight.sizes()));
     std::vector<int64_t> kernel{weight.size(2), weight.size(3)};

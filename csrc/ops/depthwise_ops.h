@@ -38,11 +38,11 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   check_pair(padding, op, "padding");
   check_pair(dilation, op, "dilation");
   for (auto v : x_size) {
-    TORCH_CHECK_VALUE(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", x_size);
+    TORCH_CHECK_VALUE(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", shape_str(x_size));
   }
   const int64_t c_in = x_size[1], c_out = w_size[0];
   TORCH_CHECK_VALUE(c_in >= 1, "labops.", op, ": ", x_arg, " must have at least one channel, got ",
-                    x_size);
+                    shape_str(x_size));
   TORCH_CHECK_VALUE(w_size[1] == 1, "labops.", op, ": ", w_arg,
                     ".size(1) must be 1 (one input channel per group), got ", w_size[1]);
   TORCH_CHECK_VALUE(c_out >= 1 && c_out % c_in == 0, "labops.", op, ": ", w_arg,
@@ -50,11 +50,11 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   TORCH_CHECK_VALUE(w_size[2] >= 1 && w_size[3] >= 1, "labops.", op, ": ", w_arg,
                     " must have a kernel of at least 1x1, got ", w_size[2], "x", w_size[3]);
   TORCH_CHECK_VALUE(stride[0] >= 1 && stride[1] >= 1, "labops.", op,
-                    ": stride must be positive, got ", stride);
+                    ": stride must be positive, got ", shape_str(stride));
   TORCH_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, "labops.", op,
-                    ": padding must be non-negative, got ", padding);
+                    ": padding must be non-negative, got ", shape_str(padding));
   TORCH_CHECK_VALUE(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op,
-                    ": dilation must be >= 1, got ", dilation);
+                    ": dilation must be >= 1, got ", shape_str(dilation));
   Geometry g;
   g.batch = x_size[0];
   g.in_channels = c_in;
@@ -74,7 +74,7 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   g.out_w = output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
   TORCH_CHECK_VALUE(g.out_h >= 1 && g.out_w >= 1, "labops.", op,
                     ": the dilated kernel must fit in the padded input: kernel ", g.k_h, "x", g.k_w,
-                    ", dilation ", dilation, ", input ", g.in_h, "x", g.in_w, ", padding ", padding,
+                    ", dilation ", shape_str(dilation), ", input ", g.in_h, "x", g.in_w, ", padding ", shape_str(padding),
                     " give an output of ", g.out_h, "x", g.out_w);
   return g;
 }

@@ -101,7 +101,7 @@ struct PoolingOps {
     check_floating(grad_output, op, "grad_output");
     check_gap_input_rank(static_cast<int64_t>(input_size.size()), op, "input_size");
     for (int64_t s : input_size) {
-      TORCH_CHECK_VALUE(s >= 0, "labops.", op, ": input_size must not be negative, got ", input_size);
+      TORCH_CHECK_VALUE(s >= 0, "labops.", op, ": input_size must not be negative, got ", shape_str(input_size));
     }
     std::vector<int64_t> expected(input_size.begin(), input_size.end() - 2);
     expected.push_back(1);

@@ -59,7 +59,7 @@ struct UpsampleOps {
     check_floating(x, op, "x");
     check_4d(x, op, "x");
     TORCH_CHECK_VALUE(output_size.size() == 2 && output_size[0] > 0 && output_size[1] > 0, "labops.", op,
-                      ": output_size must be two positive integers (out_h, out_w), got ", output_size);
+                      ": output_size must be two positive integers (out_h, out_w), got ", shape_str(output_size));
     check_spatial(x.size(2), op, "x's height");
     check_spatial(x.size(3), op, "x's width");
     check_spatial(output_size[0], op, "output_size[0]");
@@ -91,9 +91,9 @@ struct UpsampleOps {
     check_floating(grad_output, op, "grad_output");
     check_4d(grad_output, op, "grad_output");
     TORCH_CHECK_VALUE(input_size.size() == 4, "labops.", op,
-                      ": input_size must have 4 entries (N, C, H, W), got ", input_size);
+                      ": input_size must have 4 entries (N, C, H, W), got ", shape_str(input_size));
     TORCH_CHECK_VALUE(input_size[0] >= 0 && input_size[1] >= 0, "labops.", op,
-                      ": input_size must not be negative, got ", input_size);
+                      ": input_size must not be negative, got ", shape_str(input_size));
     TORCH_CHECK_VALUE(grad_output.size(0) == input_size[0] && grad_output.size(1) == input_size[1],
                       "labops.", op, ": grad_output must have input_size's N and C (", input_size[0], ", ",
                       input_size[1], "), got shape ", shape_str(grad_output.sizes()));

@@ -112,11 +112,7 @@ def plan() -> BuildPlan:
         sources += sorted(root.glob("cuda/*.cu"))
 
     capability = torch.backends.cpu.get_cpu_capability()
-    # No -fvisibility=hidden: it made the library keep private copies of
-    # libstdc++ templates (ostream::_M_insert<long>) built against the
-    # compiler's headers, which crashed against a different runtime libstdc++
-    # (seen with g++ 13 and torch 2.11: every integer in an error message).
-    cflags = ["-O3"] + _CPU_SIMD_FLAGS.get(capability, [])
+    cflags = ["-O3", "-fvisibility=hidden"] + _CPU_SIMD_FLAGS.get(capability, [])
     ldflags = []
     # at::parallel_for is an inline `#pragma omp parallel` in ATen's headers:
     # without -fopenmp it compiles to a single-threaded loop. We compile with

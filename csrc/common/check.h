@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
@@ -20,8 +22,41 @@ inline std::string shape_str(at::IntArrayRef sizes) {
   return out + "]";
 }
 
+namespace detail {
+// Error messages are assembled here, as strings, instead of by streaming
+// numbers into an ostream (what TORCH_CHECK does with its arguments): with
+// g++ 13 against torch 2.11, inserting an integer into an ostream from this
+// library segfaulted inside libstdc++ (cuda-gdb: ostream::_M_insert<long>).
+inline void append(std::string& s, std::string_view v) { s.append(v.data(), v.size()); }
+inline void append(std::string& s, const char* v) { s += v; }
+inline void append(std::string& s, const std::string& v) { s += v; }
+inline void append(std::string& s, char v) { s += v; }
+inline void append(std::string& s, at::IntArrayRef v) { s += shape_str(v); }
+inline void append(std::string& s, c10::ScalarType v) { s += c10::toString(v); }
+inline void append(std::string& s, const c10::Device& v) { s += v.str(); }
+template <typename T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+void append(std::string& s, T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    s += v ? "true" : "false";
+  } else {
+    s += std::to_string(v);
+  }
+}
+
+template <typename... Args>
+std::string message(const Args&... args) {
+  std::string s;
+  (append(s, args), ...);
+  return s;
+}
+}  // namespace detail
+
+// TORCH_CHECK_VALUE (raises ValueError in Python) with a message built by
+// detail::message. Every labops argument check goes through this macro.
+#define LABOPS_CHECK(cond, ...) TORCH_CHECK_VALUE(cond, ::labops::detail::message(__VA_ARGS__))
+
 inline void check_floating(const at::Tensor& t, const char* op, const char* arg) {
-  TORCH_CHECK_VALUE(at::isFloatingType(t.scalar_type()), "labops.", op, ": ", arg,
+  LABOPS_CHECK(at::isFloatingType(t.scalar_type()), "labops.", op, ": ", arg,
                     " must be a floating-point tensor (float32, float64, float16 or "
                     "bfloat16), got ",
                     t.scalar_type());
@@ -29,12 +64,12 @@ inline void check_floating(const at::Tensor& t, const char* op, const char* arg)
 
 inline void check_same_meta(const at::Tensor& t, const at::Tensor& ref, const char* op,
                             const char* arg, const char* ref_arg) {
-  TORCH_CHECK_VALUE(t.sizes() == ref.sizes(), "labops.", op, ": ", arg, " must have the shape of ",
+  LABOPS_CHECK(t.sizes() == ref.sizes(), "labops.", op, ": ", arg, " must have the shape of ",
                     ref_arg, " ", shape_str(ref.sizes()), ", got ", shape_str(t.sizes()));
-  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
+  LABOPS_CHECK(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
                     " must have the dtype of ", ref_arg, " (", ref.scalar_type(), "), got ",
                     t.scalar_type());
-  TORCH_CHECK_VALUE(t.device() == ref.device(), "labops.", op, ": ", arg,
+  LABOPS_CHECK(t.device() == ref.device(), "labops.", op, ": ", arg,
                     " must be on the device of ", ref_arg, " (", ref.device(), "), got ",
                     t.device());
 }

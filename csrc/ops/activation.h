@@ -10,6 +10,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "../common/check.h"
 #include "../common/loop.h"
 #include "../common/math.h"
 
@@ -35,7 +36,7 @@ inline GeluApprox parse_gelu_approx(std::string_view name) {
   if (name == "none") return GeluApprox::None;
   if (name == "tanh") return GeluApprox::Tanh;
   if (name == "sigmoid") return GeluApprox::Sigmoid;
-  TORCH_CHECK_VALUE(false, "labops.gelu: approximate must be 'none', 'tanh' or 'sigmoid', got '",
+  LABOPS_CHECK(false, "labops.gelu: approximate must be 'none', 'tanh' or 'sigmoid', got '",
                     name, "'");
 }
 

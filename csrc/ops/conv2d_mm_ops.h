@@ -36,7 +36,7 @@ struct ConvParams {
 };
 
 inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
-  TORCH_CHECK_VALUE(v.size() == 2, "labops.", op, ": ", arg, " must have 2 values (h, w), got ", shape_str(v));
+  LABOPS_CHECK(v.size() == 2, "labops.", op, ": ", arg, " must have 2 values (h, w), got ", shape_str(v));
 }
 
 // The rules every op shares: stride and dilation >= 1, padding >= 0, a
@@ -47,12 +47,12 @@ inline ConvParams make_params(at::IntArrayRef kernel_size, at::IntArrayRef strid
   check_pair(stride, op, "stride");
   check_pair(padding, op, "padding");
   check_pair(dilation, op, "dilation");
-  TORCH_CHECK_VALUE(kernel_size[0] >= 1 && kernel_size[1] >= 1, "labops.", op,
+  LABOPS_CHECK(kernel_size[0] >= 1 && kernel_size[1] >= 1, "labops.", op,
                     ": kernel_size must be >= 1, got ", shape_str(kernel_size));
-  TORCH_CHECK_VALUE(stride[0] >= 1 && stride[1] >= 1, "labops.", op, ": stride must be >= 1, got ", shape_str(stride));
-  TORCH_CHECK_VALUE(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op, ": dilation must be >= 1, got ",
+  LABOPS_CHECK(stride[0] >= 1 && stride[1] >= 1, "labops.", op, ": stride must be >= 1, got ", shape_str(stride));
+  LABOPS_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op, ": dilation must be >= 1, got ",
                     shape_str(dilation));
-  TORCH_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, "labops.", op, ": padding must be >= 0, got ",
+  LABOPS_CHECK(padding[0] >= 0 && padding[1] >= 0, "labops.", op, ": padding must be >= 0, got ",
                     shape_str(padding));
   return {kernel_size[0], kernel_size[1], stride[0], stride[1],
           padding[0],     padding[1],     dilation[0], dilation[1]};
@@ -63,7 +63,7 @@ inline Im2colShape make_shape(int64_t n, int64_t c, int64_t h, int64_t w, const 
                               const char* op, const char* kernel_arg) {
   const int64_t extent_h = p.dilation_h * (p.kernel_h - 1) + 1;
   const int64_t extent_w = p.dilation_w * (p.kernel_w - 1) + 1;
-  TORCH_CHECK_VALUE(extent_h <= h + 2 * p.pad_h && extent_w <= w + 2 * p.pad_w, "labops.", op, ": ",
+  LABOPS_CHECK(extent_h <= h + 2 * p.pad_h && extent_w <= w + 2 * p.pad_w, "labops.", op, ": ",
                     kernel_arg, " (", p.kernel_h, ", ", p.kernel_w, ") with dilation (", p.dilation_h, ", ",
                     p.dilation_w, ") spans (", extent_h, ", ", extent_w,
                     ") pixels: must not be larger than the padded input (", h + 2 * p.pad_h, ", ",
@@ -91,15 +91,15 @@ inline int64_t images_per_chunk(const Im2colShape& s, int64_t element_size, int6
 
 inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
   check_floating(x, op, arg);
-  TORCH_CHECK_VALUE(x.dim() == 3 || x.dim() == 4, "labops.", op, ": ", arg,
+  LABOPS_CHECK(x.dim() == 3 || x.dim() == 4, "labops.", op, ": ", arg,
                     " must be 3-D (C, H, W) or 4-D (N, C, H, W), got ", x.dim(), "-D of shape ", shape_str(x.sizes()));
 }
 
 inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
                        const char* ref_arg) {
-  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg, " must have the dtype of ",
+  LABOPS_CHECK(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg, " must have the dtype of ",
                     ref_arg, " (", ref.scalar_type(), "), got ", t.scalar_type());
-  TORCH_CHECK_VALUE(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ", ref_arg,
+  LABOPS_CHECK(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ", ref_arg,
                     " (", ref.device(), "), got ", t.device());
 }
 
@@ -127,20 +127,20 @@ struct Conv2dMMOps {
   static at::Tensor col2im(const at::Tensor& cols, at::IntArrayRef output_size, at::IntArrayRef kernel_size,
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     check_floating(cols, "col2im", "cols");
-    TORCH_CHECK_VALUE(cols.dim() == 2 || cols.dim() == 3, "labops.col2im: cols must be 2-D (C*kH*kW, L) or 3-D ",
+    LABOPS_CHECK(cols.dim() == 2 || cols.dim() == 3, "labops.col2im: cols must be 2-D (C*kH*kW, L) or 3-D ",
                       "(N, C*kH*kW, L), got ", cols.dim(), "-D of shape ", shape_str(cols.sizes()));
     ConvParams p = make_params(kernel_size, stride, padding, dilation, "col2im");
     check_pair(output_size, "col2im", "output_size");
-    TORCH_CHECK_VALUE(output_size[0] >= 1 && output_size[1] >= 1,
+    LABOPS_CHECK(output_size[0] >= 1 && output_size[1] >= 1,
                       "labops.col2im: output_size must be >= 1, got ", shape_str(output_size));
     const bool batched = cols.dim() == 3;
     at::Tensor c3 = (batched ? cols : cols.unsqueeze(0)).contiguous();
     const int64_t area = p.kernel_h * p.kernel_w;
-    TORCH_CHECK_VALUE(c3.size(1) % area == 0, "labops.col2im: cols.size(", batched ? 1 : 0,
+    LABOPS_CHECK(c3.size(1) % area == 0, "labops.col2im: cols.size(", batched ? 1 : 0,
                       ") must be divisible by kernel_h * kernel_w = ", area, ", got ", c3.size(1));
     Im2colShape s = make_shape(c3.size(0), c3.size(1) / area, output_size[0], output_size[1], p, "col2im",
                                "kernel_size");
-    TORCH_CHECK_VALUE(c3.size(2) == s.blocks(), "labops.col2im: cols.size(", batched ? 2 : 1,
+    LABOPS_CHECK(c3.size(2) == s.blocks(), "labops.col2im: cols.size(", batched ? 2 : 1,
                       ") must equal the number of blocks ", s.out_h, " x ", s.out_w, " = ", s.blocks(),
                       " that output_size ", shape_str(output_size), " gives, got ", c3.size(2));
     c10::OptionalDeviceGuard guard(cols.device());
@@ -164,7 +164,7 @@ struct Conv2dMMOps {
     const int64_t O = weight.size(0);
     if (bias.has_value()) {
       check_like(*bias, x, "conv2d_mm", "bias", "x");
-      TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == O, "labops.conv2d_mm: bias must have shape (",
+      LABOPS_CHECK(bias->dim() == 1 && bias->size(0) == O, "labops.conv2d_mm: bias must have shape (",
                         O, ",) (out_channels = weight.size(0)), got ", shape_str(bias->sizes()));
     }
     c10::OptionalDeviceGuard guard(x.device());
@@ -199,10 +199,10 @@ struct Conv2dMMOps {
                                              at::IntArrayRef padding, at::IntArrayRef dilation) {
     const char* op = "conv2d_mm_backward_input";
     check_floating(grad_output, op, "grad_output");
-    TORCH_CHECK_VALUE(input_size.size() == 3 || input_size.size() == 4, "labops.", op,
+    LABOPS_CHECK(input_size.size() == 3 || input_size.size() == 4, "labops.", op,
                       ": input_size must have 3 (C, H, W) or 4 (N, C, H, W) values, got ", shape_str(input_size));
     for (int64_t v : input_size) {
-      TORCH_CHECK_VALUE(v >= 0, "labops.", op, ": input_size must be >= 0, got ", shape_str(input_size));
+      LABOPS_CHECK(v >= 0, "labops.", op, ": input_size must be >= 0, got ", shape_str(input_size));
     }
     Im2colShape s = conv_shape(input_size, weight, stride, padding, dilation, op);
     check_like(weight, grad_output, op, "weight", "grad_output");
@@ -245,7 +245,7 @@ struct Conv2dMMOps {
     check_grad_output(grad_output, s, O, x.dim() == 4, op);
     if (grad_bias.has_value()) {
       check_like(*grad_bias, x, op, "grad_bias", "x");
-      TORCH_CHECK_VALUE(grad_bias->dim() == 1 && grad_bias->size(0) == O, "labops.", op,
+      LABOPS_CHECK(grad_bias->dim() == 1 && grad_bias->size(0) == O, "labops.", op,
                         ": grad_bias must have shape (", O, ",) (grad_weight.size(0)), got ", shape_str(grad_bias->sizes()));
     }
     c10::OptionalDeviceGuard guard(x.device());
@@ -290,16 +290,16 @@ struct Conv2dMMOps {
                                 at::IntArrayRef padding, at::IntArrayRef dilation, const char* op,
                                 const char* weight_arg = "weight") {
     check_floating(weight, op, weight_arg);
-    TORCH_CHECK_VALUE(weight.dim() == 4, "labops.", op, ": ", weight_arg,
+    LABOPS_CHECK(weight.dim() == 4, "labops.", op, ": ", weight_arg,
                       " must be 4-D (out_channels, in_channels, kH, kW), got ", weight.dim(), "-D of shape ",
                       shape_str(weight.sizes()));
     const bool batched = input_size.size() == 4;
     const int64_t n = batched ? input_size[0] : 1;
     const int64_t c = input_size[batched ? 1 : 0], h = input_size[batched ? 2 : 1], w = input_size[batched ? 3 : 2];
-    TORCH_CHECK_VALUE(weight.size(1) == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
+    LABOPS_CHECK(weight.size(1) == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
                       "the input's channels ", c, ", got ", weight_arg, " of shape ", shape_str(weight.sizes()),
                       " for input of shape ", shape_str(input_size));
-    TORCH_CHECK_VALUE(weight.size(2) >= 1 && weight.size(3) >= 1, "labops.", op, ": ", weight_arg,
+    LABOPS_CHECK(weight.size(2) >= 1 && weight.size(3) >= 1, "labops.", op, ": ", weight_arg,
                       " must have a kernel of at least 1x1, got shape ", shape_str(weight.sizes()));
     std::vector<int64_t> kernel{weight.size(2), weight.size(3)};
     ConvParams p = make_params(kernel, stride, padding, dilation, op);
@@ -310,7 +310,7 @@ struct Conv2dMMOps {
                                 const char* op) {
     std::vector<int64_t> expected{s.batch, O, s.out_h, s.out_w};
     if (!batched) expected.erase(expected.begin());
-    TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
+    LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
                       ": grad_output must have the output's shape ", shape_str(expected), ", got ",
                       shape_str(grad_output.sizes()));
   }

@@ -20,7 +20,7 @@
 namespace labops::ops::depthwise {
 
 inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
-  TORCH_CHECK_VALUE(v.size() == 2, "labops.", op, ": ", arg, " must have 2 entries (h, w), got ",
+  LABOPS_CHECK(v.size() == 2, "labops.", op, ": ", arg, " must have 2 entries (h, w), got ",
                     v.size());
 }
 
@@ -30,30 +30,30 @@ inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
 inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char* x_arg,
                               at::IntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
                               at::IntArrayRef padding, at::IntArrayRef dilation) {
-  TORCH_CHECK_VALUE(x_size.size() == 4, "labops.", op, ": ", x_arg,
+  LABOPS_CHECK(x_size.size() == 4, "labops.", op, ": ", x_arg,
                     " must be 4-D (N, C_in, H, W), got ", x_size.size(), "-D");
-  TORCH_CHECK_VALUE(w_size.size() == 4, "labops.", op, ": ", w_arg,
+  LABOPS_CHECK(w_size.size() == 4, "labops.", op, ": ", w_arg,
                     " must be 4-D (C_out, 1, kH, kW), got ", w_size.size(), "-D");
   check_pair(stride, op, "stride");
   check_pair(padding, op, "padding");
   check_pair(dilation, op, "dilation");
   for (auto v : x_size) {
-    TORCH_CHECK_VALUE(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", shape_str(x_size));
+    LABOPS_CHECK(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", shape_str(x_size));
   }
   const int64_t c_in = x_size[1], c_out = w_size[0];
-  TORCH_CHECK_VALUE(c_in >= 1, "labops.", op, ": ", x_arg, " must have at least one channel, got ",
+  LABOPS_CHECK(c_in >= 1, "labops.", op, ": ", x_arg, " must have at least one channel, got ",
                     shape_str(x_size));
-  TORCH_CHECK_VALUE(w_size[1] == 1, "labops.", op, ": ", w_arg,
+  LABOPS_CHECK(w_size[1] == 1, "labops.", op, ": ", w_arg,
                     ".size(1) must be 1 (one input channel per group), got ", w_size[1]);
-  TORCH_CHECK_VALUE(c_out >= 1 && c_out % c_in == 0, "labops.", op, ": ", w_arg,
+  LABOPS_CHECK(c_out >= 1 && c_out % c_in == 0, "labops.", op, ": ", w_arg,
                     ".size(0) (C_out) must be a positive multiple of C_in = ", c_in, ", got ", c_out);
-  TORCH_CHECK_VALUE(w_size[2] >= 1 && w_size[3] >= 1, "labops.", op, ": ", w_arg,
+  LABOPS_CHECK(w_size[2] >= 1 && w_size[3] >= 1, "labops.", op, ": ", w_arg,
                     " must have a kernel of at least 1x1, got ", w_size[2], "x", w_size[3]);
-  TORCH_CHECK_VALUE(stride[0] >= 1 && stride[1] >= 1, "labops.", op,
+  LABOPS_CHECK(stride[0] >= 1 && stride[1] >= 1, "labops.", op,
                     ": stride must be positive, got ", shape_str(stride));
-  TORCH_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, "labops.", op,
+  LABOPS_CHECK(padding[0] >= 0 && padding[1] >= 0, "labops.", op,
                     ": padding must be non-negative, got ", shape_str(padding));
-  TORCH_CHECK_VALUE(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op,
+  LABOPS_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op,
                     ": dilation must be >= 1, got ", shape_str(dilation));
   Geometry g;
   g.batch = x_size[0];
@@ -72,7 +72,7 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   g.dil_w = dilation[1];
   g.out_h = output_size(g.in_h, g.k_h, g.stride_h, g.pad_h, g.dil_h);
   g.out_w = output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
-  TORCH_CHECK_VALUE(g.out_h >= 1 && g.out_w >= 1, "labops.", op,
+  LABOPS_CHECK(g.out_h >= 1 && g.out_w >= 1, "labops.", op,
                     ": the dilated kernel must fit in the padded input: kernel ", g.k_h, "x", g.k_w,
                     ", dilation ", shape_str(dilation), ", input ", g.in_h, "x", g.in_w, ", padding ", shape_str(padding),
                     " give an output of ", g.out_h, "x", g.out_w);
@@ -81,16 +81,16 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
 
 inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
                        const char* ref_arg) {
-  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
+  LABOPS_CHECK(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
                     " must have the dtype of ", ref_arg, " (", ref.scalar_type(), "), got ",
                     t.scalar_type());
-  TORCH_CHECK_VALUE(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ",
+  LABOPS_CHECK(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ",
                     ref_arg, " (", ref.device(), "), got ", t.device());
 }
 
 inline void check_grad_output(const at::Tensor& grad_output, const Geometry& g, const char* op) {
   const std::array<int64_t, 4> want{g.batch, g.out_channels, g.out_h, g.out_w};
-  TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(want), "labops.", op,
+  LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(want), "labops.", op,
                     ": grad_output must have the forward output's shape ", shape_str(want),
                     ", got ", shape_str(grad_output.sizes()));
 }
@@ -111,7 +111,7 @@ struct DepthwiseOps {
     const bool has_bias = bias.has_value() && bias->defined();
     if (has_bias) {
       check_like(*bias, x, op, "bias", "x");
-      TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == g.out_channels, "labops.", op,
+      LABOPS_CHECK(bias->dim() == 1 && bias->size(0) == g.out_channels, "labops.", op,
                         ": bias must have shape (C_out,) = (", g.out_channels, ",), got ",
                         shape_str(bias->sizes()));
     }
@@ -173,7 +173,7 @@ struct DepthwiseOps {
   static at::Tensor backward_bias(const at::Tensor& grad_output) {
     constexpr const char* op = "depthwise_conv2d_backward_bias";
     check_floating(grad_output, op, "grad_output");
-    TORCH_CHECK_VALUE(grad_output.dim() == 4, "labops.", op,
+    LABOPS_CHECK(grad_output.dim() == 4, "labops.", op,
                       ": grad_output must be 4-D (N, C_out, outH, outW), got ", grad_output.dim(),
                       "-D");
     c10::OptionalDeviceGuard guard(grad_output.device());

@@ -71,7 +71,7 @@ LABOPS_HOST_DEVICE acc_t gap_grad_input(scalar_t grad_output_of_plane, int64_t h
 // for hw >= 1 and planes >= 1.
 
 inline void check_gap_input_rank(int64_t dim, const char* op, const char* arg) {
-  TORCH_CHECK_VALUE(dim == 3 || dim == 4, "labops.", op, ": ", arg,
+  LABOPS_CHECK(dim == 3 || dim == 4, "labops.", op, ": ", arg,
                     " must be a 3-D (C, H, W) or 4-D (N, C, H, W) tensor, got ", dim, "-D");
 }
 
@@ -101,12 +101,12 @@ struct PoolingOps {
     check_floating(grad_output, op, "grad_output");
     check_gap_input_rank(static_cast<int64_t>(input_size.size()), op, "input_size");
     for (int64_t s : input_size) {
-      TORCH_CHECK_VALUE(s >= 0, "labops.", op, ": input_size must not be negative, got ", shape_str(input_size));
+      LABOPS_CHECK(s >= 0, "labops.", op, ": input_size must not be negative, got ", shape_str(input_size));
     }
     std::vector<int64_t> expected(input_size.begin(), input_size.end() - 2);
     expected.push_back(1);
     expected.push_back(1);
-    TORCH_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
+    LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
                       ": grad_output must have shape ", shape_str(expected),
                       " (input_size with H and W set to 1), got ", shape_str(grad_output.sizes()));
     c10::OptionalDeviceGuard guard(grad_output.device());

@@ -50,7 +50,7 @@ inline ReorgOrder parse_reorg_order(std::string_view name, const char* op) {
   if (name == "darknet") return ReorgOrder::Darknet;
   if (name == "dcr") return ReorgOrder::DCR;
   if (name == "crd") return ReorgOrder::CRD;
-  TORCH_CHECK_VALUE(false, "labops.", op, ": order must be 'darknet', 'dcr' or 'crd', got '", name, "'");
+  LABOPS_CHECK(false, "labops.", op, ": order must be 'darknet', 'dcr' or 'crd', got '", name, "'");
 }
 
 // ---- integer division by a value fixed for a whole launch ----
@@ -215,13 +215,13 @@ struct ReorgOps {
   // Checks the arguments and returns the canonical geometry.
   static ReorgShape check(const char* op, const at::Tensor& t, const char* arg, int64_t s, ReorgOrder order,
                           int64_t C, int64_t H, int64_t W) {
-    TORCH_CHECK_VALUE(s >= 1, "labops.", op, ": stride must be >= 1, got ", s);
+    LABOPS_CHECK(s >= 1, "labops.", op, ": stride must be >= 1, got ", s);
     int64_t s2 = 0;
-    TORCH_CHECK_VALUE(!c10::mul_overflows(s, s, &s2), "labops.", op, ": stride is too large, got ", s);
-    TORCH_CHECK_VALUE(H % s == 0 && W % s == 0, "labops.", op, ": ", arg,
+    LABOPS_CHECK(!c10::mul_overflows(s, s, &s2), "labops.", op, ": stride is too large, got ", s);
+    LABOPS_CHECK(H % s == 0 && W % s == 0, "labops.", op, ": ", arg,
                       "'s height and width must be divisible by stride ", s, ", got ", shape_str(t.sizes()));
     if (order == ReorgOrder::Darknet) {
-      TORCH_CHECK_VALUE(C % s2 == 0, "labops.", op, ": ", arg, "'s channels must be divisible by stride^2 = ",
+      LABOPS_CHECK(C % s2 == 0, "labops.", op, ": ", arg, "'s channels must be divisible by stride^2 = ",
                         s2, " for order 'darknet', got ", shape_str(t.sizes()));
     }
     return reorg_shape(order, C, H, W, s);
@@ -244,7 +244,7 @@ struct ReorgOps {
     const char* op = "reorg";
     check_floating(x, op, "x");
     const ReorgOrder order = parse_reorg_order(order_name, op);
-    TORCH_CHECK_VALUE(x.dim() == 4, "labops.reorg: x must be a 4-D (N, C, H, W) tensor, got ", x.dim(), "-D");
+    LABOPS_CHECK(x.dim() == 4, "labops.reorg: x must be a 4-D (N, C, H, W) tensor, got ", x.dim(), "-D");
     const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
     const ReorgShape shape = check(op, x, "x", stride, order, C, H, W);
     const std::vector<int64_t> out_size{N, C * stride * stride, H / stride, W / stride};
@@ -255,14 +255,14 @@ struct ReorgOps {
     const char* op = "reorg_backward";
     check_floating(grad_output, op, "grad_output");
     const ReorgOrder order = parse_reorg_order(order_name, op);
-    TORCH_CHECK_VALUE(grad_output.dim() == 4, "labops.reorg_backward: grad_output must be a 4-D tensor, got ",
+    LABOPS_CHECK(grad_output.dim() == 4, "labops.reorg_backward: grad_output must be a 4-D tensor, got ",
                       grad_output.dim(), "-D");
-    TORCH_CHECK_VALUE(stride >= 1, "labops.reorg_backward: stride must be >= 1, got ", stride);
+    LABOPS_CHECK(stride >= 1, "labops.reorg_backward: stride must be >= 1, got ", stride);
     int64_t s2 = 0;
-    TORCH_CHECK_VALUE(!c10::mul_overflows(stride, stride, &s2), "labops.reorg_backward: stride is too large, got ",
+    LABOPS_CHECK(!c10::mul_overflows(stride, stride, &s2), "labops.reorg_backward: stride is too large, got ",
                       stride);
     const int64_t N = grad_output.size(0), Cout = grad_output.size(1);
-    TORCH_CHECK_VALUE(Cout % s2 == 0, "labops.reorg_backward: grad_output's channels must be divisible by stride^2 = ",
+    LABOPS_CHECK(Cout % s2 == 0, "labops.reorg_backward: grad_output's channels must be divisible by stride^2 = ",
                       s2, ", got ", shape_str(grad_output.sizes()));
     const int64_t C = Cout / s2, H = grad_output.size(2) * stride, W = grad_output.size(3) * stride;
     const ReorgShape shape = check(op, grad_output, "grad_output", stride, order, C, H, W);

@@ -22,6 +22,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "../common/check.h"
 #include "../common/loop.h"
 #include "../common/math.h"
 
@@ -166,7 +167,7 @@ inline Reduction parse_reduction(std::string_view name, const char* op) {
   if (name == "mean") return Reduction::Mean;
   if (name == "sum") return Reduction::Sum;
   if (name == "none") return Reduction::None;
-  TORCH_CHECK_VALUE(false, "labops.", op, ": reduction must be 'mean', 'sum' or 'none', got '",
+  LABOPS_CHECK(false, "labops.", op, ": reduction must be 'mean', 'sum' or 'none', got '",
                     name, "'");
 }
 

@@ -36,7 +36,7 @@ namespace softmax_detail {
 // A 0-d tensor is a row of one element: dim may be 0 or -1, as in torch.softmax.
 inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t rank = std::max<int64_t>(ndim, 1);
-  TORCH_CHECK_VALUE(dim >= -rank && dim < rank, "labops.", op, ": dim must be in [", -rank, ", ",
+  LABOPS_CHECK(dim >= -rank && dim < rank, "labops.", op, ": dim must be in [", -rank, ", ",
                     rank - 1, "] for a ", ndim, "-D tensor, got ", dim);
   return dim < 0 ? dim + rank : dim;
 }
@@ -53,14 +53,14 @@ inline softmax::RowGeometry geometry(const at::Tensor& t, int64_t dim) {
 
 inline void check_logits_target(const at::Tensor& logits, const at::Tensor& target, const char* op) {
   check_floating(logits, op, "logits");
-  TORCH_CHECK_VALUE(logits.dim() == 2, "labops.", op, ": logits must be 2-D (N, C), got a ",
+  LABOPS_CHECK(logits.dim() == 2, "labops.", op, ": logits must be 2-D (N, C), got a ",
                     logits.dim(), "-D tensor of shape ", shape_str(logits.sizes()));
-  TORCH_CHECK_VALUE(target.scalar_type() == at::kLong, "labops.", op,
+  LABOPS_CHECK(target.scalar_type() == at::kLong, "labops.", op,
                     ": target must be an int64 (torch.long) tensor of class indices, got ",
                     target.scalar_type());
-  TORCH_CHECK_VALUE(target.dim() == 1 && target.size(0) == logits.size(0), "labops.", op,
+  LABOPS_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), "labops.", op,
                     ": target must have shape (N,) = (", logits.size(0), ",), got ", shape_str(target.sizes()));
-  TORCH_CHECK_VALUE(target.device() == logits.device(), "labops.", op,
+  LABOPS_CHECK(target.device() == logits.device(), "labops.", op,
                     ": target must be on the device of logits (", logits.device(), "), got ",
                     target.device());
 }
@@ -133,7 +133,7 @@ struct SoftmaxOps {
       });
     }
     if (!valid) {  // the rare path: spend two reductions on a precise message
-      TORCH_CHECK_VALUE(false, "labops.cross_entropy: target must hold class indices in [0, C) = [0, ",
+      LABOPS_CHECK(false, "labops.cross_entropy: target must hold class indices in [0, C) = [0, ",
                         c, "), got values from ", at::min(tc).item<int64_t>(), " to ",
                         at::max(tc).item<int64_t>());
     }
@@ -152,19 +152,19 @@ struct SoftmaxOps {
     softmax_detail::check_logits_target(logits, target, "cross_entropy_backward");
     const auto red = softmax::parse_reduction(reduction, "cross_entropy_backward");
     check_floating(grad_loss, "cross_entropy_backward", "grad_loss");
-    TORCH_CHECK_VALUE(grad_loss.scalar_type() == logits.scalar_type(),
+    LABOPS_CHECK(grad_loss.scalar_type() == logits.scalar_type(),
                       "labops.cross_entropy_backward: grad_loss must have the dtype of logits (",
                       logits.scalar_type(), "), got ", grad_loss.scalar_type());
-    TORCH_CHECK_VALUE(grad_loss.device() == logits.device(),
+    LABOPS_CHECK(grad_loss.device() == logits.device(),
                       "labops.cross_entropy_backward: grad_loss must be on the device of logits (",
                       logits.device(), "), got ", grad_loss.device());
     const int64_t n = logits.size(0), c = logits.size(1);
     if (red == softmax::Reduction::None) {
-      TORCH_CHECK_VALUE(grad_loss.dim() == 1 && grad_loss.size(0) == n,
+      LABOPS_CHECK(grad_loss.dim() == 1 && grad_loss.size(0) == n,
                         "labops.cross_entropy_backward: grad_loss must have shape (N,) = (", n,
                         ",) for reduction='none', got ", shape_str(grad_loss.sizes()));
     } else {
-      TORCH_CHECK_VALUE(grad_loss.dim() == 0,
+      LABOPS_CHECK(grad_loss.dim() == 0,
                         "labops.cross_entropy_backward: grad_loss must be 0-d for reduction='",
                         reduction, "', got shape ", shape_str(grad_loss.sizes()));
     }

@@ -18,6 +18,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "../common/check.h"
 #include "../common/loop.h"
 
 namespace labops::ops {
@@ -34,7 +35,7 @@ inline CoordMode parse_coordinate_mode(std::string_view name, const char* op) {
   if (name == "half_pixel") return CoordMode::HalfPixel;
   if (name == "align_corners") return CoordMode::AlignCorners;
   if (name == "asymmetric") return CoordMode::Asymmetric;
-  TORCH_CHECK_VALUE(false, "labops.", op,
+  LABOPS_CHECK(false, "labops.", op,
                     ": coordinate_mode must be 'half_pixel', 'align_corners' or 'asymmetric', got '",
                     name, "'");
 }

@@ -30,20 +30,20 @@ namespace labops::ops {
 namespace upsample_detail {
 
 inline void check_scale(std::optional<double> scale, const char* op, const char* arg) {
-  TORCH_CHECK_VALUE(!scale.has_value() || (*scale > 0 && *scale < std::numeric_limits<double>::infinity()),
+  LABOPS_CHECK(!scale.has_value() || (*scale > 0 && *scale < std::numeric_limits<double>::infinity()),
                     "labops.", op, ": ", arg, " must be a positive finite number or None, got ",
                     scale.value_or(0.0));
 }
 
 inline void check_4d(const at::Tensor& t, const char* op, const char* arg) {
-  TORCH_CHECK_VALUE(t.dim() == 4, "labops.", op, ": ", arg, " must be a 4-D (N, C, H, W) tensor, got ",
+  LABOPS_CHECK(t.dim() == 4, "labops.", op, ": ", arg, " must be a 4-D (N, C, H, W) tensor, got ",
                     t.dim(), "-D with shape ", shape_str(t.sizes()));
 }
 
 // Spatial sizes go through float coordinates: keep them where a float still
 // counts every integer (2^24), far beyond any real image.
 inline void check_spatial(int64_t size, const char* op, const char* what) {
-  TORCH_CHECK_VALUE(size > 0 && size <= (int64_t(1) << 24), "labops.", op, ": ", what,
+  LABOPS_CHECK(size > 0 && size <= (int64_t(1) << 24), "labops.", op, ": ", what,
                     " must be between 1 and 2^24, got ", size);
 }
 
@@ -58,7 +58,7 @@ struct UpsampleOps {
     constexpr const char* op = "upsample_bilinear2d";
     check_floating(x, op, "x");
     check_4d(x, op, "x");
-    TORCH_CHECK_VALUE(output_size.size() == 2 && output_size[0] > 0 && output_size[1] > 0, "labops.", op,
+    LABOPS_CHECK(output_size.size() == 2 && output_size[0] > 0 && output_size[1] > 0, "labops.", op,
                       ": output_size must be two positive integers (out_h, out_w), got ", shape_str(output_size));
     check_spatial(x.size(2), op, "x's height");
     check_spatial(x.size(3), op, "x's width");
@@ -90,11 +90,11 @@ struct UpsampleOps {
     constexpr const char* op = "upsample_bilinear2d_backward";
     check_floating(grad_output, op, "grad_output");
     check_4d(grad_output, op, "grad_output");
-    TORCH_CHECK_VALUE(input_size.size() == 4, "labops.", op,
+    LABOPS_CHECK(input_size.size() == 4, "labops.", op,
                       ": input_size must have 4 entries (N, C, H, W), got ", shape_str(input_size));
-    TORCH_CHECK_VALUE(input_size[0] >= 0 && input_size[1] >= 0, "labops.", op,
+    LABOPS_CHECK(input_size[0] >= 0 && input_size[1] >= 0, "labops.", op,
                       ": input_size must not be negative, got ", shape_str(input_size));
-    TORCH_CHECK_VALUE(grad_output.size(0) == input_size[0] && grad_output.size(1) == input_size[1],
+    LABOPS_CHECK(grad_output.size(0) == input_size[0] && grad_output.size(1) == input_size[1],
                       "labops.", op, ": grad_output must have input_size's N and C (", input_size[0], ", ",
                       input_size[1], "), got shape ", shape_str(grad_output.sizes()));
     check_spatial(input_size[2], op, "input_size[2]");

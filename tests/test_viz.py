@@ -147,3 +147,85 @@ def test_draw_matrix_and_new_figure():
     patches = viz.draw_matrix(axes[0], np.eye(3), title="t", xlabel="x", ylabel="y", highlight=[(0, 0), (2, 1)])
     assert len(patches) == 2 and len(axes[0].texts) == 9 and len(axes[0].images) == 1
     rendered(fig)
+
+
+# ---- upsample ----
+
+def test_upsample_sampling_positions_follow_the_reference():
+    from labops import reference
+
+    fig = rendered(viz.upsample_sampling_positions(((4, 8), (8, 3))))
+    assert len(fig.axes) == 2
+    for ax, (n_in, n_out) in zip(fig.axes, [(4, 8), (8, 3)]):
+        assert f"{n_in} -> {n_out}" in ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+        assert len(ax.patches) == n_in  # one cell per source pixel
+        lines = {line.get_label(): line for line in ax.lines}
+        for row, mode in enumerate(reference.COORDINATE_MODES):
+            x, y = lines[mode].get_data()
+            np.testing.assert_array_equal(x, [reference.source_coordinate(i, n_in, n_out, mode)
+                                              for i in range(n_out)])
+            assert (y == row).all()
+    # 4 -> 8 half_pixel: output 0 points at -0.25 before the clamp (a hollow marker); 8 -> 3 clamps nothing.
+    clamped = {line.get_label(): line for line in fig.axes[0].lines}["half_pixel before the clamp at 0"]
+    assert clamped.get_xdata().tolist() == [-0.25]
+    assert "half_pixel before the clamp at 0" not in [line.get_label() for line in fig.axes[1].lines]
+    # asymmetric 4 -> 8 reads 0, 0.5, ..., 3.5; align_corners ends exactly on the last pixel.
+    lines = {line.get_label(): line for line in fig.axes[0].lines}
+    assert lines["asymmetric"].get_xdata().tolist() == [0.5 * i for i in range(8)]
+    assert lines["align_corners"].get_xdata()[-1] == 3.0
+
+
+def test_upsample_sampling_positions_with_scale_factor():
+    # F.interpolate(scale_factor=1.7) on 7 pixels: 11 outputs stepping by 1/1.7, not 7/11.
+    fig = rendered(viz.upsample_sampling_positions(((7, 11),), modes=("asymmetric",), scale_factor=1.7))
+    (ax,) = fig.axes
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), np.arange(11) / 1.7)
+
+
+@pytest.mark.parametrize("mode", ["half_pixel", "align_corners", "asymmetric"])
+def test_upsample_gradient_flow_scatter_and_gather_agree(mode):
+    from labops import reference
+
+    h, w, oh, ow, (oy, ox) = 4, 5, 8, 7, (3, 4)
+    fig = rendered(viz.upsample_gradient_flow((h, w), (oh, ow), mode, output_pixel=(oy, ox)))
+    ax_s, ax_g = fig.axes
+    for ax in fig.axes:
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    a_h = reference.interpolation_matrix(h, oh, mode)
+    a_w = reference.interpolation_matrix(w, ow, mode)
+    # Left: the output pixel's weights over the input = row oy of A_h times row ox of A_w.
+    scatter = ax_s.images[0].get_array()
+    np.testing.assert_allclose(scatter, np.outer(a_h[oy], a_w[ox]), atol=1e-15)
+    assert len(ax_s.patches) == int((np.outer(a_h[oy], a_w[ox]) != 0).sum()) <= 4
+    # Right: the outputs that read the default input pixel (the top-left tap), with their weights.
+    ih, iw = reference.source_taps(oy, h, oh, mode)[0], reference.source_taps(ox, w, ow, mode)[0]
+    gather = ax_g.images[0].get_array()
+    np.testing.assert_allclose(gather, np.outer(a_h[:, ih], a_w[:, iw]), atol=1e-15)
+    assert len(ax_g.patches) == int((gather != 0).sum())
+    assert f"input ({ih}, {iw})" in ax_g.get_title()
+    # The same weight seen from both sides: output (oy, ox) reads input (ih, iw) with it.
+    assert scatter[ih, iw] == gather[oy, ox] != 0
+    # Only nonzero weights are written in the cells.
+    assert len(ax_s.texts) == len(ax_s.patches) and len(ax_g.texts) == len(ax_g.patches)
+
+
+def test_upsample_gradient_flow_bad_pixels():
+    with pytest.raises(ValueError, match="output_pixel must be inside"):
+        viz.upsample_gradient_flow((4, 4), (8, 8), output_pixel=(8, 0))
+    with pytest.raises(ValueError, match="input_pixel must be inside"):
+        viz.upsample_gradient_flow((4, 4), (8, 8), input_pixel=(0, 4))
+
+
+def test_upsample_mode_difference():
+    img = np.add.outer(np.arange(6.0), np.zeros(5)) + np.arange(5.0) * 10  # a ramp: 10 per column, 1 per row
+    fig = rendered(viz.upsample_mode_difference(img, (12, 10)))
+    assert len(fig.axes) == 5  # two outputs, the difference, then the two colour bars
+    half, asym, diff = (fig.axes[i].images[0].get_array() for i in (0, 1, 2))
+    expected_half = F.interpolate(torch.from_numpy(img)[None, None], size=(12, 10), mode="bilinear")[0, 0]
+    np.testing.assert_allclose(half, expected_half.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(diff, half - asym)
+    # Inside the image the ramp shows the shift: half_pixel reads a quarter pixel earlier in each direction.
+    np.testing.assert_allclose(diff[1:-2, 1:-2], -0.25 * 10 - 0.25 * 1, atol=1e-12)
+    assert f"max |d| {np.abs(diff).max():.3f}" in fig.axes[2].get_title()
+    with pytest.raises(ValueError, match="one \\(H, W\\) image"):
+        viz.upsample_mode_difference(img[None], (12, 10))

@@ -224,8 +224,8 @@ def bench_bars(source, title: str | None = None, dtype: str | None = None):
     ax.set_xlabel("% of copy bandwidth (bytes the op must move / time, over a device copy's)")
     ax.set_ylabel("benchmark")
     when = f", {result['date']}" if result.get("date") else ""
-    ax.set_title(title or f"{result['device']} (copy {result['copy_GBps']:.0f} GB/s), "
-                          f"torch {result['torch']}{when}")
+    copy = f" (copy {result['copy_GBps']:.0f} GB/s)" if result.get("copy_GBps") else ""
+    ax.set_title(title or f"{result['device']}{copy}, torch {result['torch']}{when}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return fig

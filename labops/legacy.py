@@ -37,6 +37,7 @@ __all__ = [
     "SpatialUpSamplingBilinear",
     "SoftMax",
     "Reorg",
+    "View",
     "CrossEntropyCriterion",
 ]
 
@@ -293,3 +294,96 @@ class SpatialUpSamplingBilinear(Module):
         _, mode, sh, sw = self._resolved(input)
         self.gradInput = L.upsample_bilinear2d_backward(gradOutput, list(input.shape), mode, sh, sw, True)
         return self.gradInput
+
+
+class View(Module):
+    """Reshape each sample to `size` (Torch7's nn.View): (N, ...) -> (N, *size)."""
+
+    def __init__(self, *size):
+        super().__init__()
+        self.size = size
+
+    def updateOutput(self, input):
+        self.output = input.reshape(input.shape[0], *self.size)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = gradOutput.reshape(input.shape)
+        return self.gradInput
+
+
+class SpatialGlobalAveragePooling(Module):
+    """(N, C, H, W) -> (N, C, 1, 1): the layer of write-up 000."""
+
+    def updateOutput(self, input):
+        self.output = L.global_avg_pool2d(input)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = L.global_avg_pool2d_backward(gradOutput, list(input.shape))
+        return self.gradInput
+
+
+class SoftMax(Module):
+    """Softmax over `dim` (Torch7's SoftMax normalises the last dimension)."""
+
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def updateOutput(self, input):
+        self.output = L.softmax(input, self.dim)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = L.softmax_backward(gradOutput, self.output, self.dim)  # from the output y
+        return self.gradInput
+
+
+class Reorg(Module):
+    """YOLOv2's passthrough layer; order 'darknet', 'dcr' or 'crd'."""
+
+    def __init__(self, stride=2, order="darknet"):
+        super().__init__()
+        self.stride, self.order = stride, order
+
+    def updateOutput(self, input):
+        self.output = L.reorg(input, self.stride, self.order)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = L.reorg_backward(gradOutput, self.stride, self.order)
+        return self.gradInput
+
+
+class CrossEntropyCriterion:
+    """Fused log-softmax + negative log-likelihood over (N, C) logits and int64 targets.
+
+    A criterion, as in Torch7: ``forward(input, target)`` returns the loss,
+    ``backward(input, target)`` its gradient w.r.t. the input,
+    ``(softmax - onehot) / N`` for the default 'mean' reduction.
+    """
+
+    def __init__(self, reduction="mean"):
+        self.reduction = reduction
+        self.output = None
+        self.gradInput = torch.empty(0)
+
+    def updateOutput(self, input, target):
+        from labops.ops.softmax import cross_entropy  # checks the targets before the kernel runs
+
+        self.output = cross_entropy(input, target, self.reduction)
+        return self.output
+
+    def updateGradInput(self, input, target):
+        # dE/dloss = 1 for the loss this criterion returns (one per row for 'none').
+        shape = (input.shape[0],) if self.reduction == "none" else ()
+        grad_loss = torch.ones(shape, dtype=input.dtype, device=input.device)
+        self.gradInput = L.cross_entropy_backward(grad_loss, input, target, self.reduction)
+        return self.gradInput
+
+    forward = updateOutput
+    backward = updateGradInput
+
+    def __repr__(self):
+        return f"nn.CrossEntropyCriterion({self.reduction!r})"

@@ -104,3 +104,53 @@ def test_sequential_add_returns_itself():
 @pytest.mark.parametrize("cls", [legacy.Tanh, legacy.GELU])
 def test_parameter_free_layers_have_no_parameters(cls):
     assert cls().parameters() == ([], [])
+
+
+def test_classifier_with_pooling_reorg_softmax_matches_autograd(device):
+    torch.manual_seed(2)
+    conv = legacy.SpatialConvolutionMM(3, 8, 3, 3, 1, 1, 1, dtype=torch.float64)
+    fc = legacy.Linear(32, 5, dtype=torch.float64)
+    old = (
+        legacy.Sequential().add(conv).add(legacy.GELU("tanh")).add(legacy.Reorg(2, "darknet"))
+        .add(legacy.SpatialGlobalAveragePooling()).add(legacy.View(32)).add(fc).add(legacy.SoftMax())
+    ).to(device=device)
+    new_conv, new_fc = nn.Conv2dMM(3, 8, 3, padding=1).double(), torch.nn.Linear(32, 5).double()
+    with torch.no_grad():
+        new_conv.weight.copy_(conv.weight)
+        new_conv.bias.copy_(conv.bias)
+        new_fc.weight.copy_(fc.weight)
+        new_fc.bias.copy_(fc.bias)
+    new = torch.nn.Sequential(new_conv, nn.GELU("tanh"), nn.Reorg(2, "darknet"), nn.GlobalAvgPool2d(),
+                              torch.nn.Flatten(), new_fc, nn.Softmax(-1)).to(device)
+    x = torch.randn(4, 3, 8, 8, dtype=torch.float64, device=device)
+    out = old.forward(x)
+    g = torch.randn_like(out)
+    grad_in = old.backward(x, g)
+    xa = x.clone().requires_grad_()
+    out_a = new(xa)
+    out_a.backward(g)
+    torch.testing.assert_close(out, out_a.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad_in, xa.grad, rtol=1e-12, atol=1e-12)
+    for got, want in zip(old.parameters()[1], [new_conv.weight.grad, new_conv.bias.grad, new_fc.weight.grad,
+                                               new_fc.bias.grad]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_criterion_matches_torch(device, reduction):
+    torch.manual_seed(3)
+    logits = torch.randn(6, 5, dtype=torch.float64, device=device) * 3
+    target = torch.randint(0, 5, (6,), device=device)
+    crit = legacy.CrossEntropyCriterion(reduction)
+    loss = crit.forward(logits, target)
+    grad = crit.backward(logits, target)
+    la = logits.clone().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(la, target, reduction=reduction)
+    ref.backward(torch.ones_like(ref))
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, la.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_cross_entropy_criterion_rejects_bad_target():
+    with pytest.raises(ValueError, match="target"):
+        legacy.CrossEntropyCriterion().forward(torch.randn(3, 4), torch.tensor([0, 4, 1]))

@@ -229,3 +229,19 @@ def test_upsample_mode_difference():
     assert f"max |d| {np.abs(diff).max():.3f}" in fig.axes[2].get_title()
     with pytest.raises(ValueError, match="one \\(H, W\\) image"):
         viz.upsample_mode_difference(img[None], (12, 10))
+
+
+def test_reorg_channel_maps():
+    from labops.reference import reorg as ref_reorg
+
+    fig = rendered(viz.reorg_channel_maps((1, 4, 4, 4), 2))
+    assert len(fig.axes) == 3
+    assert [ax.get_title() for ax in fig.axes] == ["order = 'darknet'", "order = 'dcr'", "order = 'crd'"]
+    x = np.arange(64).reshape(1, 4, 4, 4)
+    for ax, order in zip(fig.axes, ("darknet", "dcr", "crd")):
+        assert len(ax.images) == 1 and len(ax.texts) == 16 * 4
+        expected = ref_reorg.reorg_forward_numpy(x, 2, order)[0].reshape(16, 4) // 16  # source channel
+        np.testing.assert_array_equal(ax.images[0].get_array(), expected)
+    assert len(fig.legends[0].get_patches()) == 4
+    with pytest.raises(ValueError, match="N = 1"):
+        viz.reorg_channel_maps((2, 4, 4, 4))

@@ -32,23 +32,27 @@ def build_pair(device):
     return old, new
 
 
-def test_legacy_matches_autograd(device):
-    old, new = build_pair(device)
-    x = torch.randn(2, 3, 9, 9, dtype=torch.float64, device=device)
+def assert_matches_autograd(old, new, x):
+    """One explicit forward/backward of the legacy net equals autograd through `new`:
+    outputs, input gradients and every parameter gradient, to float64 rounding."""
     out = old.forward(x)
     g = torch.randn_like(out)
     grad_in = old.backward(x, g)
-
     xa = x.clone().requires_grad_()
     out_a = new(xa)
     out_a.backward(g)
     torch.testing.assert_close(out, out_a.detach(), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad_in, xa.grad, rtol=1e-12, atol=1e-12)
-    weights, grads = old.parameters()
-    expected = [p.grad for p in new.parameters()]
-    assert len(grads) == len(expected) == 4
+    grads, expected = old.parameters()[1], [p.grad for p in new.parameters()]
+    assert len(grads) == len(expected) > 0
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_legacy_matches_autograd(device):
+    old, new = build_pair(device)
+    assert len(old.parameters()[1]) == 4
+    assert_matches_autograd(old, new, torch.randn(2, 3, 9, 9, dtype=torch.float64, device=device))
 
 
 def test_acc_grad_parameters_accumulates_with_scale(device):
@@ -122,18 +126,7 @@ def test_classifier_with_pooling_reorg_softmax_matches_autograd(device):
         new_fc.bias.copy_(fc.bias)
     new = torch.nn.Sequential(new_conv, nn.GELU("tanh"), nn.Reorg(2, "darknet"), nn.GlobalAvgPool2d(),
                               torch.nn.Flatten(), new_fc, nn.Softmax(-1)).to(device)
-    x = torch.randn(4, 3, 8, 8, dtype=torch.float64, device=device)
-    out = old.forward(x)
-    g = torch.randn_like(out)
-    grad_in = old.backward(x, g)
-    xa = x.clone().requires_grad_()
-    out_a = new(xa)
-    out_a.backward(g)
-    torch.testing.assert_close(out, out_a.detach(), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(grad_in, xa.grad, rtol=1e-12, atol=1e-12)
-    for got, want in zip(old.parameters()[1], [new_conv.weight.grad, new_conv.bias.grad, new_fc.weight.grad,
-                                               new_fc.bias.grad]):
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert_matches_autograd(old, new, torch.randn(4, 3, 8, 8, dtype=torch.float64, device=device))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

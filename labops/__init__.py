@@ -13,20 +13,29 @@ import importlib.util
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("ops", "nn", "reference", "testing", "bench", "simt", "viz")
+_SUBMODULES = ("ops", "nn", "reference", "legacy", "testing", "bench", "simt", "viz")
 
 
 def __getattr__(name):
     # Loaded on first access (PEP 562), so `labops doctor` can run and report
-    # even when the C++ build fails. Submodules first: `from labops import
-    # _build` asks here before importing the submodule.
-    if importlib.util.find_spec(f"labops.{name}") is not None:
-        return importlib.import_module(f"labops.{name}")
-    if not name.startswith("_"):
+    # even when the C++ build fails. Whatever is found is stored in this
+    # module's globals, so the lookup (a search of the file system) runs once
+    # per name, not on every call of `labops.gelu(...)`.
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"labops.{name}")
+    elif not name.startswith("_"):
         ops = importlib.import_module("labops.ops")
-        if name in ops.__all__:
-            return getattr(ops, name)
-    raise AttributeError(f"module 'labops' has no attribute {name!r}")
+        if name not in ops.__all__:
+            raise AttributeError(f"module 'labops' has no attribute {name!r}")
+        globals().update({op: getattr(ops, op) for op in ops.__all__})
+        value = getattr(ops, name)
+    elif importlib.util.find_spec(f"labops.{name}") is not None:
+        # Private submodules (`from labops import _build` asks here first).
+        value = importlib.import_module(f"labops.{name}")
+    else:
+        raise AttributeError(f"module 'labops' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__():

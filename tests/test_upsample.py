@@ -159,12 +159,15 @@ def test_forward_matches_oracle(device, dtype, mode):
 
 @pytest.mark.parametrize("mode", TORCH_MODES)
 def test_forward_matches_native_in_its_own_dtype(device, mode):
-    # PyTorch computes float32 coordinates in float too: the results agree to rounding.
+    # PyTorch computes float32 coordinates in float too, so the two agree to
+    # rounding: a few ulps (CUDA's compiler fuses multiply-adds differently on
+    # each side; both stay as close to the float64 result). A wrong tap or
+    # coordinate mode is off by ~0.1, four orders of magnitude more.
     for case, x, kw in sample_inputs(device, torch.float32, seed=3):
         if x.numel() == 0:
             continue  # F.interpolate rejects C == 0
         torch.testing.assert_close(labops_upsample(x, mode, **kw), torch_upsample(x, mode, **kw),
-                                   rtol=2e-6, atol=2e-6, msg=case)
+                                   rtol=1e-5, atol=1e-5, msg=lambda message: f"{case}: {message}")
 
 
 def test_align_corners_flag_and_default(device):

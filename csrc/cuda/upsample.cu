@@ -2,18 +2,27 @@
 // output reads, with which weights, which outputs read an input) is
 // ops/upsample.h's; this file only decides how threads share the work.
 //
-//  * forward_vec_kernel: each thread writes V consecutive outputs of one row
-//    (16 bytes: 4 floats, 8 halves) with one vector store, and reuses the
-//    input columns its neighbouring outputs already loaded (a x2 upsample
-//    loads 8 values for 4 outputs instead of 16). forward_kernel is the plain
-//    grid-stride loop over forward_at(), for rows not a multiple of V.
-//  * gather_rows_kernel (deterministic backward): one block per input row h.
-//    The block first contracts the few output rows that read h into one row
-//    t = sum_y A_h[y, h] * G[y, :] in shared memory (coalesced 16-byte loads),
-//    then each thread gathers its input columns from t. No atomics; every
-//    grad_in value is a fixed sum, the same on every run.
-//    gather_direct_kernel (gather_at per element) serves rows too wide for
-//    shared memory.
+// The fast kernels give each thread a fixed set of columns and let it walk
+// down many rows: a column's taps (which input columns, which weights) are
+// the same in every row of every plane, so the thread computes them once and
+// each row then costs a few loads, multiply-adds and a store.
+//
+//  * forward_rows_kernel: a thread owns V consecutive output columns (16
+//    bytes: 4 floats, 8 halves), written with one vector store per row; it
+//    loads each input column its outputs share once (a x2 upsample loads 3
+//    columns of each of the two input rows for 4 outputs). forward_kernel is
+//    the textbook grid-stride loop over forward_at(), for rows whose width is
+//    not a multiple of V.
+//  * gather_columns_kernel (deterministic backward): a thread owns one input
+//    column w; the output columns that read it are a short contiguous range
+//    (4 for x2) whose weights it keeps in registers. Per input row it sums
+//    those columns of the few output rows that read the row (from a table
+//    the block builds once in shared memory). No atomics: every grad_in value
+//    is a fixed sum, the same on every run.
+//    gather_rows_kernel serves large upsampling factors (more than 8 outputs
+//    read each input): one block per input row contracts the output rows that
+//    read it in shared memory first. gather_direct_kernel (gather_at per element)
+//    serves rows too wide for shared memory.
 //  * scatter_kernel (the lesson's non-deterministic backward): one thread per
 //    output, four atomicAdds into a zeroed opmath buffer.
 #include <algorithm>
@@ -48,13 +57,6 @@ struct alignas(sizeof(scalar_t) * V) Pack {
 };
 
 
-inline int multiprocessor_count() {
-  int device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 // ---- forward ----
 
 template <typename scalar_t, typename T>
@@ -63,52 +65,83 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   LABOPS_KERNEL_LOOP(i, n) { y[i] = static_cast<scalar_t>(ops::forward_at(i, x, ah, aw)); }
 }
 
-// index_t: 32-bit when the chunk count allows it (divisions are several times
-// cheaper), 64-bit otherwise. The loop index itself is always 64-bit.
+// V consecutive outputs of one output row, whose input row pair is (top,
+// bottom) and whose column taps are tw: each input column that neighbouring
+// outputs share is loaded once.
+template <typename scalar_t, typename T, int V>
+__device__ __forceinline__ Pack<scalar_t, V> blend_columns(const scalar_t* __restrict__ top,
+                                                           const scalar_t* __restrict__ bottom,
+                                                           const Taps<T> (&tw)[V], T lambda_h) {
+  // The two columns the previous output read, and their top/bottom values.
+  int64_t col0 = -1, col1 = -1;
+  T top0 = T(0), bottom0 = T(0), top1 = T(0), bottom1 = T(0);
+  Pack<scalar_t, V> out;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    T ta, ba, tb, bb;
+    if (tw[k].i0 == col1) {
+      ta = top1, ba = bottom1;
+    } else if (tw[k].i0 == col0) {
+      ta = top0, ba = bottom0;
+    } else {
+      ta = static_cast<T>(top[tw[k].i0]), ba = static_cast<T>(bottom[tw[k].i0]);
+    }
+    if (tw[k].i1 == tw[k].i0) {
+      tb = ta, bb = ba;
+    } else if (tw[k].i1 == col1) {
+      tb = top1, bb = bottom1;
+    } else {
+      tb = static_cast<T>(top[tw[k].i1]), bb = static_cast<T>(bottom[tw[k].i1]);
+    }
+    out.val[k] = static_cast<scalar_t>(ops::bilinear_blend(ta, tb, ba, bb, lambda_h, tw[k].lambda));
+    col0 = tw[k].i0, top0 = ta, bottom0 = ba;
+    col1 = tw[k].i1, top1 = tb, bottom1 = bb;
+  }
+  return out;
+}
+
+// Thread (x, y) of block (bx, by) owns output columns [V*c, V*c + V) with
+// c = by * blockDim.x + x, and visits rows (plane * out_h + oy) threadIdx.y +
+// blockDim.y * bx, then every blockDim.y * gridDim.x rows. index_t is 32-bit
+// when the row count allows it (its divisions are several times cheaper).
 template <typename scalar_t, typename T, int V, typename index_t>
 __global__ void __launch_bounds__(kThreads)
-    forward_vec_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, int64_t chunks,
-                       Axis<T> ah, Axis<T> aw) {
-  const index_t chunks_per_row = static_cast<index_t>(aw.out / V);
-  const index_t out_h = static_cast<index_t>(ah.out);
-  LABOPS_KERNEL_LOOP(i, chunks) {
-    const index_t chunk = static_cast<index_t>(i) % chunks_per_row;
-    const index_t row = static_cast<index_t>(i) / chunks_per_row;  // plane * out_h + oy
-    const index_t oy = row % out_h;
-    const int64_t plane = row / out_h;
-    const Taps<T> th = ops::source_taps(static_cast<int64_t>(oy), ah);
-    const scalar_t* top = x + (plane * ah.in + th.i0) * aw.in;
-    const scalar_t* bottom = x + (plane * ah.in + th.i1) * aw.in;
-    const int64_t ox0 = static_cast<int64_t>(chunk) * V;
-
-    // The two columns the previous output read, and their top/bottom values.
-    int64_t col0 = -1, col1 = -1;
-    T top0 = T(0), bottom0 = T(0), top1 = T(0), bottom1 = T(0);
-    Pack<scalar_t, V> out;
+    forward_rows_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, index_t rows,
+                        Axis<T> ah, Axis<T> aw) {
+  const int64_t first_col = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * V;
+  if (first_col >= aw.out) return;  // no barrier below, so idle threads may leave
+  Taps<T> tw[V];
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const Taps<T> tw = ops::source_taps(ox0 + k, aw);
-      T ta, ba, tb, bb;
-      if (tw.i0 == col1) {
-        ta = top1, ba = bottom1;
-      } else if (tw.i0 == col0) {
-        ta = top0, ba = bottom0;
-      } else {
-        ta = static_cast<T>(top[tw.i0]), ba = static_cast<T>(bottom[tw.i0]);
-      }
-      if (tw.i1 == tw.i0) {
-        tb = ta, bb = ba;
-      } else if (tw.i1 == col1) {
-        tb = top1, bb = bottom1;
-      } else {
-        tb = static_cast<T>(top[tw.i1]), bb = static_cast<T>(bottom[tw.i1]);
-      }
-      out.val[k] = static_cast<scalar_t>(ops::bilinear_blend(ta, tb, ba, bb, th.lambda, tw.lambda));
-      col0 = tw.i0, top0 = ta, bottom0 = ba;
-      col1 = tw.i1, top1 = tb, bottom1 = bb;
-    }
-    *reinterpret_cast<Pack<scalar_t, V>*>(y + static_cast<int64_t>(row) * aw.out + ox0) = out;
+  for (int k = 0; k < V; ++k) tw[k] = ops::source_taps(first_col + k, aw);
+  const index_t out_h = static_cast<index_t>(ah.out);
+  const index_t step = static_cast<index_t>(blockDim.y) * gridDim.x;
+  for (index_t row = static_cast<index_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += step) {
+    const Taps<T> th = ops::source_taps(static_cast<int64_t>(row % out_h), ah);
+    const scalar_t* plane = x + static_cast<int64_t>(row / out_h) * ah.in * aw.in;
+    *reinterpret_cast<Pack<scalar_t, V>*>(y + static_cast<int64_t>(row) * aw.out + first_col) =
+        blend_columns<scalar_t, T, V>(plane + th.i0 * aw.in, plane + th.i1 * aw.in, tw, th.lambda);
   }
+}
+
+// Blocks of kThreads threads: blockDim.x threads across the row's column
+// chunks (at most kThreads; a warp spans several rows when rows are short),
+// the rest of the block on further rows; enough blocks along x to fill the
+// GPU about twice, so each thread walks many rows with the taps it computed
+// once.
+struct RowsGrid {
+  dim3 blocks;
+  dim3 threads;
+};
+
+inline RowsGrid rows_grid(int64_t chunks_per_row, int64_t rows) {
+  const int64_t tx = std::min<int64_t>(kThreads, chunks_per_row);
+  const int64_t ty = kThreads / tx;
+  const int64_t blocks_y = (chunks_per_row + tx - 1) / tx;
+  const int64_t resident = int64_t(multiprocessor_count()) * (2048 / kThreads) * 2;  // two waves
+  const int64_t blocks_x = std::max<int64_t>(
+      1, std::min<int64_t>((rows + ty - 1) / ty, std::max<int64_t>(1, resident / blocks_y)));
+  return RowsGrid{dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
+                  dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty))};
 }
 
 // ---- deterministic backward: gather ----
@@ -147,6 +180,89 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // t is rewritten for the next row
   }
+}
+
+// The output rows that read input row h (a contiguous range, at most
+// kMaxRows long when the launcher's bound holds) and their weights A_h[y, h].
+template <typename T, int kMaxRows>
+struct RowsReading {
+  int64_t begin;
+  int count;
+  T weight[kMaxRows];
+};
+
+// Thread x of block (bx, by) owns input column w = by * blockDim.x + x and
+// visits input rows (plane * in_h + h) like forward_rows_kernel. The output
+// columns reading w are [xb, xb + count) with count <= kMaxCols; their
+// weights A_w[x, w] stay in registers. The row side is the same for every
+// column and every plane: the block computes it once per h into a shared
+// table (in_h entries) instead of once per row and warp.
+template <typename scalar_t, typename T, int kMaxCols, int kMaxRows, typename index_t>
+__global__ void __launch_bounds__(kThreads)
+    gather_columns_kernel(const scalar_t* __restrict__ g, scalar_t* __restrict__ grad_in, index_t rows,
+                          Axis<T> ah, Axis<T> aw) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* table = reinterpret_cast<RowsReading<T, kMaxRows>*>(smem_raw);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  for (int64_t h = tid; h < ah.in; h += blockDim.x * blockDim.y) {
+    const ops::Range r = ops::outputs_reading(h, ah);
+    RowsReading<T, kMaxRows> entry{r.begin, static_cast<int>(r.end - r.begin), {}};
+#pragma unroll
+    for (int k = 0; k < kMaxRows; ++k) {
+      entry.weight[k] = k < entry.count ? ops::tap_weight(ops::source_taps(r.begin + k, ah), h) : T(0);
+    }
+    table[h] = entry;
+  }
+  __syncthreads();
+
+  const int64_t w = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (w >= aw.in) return;  // no barrier below
+  const ops::Range cols = ops::outputs_reading(w, aw);
+  const int count = static_cast<int>(cols.end - cols.begin);
+  T weight_x[kMaxCols];
+#pragma unroll
+  for (int k = 0; k < kMaxCols; ++k) {
+    weight_x[k] = k < count ? ops::tap_weight(ops::source_taps(cols.begin + k, aw), w) : T(0);
+  }
+  // sum over the output columns reading w of A_w[x, w] * g_row[x]
+  auto along_w = [&](const scalar_t* g_row) {
+    if (count > kMaxCols) return ops::column_gather(w, g_row, aw);  // only if the launcher's bound fails
+    T sum = T(0);
+#pragma unroll
+    for (int k = 0; k < kMaxCols; ++k) {
+      if (k < count) sum += weight_x[k] * static_cast<T>(g_row[cols.begin + k]);
+    }
+    return sum;
+  };
+  const index_t in_h = static_cast<index_t>(ah.in);
+  const index_t step = static_cast<index_t>(blockDim.y) * gridDim.x;
+  for (index_t row = static_cast<index_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += step) {
+    const int64_t h = row % in_h;
+    const scalar_t* plane = g + static_cast<int64_t>(row / in_h) * ah.out * aw.out;
+    const RowsReading<T, kMaxRows>& entry = table[h];
+    T acc = T(0);
+    if (entry.count <= kMaxRows) {
+#pragma unroll
+      for (int k = 0; k < kMaxRows; ++k) {
+        if (k < entry.count) acc += entry.weight[k] * along_w(plane + (entry.begin + k) * aw.out);
+      }
+    } else {  // only if the launcher's bound fails: correct, and slow
+      for (int64_t oy = entry.begin; oy < entry.begin + entry.count; ++oy) {
+        acc += ops::tap_weight(ops::source_taps(oy, ah), h) * along_w(plane + oy * aw.out);
+      }
+    }
+    grad_in[static_cast<int64_t>(row) * aw.in + w] = static_cast<scalar_t>(acc);
+  }
+}
+
+// An upper bound on how many outputs read one input index i: those whose
+// clamped source coordinate lies in [i - 1, i + 1); for half_pixel and i = 1
+// that includes every output clamped onto pixel 0, an interval of length
+// 2.5 / scale in all. Its integers, plus one for float rounding at each end.
+template <typename T>
+int64_t max_outputs_per_input(const Axis<T>& a) {
+  if (!(a.scale > T(0))) return a.out;
+  return static_cast<int64_t>(2.5 / static_cast<double>(a.scale)) + 2;
 }
 
 template <typename scalar_t, typename T>
@@ -199,13 +315,15 @@ struct UpsampleLauncher {
     constexpr int V = kVecBytes / sizeof(scalar_t);
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const int64_t n = planes * ah.out * aw.out;
+    const int64_t rows = planes * ah.out;
     if (aw.out % V == 0 && is_aligned(y)) {
-      const int64_t chunks = n / V;
-      const int64_t blocks = get_blocks(chunks, kThreads);
-      if (chunks + blocks * kThreads <= std::numeric_limits<int32_t>::max()) {
-        forward_vec_kernel<scalar_t, T, V, uint32_t><<<blocks, kThreads, 0, stream>>>(x, y, chunks, ah, aw);
+      const RowsGrid grid = rows_grid(aw.out / V, rows);
+      if (rows + int64_t(grid.blocks.x) * grid.threads.y <= std::numeric_limits<int32_t>::max()) {
+        forward_rows_kernel<scalar_t, T, V, uint32_t><<<grid.blocks, grid.threads, 0, stream>>>(
+            x, y, static_cast<uint32_t>(rows), ah, aw);
       } else {
-        forward_vec_kernel<scalar_t, T, V, int64_t><<<blocks, kThreads, 0, stream>>>(x, y, chunks, ah, aw);
+        forward_rows_kernel<scalar_t, T, V, int64_t><<<grid.blocks, grid.threads, 0, stream>>>(
+            x, y, rows, ah, aw);
       }
     } else {
       forward_kernel<scalar_t, T><<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(x, y, n, ah, aw);
@@ -220,7 +338,18 @@ struct UpsampleLauncher {
     constexpr int V = kVecBytes / sizeof(scalar_t);
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const int64_t rows = planes * ah.in;
-    if (aw.out * static_cast<int64_t>(sizeof(T)) <= kSmemBytes) {
+    const int64_t table_bytes = ah.in * static_cast<int64_t>(sizeof(RowsReading<T, 8>));
+    if (max_outputs_per_input(aw) <= 8 && max_outputs_per_input(ah) <= 8 && table_bytes <= kSmemBytes) {
+      const RowsGrid grid = rows_grid(aw.in, rows);
+      if (rows + int64_t(grid.blocks.x) * grid.threads.y <= std::numeric_limits<int32_t>::max()) {
+        gather_columns_kernel<scalar_t, T, 8, 8, uint32_t><<<grid.blocks, grid.threads, table_bytes, stream>>>(
+            g, grad_in, static_cast<uint32_t>(rows), ah, aw);
+      } else {
+        gather_columns_kernel<scalar_t, T, 8, 8, int64_t><<<grid.blocks, grid.threads, table_bytes, stream>>>(
+            g, grad_in, rows, ah, aw);
+      }
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    } else if (aw.out * static_cast<int64_t>(sizeof(T)) <= kSmemBytes) {
       if (aw.out % V == 0 && is_aligned(g)) {
         launch_gather_rows<scalar_t, T, V>(g, grad_in, rows, ah, aw, stream);
       } else {

@@ -192,6 +192,48 @@ __device__ __forceinline__ void load_slice(Vec<scalar_t, V> (&v)[kLoads], const 
   }
 }
 
+// Writes this thread's slice of a row (the places load_slice read):
+// row_ptr[col] = value(l, e, col) for element e of load l, col its column.
+template <int kLoads, int V, typename scalar_t, typename F>
+__device__ __forceinline__ void store_slice(scalar_t* row_ptr, int64_t n, bool active, const RowThreads& rt,
+                                            F value) {
+#pragma unroll
+  for (int l = 0; l < kLoads; ++l) {
+    const int64_t c = rt.col<V>(l);
+    if (active && c < n) {
+      Vec<scalar_t, V> out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = static_cast<scalar_t>(value(l, e, c + e));
+      *reinterpret_cast<Vec<scalar_t, V>*>(row_ptr + c) = out;
+    }
+  }
+}
+
+// The row's max and sum of exps, from the slice of it this thread holds;
+// every thread of the row gets both. With kKeepExp each value of the slice
+// is replaced by its exp (float and double rows: the output then needs no
+// second exp, and has the same bits).
+template <bool kKeepExp, int kLoads, int V, typename scalar_t, typename acc_t>
+__device__ __forceinline__ MaxSumExp<acc_t> slice_max_sum(Vec<scalar_t, V> (&v)[kLoads], const RowThreads& rt,
+                                                          acc_t* smem) {
+  acc_t m = neg_inf<acc_t>();
+#pragma unroll
+  for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+    for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].v[e]));
+  m = row_allreduce(m, rt.tpr, MaxOp<acc_t>{}, neg_inf<acc_t>(), smem);
+  acc_t s = 0;
+#pragma unroll
+  for (int l = 0; l < kLoads; ++l)
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const acc_t ex = exp_shifted(static_cast<acc_t>(v[l].v[e]), m);
+      if constexpr (kKeepExp) v[l].v[e] = ex;
+      s += ex;
+    }
+  return {m, row_allreduce(s, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem)};
+}
+
 template <typename scalar_t, int V, int kLoads>
 __global__ void __launch_bounds__(kMaxThreads)
     softmax_forward_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo, int tpr_log2) {
@@ -203,29 +245,17 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int64_t start = geo.row_start(active ? rt.row() : 0);
     Vec<scalar_t, V> v[kLoads];
     load_slice(v, x + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
-    acc_t m = neg_inf<acc_t>();
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l)
-#pragma unroll
-      for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].v[e]));
-    m = row_allreduce(m, rt.tpr, MaxOp<acc_t>{}, neg_inf<acc_t>(), smem);
-    acc_t s = 0;
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l)
-#pragma unroll
-      for (int e = 0; e < V; ++e) s += exp_shifted(static_cast<acc_t>(v[l].v[e]), m);
-    s = row_allreduce(s, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
+    // Float and double rows keep each exp in place of its input: one exp per
+    // element instead of two. (Half inputs would round the exp to half, so
+    // they recompute it.)
+    constexpr bool kKeepExp = std::is_same_v<scalar_t, acc_t>;
+    const MaxSumExp<acc_t> stats = slice_max_sum<kKeepExp>(v, rt, smem);
+    const acc_t m = stats.max, s = stats.sum;
     const acc_t inv = acc_t(1) / s;
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      const int64_t c = rt.col<V>(l);
-      if (active && c < n) {
-        Vec<scalar_t, V> out;
-#pragma unroll
-        for (int e = 0; e < V; ++e) out.v[e] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(v[l].v[e]), m, inv));
-        *reinterpret_cast<Vec<scalar_t, V>*>(y + start + c) = out;
-      }
-    }
+    store_slice<kLoads, V>(y + start, n, active, rt, [&](int l, int e, int64_t) {
+      const acc_t value = static_cast<acc_t>(v[l].v[e]);
+      return kKeepExp ? normalize(value, inv) : softmax_output(value, m, inv);
+    });
   }
 }
 
@@ -248,18 +278,9 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
       for (int e = 0; e < V; ++e) dot = dot_step(dot, static_cast<acc_t>(gv[l].v[e]), static_cast<acc_t>(yv[l].v[e]));
     dot = row_allreduce(dot, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      const int64_t c = rt.col<V>(l);
-      if (active && c < n) {
-        Vec<scalar_t, V> out;
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          out.v[e] = static_cast<scalar_t>(softmax_grad(static_cast<acc_t>(gv[l].v[e]), static_cast<acc_t>(yv[l].v[e]), dot));
-        }
-        *reinterpret_cast<Vec<scalar_t, V>*>(dx + start + c) = out;
-      }
-    }
+    store_slice<kLoads, V>(dx + start, n, active, rt, [&](int l, int e, int64_t) {
+      return softmax_grad(static_cast<acc_t>(gv[l].v[e]), static_cast<acc_t>(yv[l].v[e]), dot);
+    });
   }
 }
 
@@ -275,18 +296,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int64_t t = target[row];
     Vec<scalar_t, V> v[kLoads];
     load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
-    acc_t m = neg_inf<acc_t>();
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l)
-#pragma unroll
-      for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].v[e]));
-    m = row_allreduce(m, rt.tpr, MaxOp<acc_t>{}, neg_inf<acc_t>(), smem);
-    acc_t s = 0;
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l)
-#pragma unroll
-      for (int e = 0; e < V; ++e) s += exp_shifted(static_cast<acc_t>(v[l].v[e]), m);
-    s = row_allreduce(s, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
+    const MaxSumExp<acc_t> stats = slice_max_sum<false>(v, rt, smem);
+    const acc_t m = stats.max, s = stats.sum;
     if (active && rt.lane == 0) {
       if (target_in_range(t, n)) {
         loss[row] = cross_entropy_loss(m, s, static_cast<acc_t>(logits[start + t]));
@@ -312,36 +323,16 @@ __global__ void __launch_bounds__(kMaxThreads)
     const acc_t row_scale = static_cast<acc_t>(grad_loss[row * grad_stride]) * scale;
     Vec<scalar_t, V> v[kLoads];
     load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
-    acc_t m = neg_inf<acc_t>();
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l)
-#pragma unroll
-      for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].v[e]));
-    m = row_allreduce(m, rt.tpr, MaxOp<acc_t>{}, neg_inf<acc_t>(), smem);
-    acc_t s = 0;
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l)
-#pragma unroll
-      for (int e = 0; e < V; ++e) s += exp_shifted(static_cast<acc_t>(v[l].v[e]), m);
-    s = row_allreduce(s, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
+    const MaxSumExp<acc_t> stats = slice_max_sum<false>(v, rt, smem);
+    const acc_t m = stats.max, s = stats.sum;
     const acc_t inv = acc_t(1) / s;
     // A bad target (only possible when the op is called directly, the forward
     // raises for it) gives a NaN row instead of a device-side assert.
     const acc_t nan_if_bad = target_in_range(t, n) ? acc_t(0) : std::numeric_limits<acc_t>::quiet_NaN();
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      const int64_t c = rt.col<V>(l);
-      if (active && c < n) {
-        Vec<scalar_t, V> out;
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const acc_t onehot = c + e == t ? acc_t(1) : acc_t(0);
-          out.v[e] = static_cast<scalar_t>(
-              cross_entropy_grad(static_cast<acc_t>(v[l].v[e]), m, inv, onehot, row_scale) + nan_if_bad);
-        }
-        *reinterpret_cast<Vec<scalar_t, V>*>(grad + start + c) = out;
-      }
-    }
+    store_slice<kLoads, V>(grad + start, n, active, rt, [&](int l, int e, int64_t col) {
+      const acc_t onehot = col == t ? acc_t(1) : acc_t(0);
+      return cross_entropy_grad(static_cast<acc_t>(v[l].v[e]), m, inv, onehot, row_scale) + nan_if_bad;
+    });
   }
 }
 

@@ -5,8 +5,8 @@
 // im2col: one thread per work item = V consecutive column positions of one
 // plane, for all kH*kW taps (Caffe's thread-per-window, widened). For each
 // tap the V values are contiguous in the columns, so when L is a multiple of
-// V a thread stores them as one 16-byte vector; across a warp the stores of
-// one tap cover 512 contiguous bytes. The loads are the V pixels a tap sees,
+// V a thread stores them as one vector (16 bytes; 8 for 2-byte types);
+// across a warp the stores of one tap are contiguous. The loads are the V pixels a tap sees,
 // read through L1 (neighbouring taps and threads reuse them). F.unfold, by
 // contrast, launches one kernel per image and stores one element at a time.
 //
@@ -80,11 +80,15 @@ struct Im2colLauncher {
   template <typename scalar_t>
   static void im2col(const ops::Im2colShape& s, const scalar_t* x, scalar_t* col) {
     if (s.column_numel() == 0) return;
-    constexpr int V = kVecBytes / sizeof(scalar_t);
-    // 16-byte stores need every (plane, tap) row segment to start on a
-    // multiple of V elements of a 16-byte aligned buffer.
+    // 16-byte stores (4 floats), but 8-byte ones for 2-byte types: a thread
+    // then gathers 4 pixels per tap instead of 8, which measured 1.5x faster
+    // for float16 on an H100 (and 14x14 planes, 196 positions, divide by 4).
+    constexpr int V = sizeof(scalar_t) == 2 ? 4 : kVecBytes / sizeof(scalar_t);
+    constexpr int kStoreBytes = V * sizeof(scalar_t);
+    // Vector stores need every (plane, tap) row segment to start on a
+    // multiple of V elements of a suitably aligned buffer.
     const bool vec = s.blocks() % V == 0 && s.col_row_stride % V == 0 && s.col_batch_stride % V == 0 &&
-                     reinterpret_cast<uintptr_t>(col) % kVecBytes == 0;
+                     reinterpret_cast<uintptr_t>(col) % kStoreBytes == 0;
     if (vec) {
       launch_im2col<V>(s, x, col);
     } else {

@@ -195,33 +195,44 @@ def load_bench(source) -> dict:
         return json.load(f)
 
 
-def bench_bars(source, title: str | None = None, dtype: str | None = None):
+def bench_bars(source, title: str | None = None, dtype: str | None = None, timing: str = "eager"):
     """labops and native PyTorch as % of the copy bandwidth, one pair of bars per benchmark row.
 
     ``source``: a result dict or JSON path with keys device, torch, copy_GBps,
     optional date, and rows of {op, shape, dtype, native_name, labops_pct_copy,
-    native_pct_copy, speedup}. ``dtype`` keeps only that dtype's rows.
+    native_pct_copy, speedup} (plus labops_graph_pct_copy, native_graph_pct_copy,
+    graph_speedup from a GPU run). ``dtype`` keeps only that dtype's rows.
+    ``timing``: "eager" (calls from Python, host overhead included) or "graph"
+    (replayed from a CUDA graph: GPU time only; a row that could not be
+    captured gets empty bars and says so).
     Exactly two bar patches per row; the text right of each pair is the speedup.
     """
+    if timing not in ("eager", "graph"):
+        raise ValueError(f"bench_bars: timing must be 'eager' or 'graph', got {timing!r}")
+    key = "_graph" if timing == "graph" else ""
     result = load_bench(source)
     rows = [r for r in result["rows"] if dtype is None or r["dtype"] == dtype]
+    labops_pct = [r.get(f"labops{key}_pct_copy") or 0.0 for r in rows]
+    native_pct = [r.get(f"native{key}_pct_copy") or 0.0 for r in rows]
     labels = [f"{r['op']}  {r['dtype']} {r['shape']}" for r in rows]
     fig, (ax,) = new_figure(width=10.0, height=1.4 + 0.42 * max(1, len(rows)))
     y = np.arange(len(rows))
     h = 0.38
-    ax.barh(y - h / 2, [r["labops_pct_copy"] for r in rows], height=h, color="#4e79a7", label="labops")
-    ax.barh(y + h / 2, [r["native_pct_copy"] for r in rows], height=h, color="#bab0ac",
-            label="native PyTorch")
+    ax.barh(y - h / 2, labops_pct, height=h, color="#4e79a7", label="labops")
+    ax.barh(y + h / 2, native_pct, height=h, color="#bab0ac", label="native PyTorch")
     # Keep the copy-bandwidth line in view unless every bar is far below it (a CPU run).
-    top = max([0.0] + [max(r["labops_pct_copy"], r["native_pct_copy"]) for r in rows])
+    top = max([0.0] + labops_pct + native_pct)
     right = max(top, 100.0) if top > 25.0 else max(top, 1e-9)
     for yi, r in zip(y, rows):
-        ax.text(right * 1.03, yi, f"{r['speedup']:.2f}x vs {r['native_name']}", va="center", fontsize=7)
+        speedup = r.get("graph_speedup" if timing == "graph" else "speedup")
+        text = f"{speedup:.2f}x vs {r['native_name']}" if speedup else "no graph (the op synchronizes)"
+        ax.text(right * 1.03, yi, text, va="center", fontsize=7)
     ax.axvline(100.0, color=_HIGHLIGHT, linestyle="--", linewidth=1.0, label="copy bandwidth")
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, right * 1.45)
-    ax.set_xlabel("% of copy bandwidth (bytes the op must move / time, over a device copy's)")
+    how = "; GPU time from a CUDA graph" if timing == "graph" else ""
+    ax.set_xlabel(f"% of copy bandwidth (bytes the op must move / time, over a device copy's){how}")
     ax.set_ylabel("benchmark")
     when = f", {result['date']}" if result.get("date") else ""
     copy = f" (copy {result['copy_GBps']:.0f} GB/s)" if result.get("copy_GBps") else ""

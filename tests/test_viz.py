@@ -109,6 +109,23 @@ def test_bench_bars(tmp_path):
     assert all("float16" in t.get_text() for t in fig16.axes[0].get_yticklabels())
 
 
+def test_bench_bars_graph_timing():
+    result = bench_result()
+    for i, r in enumerate(result["rows"]):  # the last row could not be captured
+        graph = i < len(result["rows"]) - 1
+        r.update(labops_graph_pct_copy=r["labops_pct_copy"] + 5 if graph else None,
+                 native_graph_pct_copy=r["native_pct_copy"] + 1 if graph else None,
+                 graph_speedup=2.0 if graph else None)
+    (ax,) = rendered(viz.bench_bars(result, timing="graph")).axes
+    widths = [p.get_width() for p in ax.patches]
+    assert widths[:5] == [r["labops_pct_copy"] + 5 for r in result["rows"][:5]] and widths[5] == 0.0
+    texts = [t.get_text() for t in ax.texts]
+    assert texts[0] == "2.00x vs native" and "synchronizes" in texts[-1]
+    assert "CUDA graph" in ax.get_xlabel()
+    with pytest.raises(ValueError, match="timing"):
+        viz.bench_bars(result, timing="fast")
+
+
 @pytest.mark.parametrize("c,h,w,k,s,p,d", [
     (1, 4, 4, 3, 1, 0, 1), (2, 4, 5, 3, 1, 1, 1), (3, 7, 6, (2, 3), (2, 1), (1, 0), 1), (2, 9, 8, 3, 2, 2, 2),
 ])

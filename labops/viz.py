@@ -205,7 +205,8 @@ def bench_bars(source, title: str | None = None, dtype: str | None = None, timin
     ``timing``: "eager" (calls from Python, host overhead included) or "graph"
     (replayed from a CUDA graph: GPU time only; a row that could not be
     captured gets empty bars and says so).
-    Exactly two bar patches per row; the text right of each pair is the speedup.
+    Exactly two bar patches per row; the text right of each pair is labops'
+    speedup over native.
     """
     if timing not in ("eager", "graph"):
         raise ValueError(f"bench_bars: timing must be 'eager' or 'graph', got {timing!r}")
@@ -214,30 +215,37 @@ def bench_bars(source, title: str | None = None, dtype: str | None = None, timin
     rows = [r for r in result["rows"] if dtype is None or r["dtype"] == dtype]
     labops_pct = [r.get(f"labops{key}_pct_copy") or 0.0 for r in rows]
     native_pct = [r.get(f"native{key}_pct_copy") or 0.0 for r in rows]
-    labels = [f"{r['op']}  {r['dtype']} {r['shape']}" for r in rows]
+    # One native name for every row goes into the legend; several go into the row labels.
+    natives = sorted({r["native_name"] for r in rows})
+    one_native = len(natives) == 1
+    labels = [f"{r['op']}  {r['dtype']} {r['shape']}" + ("" if one_native else f"  vs {r['native_name']}")
+              for r in rows]
     fig, (ax,) = new_figure(width=10.0, height=1.4 + 0.42 * max(1, len(rows)))
     y = np.arange(len(rows))
     h = 0.38
     ax.barh(y - h / 2, labops_pct, height=h, color="#4e79a7", label="labops")
-    ax.barh(y + h / 2, native_pct, height=h, color="#bab0ac", label="native PyTorch")
+    ax.barh(y + h / 2, native_pct, height=h, color="#bab0ac",
+            label=f"native PyTorch: {natives[0]}" if one_native and natives else "native PyTorch")
     # Keep the copy-bandwidth line in view unless every bar is far below it (a CPU run).
     top = max([0.0] + labops_pct + native_pct)
     right = max(top, 100.0) if top > 25.0 else max(top, 1e-9)
     for yi, r in zip(y, rows):
         speedup = r.get("graph_speedup" if timing == "graph" else "speedup")
-        text = f"{speedup:.2f}x vs {r['native_name']}" if speedup else "no graph (the op synchronizes)"
+        text = f"{speedup:.2f}x" if speedup else "no graph:\nsynchronizes"
         ax.text(right * 1.03, yi, text, va="center", fontsize=7)
     ax.axvline(100.0, color=_HIGHLIGHT, linestyle="--", linewidth=1.0, label="copy bandwidth")
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, right * 1.45)
-    how = "; GPU time from a CUDA graph" if timing == "graph" else ""
-    ax.set_xlabel(f"% of copy bandwidth (bytes the op must move / time, over a device copy's){how}")
+    ax.set_xlim(0, right * 1.25)
+    ax.set_xlabel("% of copy bandwidth (bytes the op must move / time, over a device copy's)")
     ax.set_ylabel("benchmark")
     when = f", {result['date']}" if result.get("date") else ""
     copy = f" (copy {result['copy_GBps']:.0f} GB/s)" if result.get("copy_GBps") else ""
-    ax.set_title(title or f"{result['device']}{copy}, torch {result['torch']}{when}")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    timed = "GPU time from a CUDA graph" if timing == "graph" else "calls from Python (eager)"
+    # On the figure, not the axes: long row labels leave the axes narrow.
+    fig.suptitle(title or f"{result['device']}{copy}, torch {result['torch']}{when}\n{timed}", fontsize=10)
+    # Above the plot: the speedup texts on the right may be long.
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return fig
 

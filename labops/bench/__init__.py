@@ -6,6 +6,14 @@ Every figure is a ratio measured in the same run:
     device-to-device copy (read + write) measured just before;
   * "speedup": native time / labops time.
 
+On CUDA every case is timed twice. "Eager" calls the op from Python in a
+burst, as a training loop does: when the kernel is shorter than the host's
+work per call (Python, the dispatcher, autograd), the GPU waits for the host
+and the figure measures the host. "Graph" replays the same calls captured in
+a CUDA graph, so only GPU time is left: it measures the kernels. Ops that
+synchronize (cross_entropy reads back its target check) cannot be captured
+and have no graph figure.
+
 Each layer has a suite module in this package whose ``cases(device, size)``
 yields ``Case`` objects; ``run()`` times them and prints one table.
     python -m labops bench --device cuda --suite activation
@@ -47,6 +55,11 @@ class Result:
     labops_pct_copy: float
     native_pct_copy: float
     speedup: float
+    labops_graph_ms: float | None = None  # CUDA-graph replay: GPU time only
+    native_graph_ms: float | None = None
+    labops_graph_pct_copy: float | None = None
+    native_graph_pct_copy: float | None = None
+    graph_speedup: float | None = None
 
 
 def _sync(device):
@@ -88,6 +101,42 @@ def time_ms(fn, device, min_time=0.2, min_samples=5) -> float:
     return statistics.median(times)
 
 
+def graph_ms(fn, calls=20, samples=15) -> float | None:
+    """Median GPU milliseconds per call of ``fn`` replayed from a CUDA graph.
+
+    ``calls`` calls are captured once (after a warm-up on a side stream, as
+    capture requires) and the graph is replayed between two CUDA events: no
+    Python, no dispatcher, no launch latency between kernels. None if ``fn``
+    cannot be captured (it synchronizes, or allocates in a way capture forbids).
+    """
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception:  # noqa: BLE001 - any capture failure means "no graph figure"
+        torch.cuda.synchronize()
+        return None
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    del graph
+    return statistics.median(times)
+
+
 def copy_bandwidth(device, nbytes=256 * 2**20) -> float:
     """Bytes per second of dst.copy_(src), counting the read and the write."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
@@ -105,12 +154,16 @@ def run(device="cuda", suites=None, size=None, json_path=None, print_table=True)
         for case in module.cases(device, size):
             lab = time_ms(case.labops, device)
             nat = time_ms(case.native, device)
+            pct = lambda ms: None if ms is None else 100 * case.nbytes / (ms * 1e-3) / bandwidth  # noqa: E731
+            lab_graph = graph_ms(case.labops) if device == "cuda" else None
+            nat_graph = graph_ms(case.native) if device == "cuda" else None
             results.append(Result(
                 op=case.op, shape=case.shape, dtype=str(case.dtype).replace("torch.", ""),
                 native_name=case.native_name, labops_ms=lab, native_ms=nat,
-                labops_pct_copy=100 * case.nbytes / (lab * 1e-3) / bandwidth,
-                native_pct_copy=100 * case.nbytes / (nat * 1e-3) / bandwidth,
-                speedup=nat / lab,
+                labops_pct_copy=pct(lab), native_pct_copy=pct(nat), speedup=nat / lab,
+                labops_graph_ms=lab_graph, native_graph_ms=nat_graph,
+                labops_graph_pct_copy=pct(lab_graph), native_graph_pct_copy=pct(nat_graph),
+                graph_speedup=nat_graph / lab_graph if lab_graph and nat_graph else None,
             ))
             if device == "cuda":
                 torch.cuda.empty_cache()
@@ -122,18 +175,26 @@ def run(device="cuda", suites=None, size=None, json_path=None, print_table=True)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"device": name, "torch": torch.__version__, "copy_GBps": bandwidth / 1e9,
-                       "rows": [asdict(r) for r in results]}, f, indent=1)
+                       "date": time.strftime("%Y-%m-%d"), "rows": [asdict(r) for r in results]}, f, indent=1)
     return header, results
 
 
 def format_table(results) -> str:
-    lines = [
-        "| op | shape | dtype | labops % copy | native % copy | speedup vs native | native is |",
-        "|---|---|---|---:|---:|---:|---|",
-    ]
+    graphs = any(r.labops_graph_ms is not None for r in results)
+    header = "| op | shape | dtype | labops % copy | native % copy | speedup vs native |"
+    rule = "|---|---|---|---:|---:|---:|"
+    if graphs:
+        header += " labops % copy (graph) | native % copy (graph) | speedup (graph) |"
+        rule += "---:|---:|---:|"
+    lines = [header + " native is |", rule + "---|"]
     for r in results:
-        lines.append(f"| {r.op} | {r.shape} | {r.dtype} | {r.labops_pct_copy:.0f} % | "
-                     f"{r.native_pct_copy:.0f} % | {r.speedup:.2f}x | {r.native_name} |")
+        line = (f"| {r.op} | {r.shape} | {r.dtype} | {r.labops_pct_copy:.0f} % | "
+                f"{r.native_pct_copy:.0f} % | {r.speedup:.2f}x |")
+        if graphs:
+            cell = lambda v, unit: "n/a" if v is None else f"{v:.0f} %" if unit else f"{v:.2f}x"  # noqa: E731
+            line += (f" {cell(r.labops_graph_pct_copy, 1)} | {cell(r.native_graph_pct_copy, 1)} |"
+                     f" {cell(r.graph_speedup, 0)} |")
+        lines.append(line + f" {r.native_name} |")
     return "\n".join(lines)
 
 

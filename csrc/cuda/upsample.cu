@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
@@ -242,10 +243,9 @@ __global__ void __launch_bounds__(kThreads)
     const RowsReading<T, kMaxRows>& entry = table[h];
     T acc = T(0);
     if (entry.count <= kMaxRows) {
-#pragma unroll
-      for (int k = 0; k < kMaxRows; ++k) {
-        if (k < entry.count) acc += entry.weight[k] * along_w(plane + (entry.begin + k) * aw.out);
-      }
+      // A loop of exactly entry.count trips (4 or 5 for x2): the weights are in
+      // shared memory, so they may be indexed at run time.
+      for (int k = 0; k < entry.count; ++k) acc += entry.weight[k] * along_w(plane + (entry.begin + k) * aw.out);
     } else {  // only if the launcher's bound fails: correct, and slow
       for (int64_t oy = entry.begin; oy < entry.begin + entry.count; ++oy) {
         acc += ops::tap_weight(ops::source_taps(oy, ah), h) * along_w(plane + oy * aw.out);
@@ -255,14 +255,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// An upper bound on how many outputs read one input index i: those whose
-// clamped source coordinate lies in [i - 1, i + 1); for half_pixel and i = 1
-// that includes every output clamped onto pixel 0, an interval of length
-// 2.5 / scale in all. Its integers, plus one for float rounding at each end.
+// How many outputs read one input index i, at most: those whose clamped
+// source coordinate lies in [i - 1, i + 1); for half_pixel and i = 1 that
+// includes every output clamped onto pixel 0, an interval of length
+// 2.5 / scale in all, holding at most floor(2.5 / scale) + 1 integers (5 for
+// x2; interior pixels have 4). Float rounding of a coordinate could add one:
+// the gather kernel then takes its slow, exact path for that pixel.
 template <typename T>
 int64_t max_outputs_per_input(const Axis<T>& a) {
   if (!(a.scale > T(0))) return a.out;
-  return static_cast<int64_t>(2.5 / static_cast<double>(a.scale)) + 2;
+  return static_cast<int64_t>(2.5 / static_cast<double>(a.scale)) + 1;
 }
 
 template <typename scalar_t, typename T>
@@ -339,14 +341,21 @@ struct UpsampleLauncher {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const int64_t rows = planes * ah.in;
     const int64_t table_bytes = ah.in * static_cast<int64_t>(sizeof(RowsReading<T, 8>));
-    if (max_outputs_per_input(aw) <= 8 && max_outputs_per_input(ah) <= 8 && table_bytes <= kSmemBytes) {
+    const int64_t cols = max_outputs_per_input(aw);
+    if (cols <= 8 && max_outputs_per_input(ah) <= 8 && table_bytes <= kSmemBytes) {
       const RowsGrid grid = rows_grid(aw.in, rows);
-      if (rows + int64_t(grid.blocks.x) * grid.threads.y <= std::numeric_limits<int32_t>::max()) {
-        gather_columns_kernel<scalar_t, T, 8, 8, uint32_t><<<grid.blocks, grid.threads, table_bytes, stream>>>(
-            g, grad_in, static_cast<uint32_t>(rows), ah, aw);
+      const bool small = rows + int64_t(grid.blocks.x) * grid.threads.y <= std::numeric_limits<int32_t>::max();
+      // The column loop is unrolled (its weights live in registers): as few
+      // trips as the scale allows, 6 up to x2.
+      auto launch = [&](auto max_cols, auto index) {
+        using index_t = decltype(index);
+        gather_columns_kernel<scalar_t, T, decltype(max_cols)::value, 8, index_t>
+            <<<grid.blocks, grid.threads, table_bytes, stream>>>(g, grad_in, static_cast<index_t>(rows), ah, aw);
+      };
+      if (cols <= 6) {
+        small ? launch(std::integral_constant<int, 6>{}, uint32_t{}) : launch(std::integral_constant<int, 6>{}, int64_t{});
       } else {
-        gather_columns_kernel<scalar_t, T, 8, 8, int64_t><<<grid.blocks, grid.threads, table_bytes, stream>>>(
-            g, grad_in, rows, ah, aw);
+        small ? launch(std::integral_constant<int, 8>{}, uint32_t{}) : launch(std::integral_constant<int, 8>{}, int64_t{});
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     } else if (aw.out * static_cast<int64_t>(sizeof(T)) <= kSmemBytes) {

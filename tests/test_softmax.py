@@ -97,6 +97,21 @@ def test_softmax_forward_matches_oracle(device, dtype):
         torch.testing.assert_close(y.double(), expected, rtol=rtol, atol=atol, msg=case)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_forward_many_block_rows_cuda(dtype):
+    # Rows that need a whole 1024-thread block, more than twice as many rows as
+    # the GPU has multiprocessors: the kernel whose resident blocks prefetch
+    # their next row into shared memory, each block looping over many rows.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n = {torch.float32: 20000, torch.float64: 4000}.get(dtype, 30000)  # 1024 threads per row, every dtype
+    x = torch.randn(2 * sms + 37, n, device="cuda", dtype=torch.float64).to(dtype) * 4
+    poison_allocator("cuda", x.numel())
+    y = labops.softmax(x, -1)
+    rtol, atol = tolerances(dtype)
+    torch.testing.assert_close(y.double(), torch.softmax(x.double(), -1), rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_softmax_backward_matches_oracle(device, dtype):
     rtol, atol = backward_tolerances(dtype)

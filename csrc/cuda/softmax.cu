@@ -6,7 +6,10 @@
 //    no shared memory) or by a whole block of up to 1024 threads (long rows).
 //    Each thread loads its slice with 16-byte loads, all issued before the
 //    first use, and keeps it in registers: the max, the sum of exps and the
-//    output are computed from that one read (the input is read once).
+//    output are computed from that one read (the input is read once). When
+//    rows need a whole 1024-thread block and there are many of them, the
+//    forward keeps one block per multiprocessor resident, each copying its
+//    next row into shared memory (cp.async) while it works on the current one.
 //  * Rows too long for registers: one block per row, an online (max, sum)
 //    pass, then a write pass that reads the row again (mostly from L2, since a
 //    block finishes its row before starting another).
@@ -28,6 +31,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 #include <torch/library.h>
 
@@ -253,6 +257,63 @@ __global__ void __launch_bounds__(kMaxThreads)
     const acc_t m = stats.max, s = stats.sum;
     const acc_t inv = acc_t(1) / s;
     store_slice<kLoads, V>(y + start, n, active, rt, [&](int l, int e, int64_t) {
+      const acc_t value = static_cast<acc_t>(v[l].v[e]);
+      return kKeepExp ? normalize(value, inv) : softmax_output(value, m, inv);
+    });
+  }
+}
+
+// Rows of a whole block each (rows of 4096 .. 32768 floats), with the next
+// row prefetched. One such block fits on a multiprocessor, so in
+// softmax_forward_rows the memory idles while a block reduces its row and
+// until the next block starts. Here `gridDim.x` blocks stay resident and loop
+// over rows; each thread copies its slice of the block's next row into shared
+// memory with cp.async (no registers held) before working on the current one,
+// so that copy overlaps the reductions and the stores. A thread only ever
+// reads the shared-memory slots it copied itself: no barrier is needed.
+template <typename scalar_t, int V, int kLoads>
+__global__ void __launch_bounds__(kMaxThreads)
+    softmax_forward_rows_prefetch(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo,
+                                  int tpr_log2) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using VecT = Vec<scalar_t, V>;
+  extern __shared__ __align__(16) unsigned char next_raw[];
+  VecT* next = reinterpret_cast<VecT*>(next_raw);  // slot l * blockDim.x + threadIdx.x
+  __shared__ acc_t smem[kWarp];
+  const int64_t rows = geo.rows(), n = geo.size;
+  auto prefetch = [&](int64_t row, const RowThreads& rt) {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int64_t c = rt.col<V>(l);
+      if (c < n) __pipeline_memcpy_async(next + l * blockDim.x + threadIdx.x, x + geo.row_start(row) + c, sizeof(VecT));
+    }
+    __pipeline_commit();
+  };
+  RowThreads rt(tpr_log2);  // one row per block: rt.row() == rt.first_row
+  if (rt.row() < rows) prefetch(rt.row(), rt);
+  for (; rt.first_row < rows; rt.next()) {
+    const int64_t start = geo.row_start(rt.row());
+    __pipeline_wait_prior(0);
+    Vec<scalar_t, V> v[kLoads];
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      if (rt.col<V>(l) < n) {
+        v[l] = next[l * blockDim.x + threadIdx.x];
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[l].v[e] = scalar_t(neg_inf<acc_t>());
+      }
+    }
+    // The copy of the following row rewrites the slots just read: let the
+    // reads complete first (a thread's cp.async is not ordered after its own
+    // earlier loads without a fence).
+    __threadfence_block();
+    const int64_t following = rt.row() + static_cast<int64_t>(gridDim.x);
+    if (following < rows) prefetch(following, rt);
+    constexpr bool kKeepExp = std::is_same_v<scalar_t, acc_t>;
+    const MaxSumExp<acc_t> stats = slice_max_sum<kKeepExp>(v, rt, smem);
+    const acc_t m = stats.max, inv = acc_t(1) / stats.sum;
+    store_slice<kLoads, V>(y + start, n, true, rt, [&](int l, int e, int64_t) {
       const acc_t value = static_cast<acc_t>(v[l].v[e]);
       return kKeepExp ? normalize(value, inv) : softmax_output(value, m, inv);
     });
@@ -604,7 +665,21 @@ struct SoftmaxLauncher {
     const bool aligned = is_aligned(x) && is_aligned(y);
     constexpr int kLoads = max_loads<scalar_t>(1);
     const RowPlan p = plan_rows<scalar_t>(geo.size, aligned, kLoads);
-    if (p.fits) {
+    const int sms = multiprocessor_count();
+    const bool block_rows = p.fits && p.vec == kVec && p.threads == kMaxThreads && p.tpr_log2 == 10;
+    if (block_rows && geo.rows() > 2 * int64_t(sms)) {
+      // Rows that need a whole 1024-thread block, more of them than the GPU
+      // runs at once: resident blocks that prefetch their next row (one per
+      // multiprocessor; the buffer is the block's slots of a row, up to 128 KB).
+      with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
+        constexpr int V = decltype(vec)::value, L = decltype(loads)::value;
+        auto kernel = softmax_forward_rows_prefetch<scalar_t, V, L>;
+        const int smem = p.threads * L * kVecBytes;
+        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        kernel<<<sms, p.threads, smem, stream>>>(x, y, geo, p.tpr_log2);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    } else if (p.fits) {
       with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
         softmax_forward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
             <<<p.blocks(geo.rows()), p.threads, 0, stream>>>(x, y, geo, p.tpr_log2);

@@ -23,6 +23,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from labops.reference.conv2d_mm import conv_out_size, im2col_loop
+
 __all__ = [
     "bench_bars",
     "draw_matrix",
@@ -260,24 +262,10 @@ def im2col_numpy(x, kernel_size, stride=1, padding=0, dilation=1):
     """The columns matrix of one image x (C, H, W): shape (C*kH*kW, outH*outW), as F.unfold lays it out.
 
     Row (c*kH + ki)*kW + kj, column oy*outW + ox holds
-    x[c, oy*sH - pH + ki*dH, ox*sW - pW + kj*dW] (0 where that falls in the padding).
+    x[c, oy*sH - pH + ki*dH, ox*sW - pW + kj*dW] (0 where that falls in the padding):
+    ``reference.im2col_loop`` on a batch of one.
     """
-    x = np.asarray(x)
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = map(_pair, (kernel_size, stride, padding, dilation))
-    c_in, h, w = x.shape
-    out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    columns = np.zeros((c_in * kh * kw, out_h * out_w), dtype=x.dtype)
-    for c in range(c_in):
-        for ki in range(kh):
-            for kj in range(kw):
-                row = (c * kh + ki) * kw + kj
-                for oy in range(out_h):
-                    for ox in range(out_w):
-                        iy, ix = oy * sh - ph + ki * dh, ox * sw - pw + kj * dw
-                        if 0 <= iy < h and 0 <= ix < w:
-                            columns[row, oy * out_w + ox] = x[c, iy, ix]
-    return columns
+    return im2col_loop(np.asarray(x)[None], kernel_size, stride, padding, dilation)[0]
 
 
 def im2col_figure(x, kernel_size, stride=1, padding=0, dilation=1, highlight=(0, 0), columns=None):
@@ -295,8 +283,7 @@ def im2col_figure(x, kernel_size, stride=1, padding=0, dilation=1, highlight=(0,
     if columns is None:
         columns = im2col_numpy(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw))
     columns = np.asarray(columns.detach().cpu() if hasattr(columns, "detach") else columns, dtype=np.float64)
-    out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out_h, out_w = conv_out_size(h, kh, sh, ph, dh), conv_out_size(w, kw, sw, pw, dw)
     if columns.shape != (c_in * kh * kw, out_h * out_w):
         raise ValueError(f"viz.im2col_figure: columns must have shape {(c_in * kh * kw, out_h * out_w)}, "
                          f"got {columns.shape}")

@@ -4,11 +4,9 @@ import torch
 
 from labops import ops
 
+from .conv2d_mm import _pair
+
 __all__ = ["DepthwiseConv2d"]
-
-
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
 
 
 class DepthwiseConv2d(torch.nn.Module):

@@ -12,6 +12,8 @@ stride, padding, dilation are (h, w) pairs.
 
 import numpy as np
 
+from .conv2d_mm import _pair, conv_out_size
+
 __all__ = [
     "depthwise_backward_bias_loop",
     "depthwise_backward_input_loop",
@@ -21,13 +23,9 @@ __all__ = [
 ]
 
 
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
-
-
-def depthwise_output_size(size, k, stride, padding, dilation):
-    """How many positions a dilated window of k taps has in the padded input."""
-    return (size + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+# How many positions a dilated window of k taps has in the padded input: the
+# rule of every convolution, written once in conv2d_mm.py.
+depthwise_output_size = conv_out_size
 
 
 def depthwise_forward_loop(x, weight, bias=None, stride=1, padding=0, dilation=1):

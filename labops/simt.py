@@ -36,6 +36,7 @@ __all__ = [
     "Dim3",
     "ThreadContext",
     "Trace",
+    "WatchedArray",
     "get_blocks",
     "kernel_loop",
     "launch",
@@ -222,20 +223,66 @@ def kernel_loop(ctx: ThreadContext, n: int) -> Iterator[int]:
         yield i
 
 
+class WatchedArray:
+    """A 1-D NumPy array that records which thread wrote each element.
+
+    Pass it to ``launch`` in place of an output array; afterwards ``writes``
+    is a Trace of the writes (``iteration`` counts a thread's own writes), so
+    ``viz.thread_map(a.writes, n)`` shows elements never written or written
+    twice. Reads are plain. A write outside ``0 <= i < len`` raises
+    IndexError naming the thread: NumPy would quietly wrap a negative index.
+    """
+
+    def __init__(self, data):
+        self.data = np.asarray(data)
+        if self.data.ndim != 1:
+            raise ValueError(f"simt.WatchedArray: expects a 1-D array, got shape {self.data.shape}")
+        self.writes: Trace | None = None
+        self._ctx: ThreadContext | None = None
+        self._count: dict[tuple[int, int], int] = {}
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+    def __setitem__(self, i, value):
+        ctx = self._ctx
+        if not isinstance(i, (int, np.integer)):
+            raise TypeError(f"simt.WatchedArray: write one element at an integer index, got {i!r}")
+        if not 0 <= i < len(self.data):
+            who = f" by block {ctx.block_rank}, thread {ctx.thread_rank}" if ctx else ""
+            raise IndexError(f"write to element {int(i)} of an array of {len(self.data)}{who}")
+        if ctx is not None:
+            key = (ctx.block_rank, ctx.thread_rank)
+            self.writes.accesses.append(Access(int(i), key[0], key[1], self._count.get(key, 0)))
+            self._count[key] = self._count.get(key, 0) + 1
+        self.data[i] = value
+
+
 def launch(kernel: Callable, grid, block, *args, **kwargs) -> Trace:
     """Run ``kernel(ctx, *args, **kwargs)`` for every thread of a grid; return the trace.
 
     ``grid`` and ``block`` are ints or tuples of up to three ints, as in
     ``kernel<<<grid, block>>>(args)``. Blocks run in order of their linear
     rank and, inside a block, threads in order of theirs (x fastest); a real
-    GPU runs them concurrently and in no fixed order.
+    GPU runs them concurrently and in no fixed order. Every ``WatchedArray``
+    argument records the writes of this launch in its ``writes`` trace.
     """
     grid, block = Dim3.of(grid), Dim3.of(block)
     if block.size > 1024:
         raise ValueError(f"simt.launch: a block has at most 1024 threads, got {block.size}")
     trace = Trace(grid, block)
+    watched = [a for a in (*args, *kwargs.values()) if isinstance(a, WatchedArray)]
+    for a in watched:
+        a.writes, a._count = Trace(grid, block), {}
     for bz, by, bx in itertools.product(range(grid.z), range(grid.y), range(grid.x)):
         for tz, ty, tx in itertools.product(range(block.z), range(block.y), range(block.x)):
             ctx = ThreadContext(Dim3(bx, by, bz), Dim3(tx, ty, tz), block, grid, trace)
+            for a in watched:
+                a._ctx = ctx
             kernel(ctx, *args, **kwargs)
+    for a in watched:
+        a._ctx = None
     return trace

@@ -1,0 +1,318 @@
+"""The machinery behind ``labops.exercises.check``: run cases, compare, name the mistake.
+
+An exercise is a list of *checks*, each worth points; a check is a list of
+*cases* (inputs and the expected answer from an independent oracle). A check
+passes when every case matches. When a case does not, the feedback says where
+(the first wrong index), expected vs got with the ``rel_error``, and then tries
+the exercise's *mistakes*: each is a classic wrong answer computed from the same
+inputs (the result with the sign flipped, the weight gradient transposed, ...)
+or a property of the wrong result (NaN at large logits). The first mistake that
+the learner's answer matches is named in one sentence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import linecache
+import os
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from labops.testing import rel_error
+
+# How long one call of the learner's function may take before we call it an endless loop.
+TIME_LIMIT_S = 20.0
+
+
+@dataclass
+class CheckResult:
+    """What ``check`` found: ``passed`` (every check), ``score`` out of ``max_score``, ``messages``."""
+
+    exercise: str
+    passed: bool
+    score: float
+    max_score: float
+    messages: list[str]
+    figure: Any = None  # a matplotlib Figure, for exercises that draw their feedback
+
+    def __repr__(self):
+        return f"CheckResult({self.exercise!r}: {self.score:g}/{self.max_score:g} points, passed={self.passed})"
+
+
+@dataclass
+class Case:
+    """One input to the learner's function and the answer the oracle gives."""
+
+    label: str
+    args: tuple
+    expected: Any
+    names: tuple[str, ...] = ("result",)  # what each returned value is called in feedback
+
+
+@dataclass
+class Check:
+    """A named property worth ``points``: it holds when every case matches."""
+
+    name: str
+    cases: list[Case]
+    points: float = 1.0
+
+
+@dataclass
+class Mistake:
+    """A classic error and the sentence that names it.
+
+    Recognised when the learner's answer matches ``wrong(*case.args)``, when
+    ``test(case, got)`` is true, or when the call raised ``raises``.
+    """
+
+    sentence: str
+    wrong: Callable | None = None
+    test: Callable | None = None
+    raises: type | None = None
+
+
+@dataclass
+class Exercise:
+    """An exercise: its id, the signature the learner implements, its checks and its mistakes."""
+
+    id: str
+    title: str
+    signature: str
+    make_checks: Callable[[bool], list[Check]]  # hidden -> checks (hidden adds cases, never points)
+    mistakes: list[Mistake] = field(default_factory=list)
+    call: Callable | None = None  # (fn, case) -> what to compare; default fn(*copies of args)
+    rtol: float = 1e-7
+    atol: float = 1e-9
+    draw: Callable | None = None  # (fn, checks) -> Figure, for exercises with a picture
+
+    def run(self, fn, case: Case):
+        args = copy_args(case.args)
+        if self.call is not None:
+            return self.call(fn, args)
+        return fn(*args)
+
+
+class _TimeLimit(BaseException):
+    """Raised inside the learner's code when it runs too long (BaseException: `except Exception` won't hide it)."""
+
+
+def copy_args(args):
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else copy.deepcopy(a) for a in args)
+
+
+def randn(*shape, seed: int, scale: float = 1.0) -> torch.Tensor:
+    """Seeded float64 normal values, the same on every machine."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+
+
+# ---- comparing an answer with the oracle ----
+
+def _as_tensor(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", torch.float64)
+    return torch.as_tensor(np.asarray(value, dtype=np.float64))
+
+
+def _index_str(index) -> str:
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"
+
+
+def compare(got, expected, name: str = "result", rtol: float = 1e-7, atol: float = 1e-9) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise one line saying where and how it differs."""
+    if isinstance(expected, tuple):
+        if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+            return f"expected {len(expected)} results, got {_describe(got)}"
+        names = name if isinstance(name, tuple) else tuple(f"{name}[{i}]" for i in range(len(expected)))
+        for g, e, n in zip(got, expected, names):
+            problem = compare(g, e, n, rtol, atol)
+            if problem:
+                return problem
+        return None
+    if isinstance(expected, (int, np.integer)) and not isinstance(expected, bool):
+        if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
+            return f"{name} is {got!r} ({type(got).__name__}), expected the int {expected}"
+        return None if int(got) == int(expected) else f"{name} is {got}, expected {expected}"
+    if got is None:
+        return f"{name} is None: the function returned nothing (a missing `return`?)"
+    try:
+        g = _as_tensor(got)
+    except (TypeError, ValueError) as exc:
+        return f"{name} is {_describe(got)}, which is not an array of numbers ({exc})"
+    e = _as_tensor(expected)
+    if tuple(g.shape) != tuple(e.shape):
+        return f"{name} has shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+    bad = ~torch.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+    if not bool(bad.any()):
+        return None
+    first = tuple(np.argwhere(bad.numpy())[0]) if bad.dim() else ()
+    gv, ev = float(g[first]), float(e[first])
+    where = f"{name}{_index_str(first)}" if first else name
+    return (f"{where} = {gv:.6g}, expected {ev:.6g}; {int(bad.sum())} of {bad.numel()} values wrong, "
+            f"rel_error {rel_error(g, e):.1e} (a correct float64 answer: 1e-12 or less)")
+
+
+def _describe(value) -> str:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"an array of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return repr(value)
+
+
+def matches(got, wrong, rtol=1e-7, atol=1e-9) -> bool:
+    try:
+        return compare(got, wrong, "x", rtol, atol) is None
+    except Exception:  # a candidate that cannot be compared is simply not the mistake
+        return False
+
+
+# ---- running the learner's code safely ----
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Interrupt the block after ``seconds`` (main thread, POSIX only; elsewhere no limit)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise _TimeLimit()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def quiet_stderr(notes: list[str]):
+    """Keep everything off stderr while checking, and turn what was written there into notes.
+
+    nbgrader gives 0 points to a graded cell that writes to stderr, so a
+    warning (or a compiler's chatter at the file-descriptor level) inside a
+    check must not reach it.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved_fd = None
+    with tempfile.TemporaryFile() as sink:
+        try:
+            saved_fd = os.dup(2)
+            os.dup2(sink.fileno(), 2)
+        except OSError:
+            saved_fd = None
+        python_stderr, sys.stderr = sys.stderr, sys.stdout
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield
+            finally:
+                sys.stderr = python_stderr
+                if saved_fd is not None:
+                    os.dup2(saved_fd, 2)
+                    os.close(saved_fd)
+                sink.seek(0)
+                written = sink.read().decode(errors="replace").strip()
+                for w in caught:
+                    notes.append(f"note: a warning was raised: {w.category.__name__}: {w.message}")
+                if written:
+                    notes.append("note: the code wrote to stderr: " + written[-500:])
+
+
+_LIBRARY_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (torch, np)) + (
+    str(Path(__file__).resolve().parent.parent),)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """One line: the error and the line of the learner's own code it came from."""
+    if isinstance(exc, NotImplementedError):
+        return "is not written yet: replace `raise NotImplementedError()` with your code"
+    if isinstance(exc, _TimeLimit):
+        return (f"did not finish within {TIME_LIMIT_S:g} s: an endless loop? "
+                "(check that the loop variable moves towards its end condition)")
+    where = ""
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        filename = str(Path(frame.f_code.co_filename).resolve()) if not frame.f_code.co_filename.startswith("<") \
+            else frame.f_code.co_filename
+        if not filename.startswith(_LIBRARY_DIRS) and "site-packages" not in filename:
+            line = linecache.getline(frame.f_code.co_filename, lineno).strip()
+            where = f" in {frame.f_code.co_name}, line {lineno}" + (f": `{line}`" if line else "")
+    return f"raised {type(exc).__name__}: {exc}{where}"
+
+
+def diagnose(exercise: Exercise, case: Case, got=None, error: BaseException | None = None) -> str | None:
+    """The sentence of the first mistake the answer (or the error) matches."""
+    for m in exercise.mistakes:
+        if error is not None:
+            if m.raises is not None and isinstance(error, m.raises):
+                return m.sentence
+            continue
+        try:
+            if m.test is not None and m.test(case, got):
+                return m.sentence
+            if m.wrong is not None and matches(got, m.wrong(*copy_args(case.args)),
+                                               exercise.rtol, exercise.atol):
+                return m.sentence
+        except Exception:
+            continue
+    return None
+
+
+def run_checks(exercise: Exercise, fn, hidden: bool = False) -> CheckResult:
+    """Run every check of ``exercise`` on ``fn``; nothing printed (``check`` prints)."""
+    checks = exercise.make_checks(hidden)
+    max_score = float(sum(c.points for c in checks))
+    score, lines, notes = 0.0, [], []
+    for chk in checks:
+        problem = None
+        with quiet_stderr(notes):
+            for case in chk.cases:
+                try:
+                    with time_limit(TIME_LIMIT_S):
+                        got = exercise.run(fn, case)
+                except (Exception, _TimeLimit) as exc:
+                    problem = f"{case.label}: your function {describe_exception(exc)}"
+                    sentence = diagnose(exercise, case, error=exc)
+                    if sentence:
+                        problem += "\n    -> " + sentence
+                    break
+                mismatch = compare(got, case.expected, case.names if len(case.names) > 1 else case.names[0],
+                                   exercise.rtol, exercise.atol)
+                if mismatch:
+                    problem = f"{case.label}: {mismatch}"
+                    sentence = diagnose(exercise, case, got)
+                    if sentence:
+                        problem += "\n    -> " + sentence
+                    break
+        if problem is None:
+            score += chk.points
+            lines.append(f"PASS {chk.name}")
+        else:
+            lines.append(f"FAIL {chk.name} -- {problem}")
+        if problem and "is not written yet" in problem:
+            # The remaining checks would say the same thing.
+            for rest in checks[checks.index(chk) + 1:]:
+                lines.append(f"FAIL {rest.name} -- not written yet")
+            break
+    passed = score == max_score
+    head = (f"{exercise.id}: {score:g}/{max_score:g} points"
+            + (" (with the grader's hidden cases)" if hidden else "")
+            + (" -- all checks pass." if passed else ""))
+    return CheckResult(exercise.id, passed, score, max_score, [head] + lines + notes)

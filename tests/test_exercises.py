@@ -1,0 +1,358 @@
+"""labops.exercises.check: a right answer scores full marks, each classic mistake is named.
+
+Every planted mistake below is a solution with one bug a learner makes; the
+test asserts that ``check`` fails it and that its feedback contains the
+sentence naming that bug (and not merely "wrong").
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from labops import simt
+from labops.exercises import EXERCISES, check, describe
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+# ---- right answers (vectorized: the notebooks' solutions are loops) ----
+
+def tanh_backward(y, g):
+    return g * (1 - y * y)
+
+
+def gelu_sigmoid_backward(x, g):
+    s = torch.sigmoid(1.702 * x)
+    return g * (s + 1.702 * x * s * (1 - s))
+
+
+def linear_acc_grad_parameters(x, g, gw, gb, scale):
+    gw += scale * g.t() @ x
+    gb += scale * g.sum(0)
+
+
+def global_avg_pool_forward(x):
+    return x.sum((-2, -1), keepdim=True) / (x.shape[-2] * x.shape[-1])
+
+
+def global_avg_pool_backward(g, shape):
+    return (g / (shape[-2] * shape[-1])).expand(tuple(shape)).clone()
+
+
+def softmax_forward(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def softmax_backward(y, g):
+    return y * (g - (g * y).sum(-1, keepdim=True))
+
+
+def cross_entropy_backward(logits, target, reduction):
+    grad = softmax_forward(logits) - F.one_hot(target, logits.shape[-1]).double()
+    return grad / logits.shape[0] if reduction == "mean" else grad
+
+
+def reorg_darknet(x, s):
+    n, c, h, w = x.shape
+    big = x.reshape(n, c // (s * s), h * s, w * s)  # darknet reads the memory with these dims
+    y = big.reshape(n, c // (s * s), h, s, w, s).permute(0, 3, 5, 1, 2, 4)
+    return y.reshape(n, c * s * s, h // s, w // s)
+
+
+def resize_source_coordinate(x, in_size, out_size, mode):
+    if mode == "align_corners":
+        return x * (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    if mode == "asymmetric":
+        return x * in_size / out_size
+    return max((x + 0.5) * in_size / out_size - 0.5, 0.0)
+
+
+def conv_output_size(size, k, s, p, d):
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def im2col(x, k, s, p, d):
+    return F.unfold(x, k, dilation=d, padding=p, stride=s)
+
+
+def col2im(cols, size, k, s, p, d):
+    return F.fold(cols, size, k, dilation=d, padding=p, stride=s)
+
+
+def depthwise_backward_weight(x, g, wshape, s, p, d):
+    w = torch.zeros(wshape, dtype=torch.float64, requires_grad=True)
+    F.conv2d(x, w, None, s, p, d, groups=x.shape[1]).backward(g)
+    return w.grad
+
+
+def grid_stride_loop(ctx, x, y, n, alpha):
+    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+    while i < n:
+        y[i] = alpha * x[i]
+        i += ctx.blockDim.x * ctx.gridDim.x
+
+
+RIGHT = {name: fn for name, fn in globals().items() if name in EXERCISES}
+
+PRELU_SOURCE = r"""
+at::Tensor prelu_forward(const at::Tensor& x, const at::Tensor& weight) {
+  at::Tensor xc = x.contiguous(), y = at::empty_like(xc);
+  const int64_t C = x.size(1), inner = x.numel() / (x.size(0) * C);
+  const double* px = xc.data_ptr<double>();
+  const double* pw = weight.data_ptr<double>();
+  double* py = y.data_ptr<double>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double a = pw[(i / inner) % C];
+    py[i] = px[i] > 0 ? px[i] : a * px[i];
+  }
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor> prelu_backward(const at::Tensor& grad_y, const at::Tensor& x,
+                                                  const at::Tensor& weight) {
+  at::Tensor xc = x.contiguous(), gc = grad_y.contiguous();
+  at::Tensor grad_x = at::empty_like(xc), grad_weight = at::zeros_like(weight);
+  const int64_t C = x.size(1), inner = x.numel() / (x.size(0) * C);
+  const double* px = xc.data_ptr<double>();
+  const double* pg = gc.data_ptr<double>();
+  const double* pw = weight.data_ptr<double>();
+  double* pgx = grad_x.data_ptr<double>();
+  double* pgw = grad_weight.data_ptr<double>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t c = (i / inner) % C;
+    pgx[i] = px[i] > 0 ? pg[i] : pw[c] * pg[i];
+    if (px[i] <= 0) pgw[c] += SIGN pg[i] * px[i];
+  }
+  return {grad_x, grad_weight};
+}
+"""
+
+
+def test_every_exercise_has_a_right_answer_here():
+    assert set(RIGHT) | {"prelu_op"} == set(EXERCISES)
+    assert len(EXERCISES) >= 12
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+@pytest.mark.parametrize("hidden", [False, True])
+def test_right_answer_gets_full_marks(name, hidden, capsys):
+    result = check(name, RIGHT[name], hidden=hidden)
+    out = capsys.readouterr().out
+    assert result.passed, out
+    assert result.score == result.max_score >= 3
+    assert "all checks pass" in out and "FAIL" not in out
+
+
+def test_not_written_yet_scores_zero_and_says_so(capsys):
+    def todo(*args):
+        raise NotImplementedError()
+
+    result = check("softmax_backward", todo)
+    assert (result.passed, result.score) == (False, 0.0)
+    assert "is not written yet" in result.messages[1]
+
+
+# (exercise, a solution with one classic mistake, words the feedback must contain)
+PLANTED = [
+    ("tanh_backward", lambda y, g: -g * (1 - y * y), "Sign error"),
+    ("tanh_backward", lambda y, g: g * (1 - torch.tanh(y) ** 2), "tanh' of the *input*"),
+    ("gelu_sigmoid_backward", lambda x, g: -gelu_sigmoid_backward(x, g), "Sign error"),
+    ("gelu_sigmoid_backward",
+     lambda x, g: g * (torch.sigmoid(1.702 * x) + x * torch.sigmoid(1.702 * x) * (1 - torch.sigmoid(1.702 * x))),
+     "factor 1.702"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.copy_(s * g.t() @ x), gb.copy_(s * g.sum(0))),
+     "overwritten instead of accumulated"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.add_(g.t() @ x), gb.add_(g.sum(0))),
+     "`scale` ignored"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.add_(s * (x.t() @ g)), gb.add_(s * g.sum(0))),
+     "Transposed weight gradient"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.add_(s * g.t() @ x), gb.add_(s * g.sum())),
+     "Bias gradient summed over the wrong axes"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.sub_(s * g.t() @ x), gb.sub_(s * g.sum(0))),
+     "Sign error"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: None, "were not changed"),
+    ("global_avg_pool_forward", lambda x: x.sum((-2, -1), keepdim=True), "Summed instead of averaged"),
+    ("global_avg_pool_forward", lambda x: x.mean((-2, -1)), "(N, C, 1, 1)"),
+    ("global_avg_pool_backward", lambda g, shape: g.expand(tuple(shape)).clone(), "Forgot to divide by H*W"),
+    ("softmax_forward", lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), "without subtracting the max"),
+    ("softmax_backward", lambda y, g: y * (1 - y) * g, "Only the diagonal"),
+    ("softmax_backward", lambda y, g: -softmax_backward(y, g), "Sign error"),
+    ("cross_entropy_backward", lambda lg, t, r: (softmax_forward(lg) - F.one_hot(t, lg.shape[-1]).double())
+     / lg.shape[0], "Divided by N for reduction='sum'"),
+    ("cross_entropy_backward", lambda lg, t, r: softmax_forward(lg) - F.one_hot(t, lg.shape[-1]).double(),
+     "Not divided by N for reduction='mean'"),
+    ("cross_entropy_backward", lambda lg, t, r: (torch.exp(lg) / torch.exp(lg).sum(-1, keepdim=True)
+                                                - F.one_hot(t, lg.shape[-1]).double())
+     / (lg.shape[0] if r == "mean" else 1), "without subtracting the max"),
+    ("reorg_darknet", lambda x, s: F.pixel_unshuffle(x, s), "wrong reorg order: you wrote 'crd'"),
+    ("reorg_darknet", lambda x, s: x.reshape(x.shape[0], x.shape[1], x.shape[2] // s, s, x.shape[3] // s, s)
+     .permute(0, 3, 5, 1, 2, 4).reshape(x.shape[0], -1, x.shape[2] // s, x.shape[3] // s),
+     "you wrote space-to-depth ('dcr'"),
+    ("resize_source_coordinate", lambda x, i, o, m: resize_source_coordinate(
+        x, i, o, "half_pixel" if m == "asymmetric" else m), "wrong coordinate mode"),
+    ("resize_source_coordinate", lambda x, i, o, m: x * (i - 1) / (o - 1) if m == "align_corners"
+     else resize_source_coordinate(x, i, o, m), "divides by out - 1 = 0"),
+    ("resize_source_coordinate", lambda x, i, o, m: (x + 0.5) * i / o - 0.5 if m == "half_pixel"
+     else resize_source_coordinate(x, i, o, m), "must clamp at 0"),
+    ("conv_output_size", lambda n, k, s, p, d: (n + 2 * p - d * (k - 1) - 1) // s, "Off-by-one output size"),
+    ("conv_output_size", lambda n, k, s, p, d: (n + 2 * p - k) // s + 1, "Dilation ignored"),
+    ("conv_output_size", lambda n, k, s, p, d: (n + 2 * p - d * (k - 1) - 1) / s + 1, "Returns a float"),
+    ("im2col", lambda x, k, s, p, d: F.unfold(x, k, padding=p, stride=s)[..., :(
+        F.unfold(x, k, dilation=d, padding=p, stride=s).shape[-1])] if d == (1, 1) else
+     _im2col_undilated(x, k, s, p, d), "Dilation ignored"),
+    ("im2col", lambda x, k, s, p, d: _unfold_flipped(x, k, s, p, d), "Flipped kernel"),
+    ("im2col", lambda x, k, s, p, d: _unfold_with_size(x, k, s, p, d, extra=1), "Off-by-one output size"),
+    ("col2im", lambda c, size, k, s, p, d: _fold_overwrite(c, size, k, s, p, d), "must *sum* overlapping"),
+    ("depthwise_backward_weight", lambda x, g, ws, s, p, d: depthwise_backward_weight(x, g, ws, s, p, d)
+     .flip(-2, -1), "Flipped weight"),
+    ("depthwise_backward_weight", lambda x, g, ws, s, p, d: depthwise_backward_weight(
+        x, g, ws, s, p, (1, 1)) if d == (1, 1) else _dw_undilated(x, g, ws, s, p, d), "Dilation ignored"),
+]
+
+
+def _im2col_undilated(x, k, s, p, d):
+    # the right output size, but every tap read as if dilation were 1
+    from labops.exercises.convolution import _im2col_variant
+
+    return _im2col_variant(x, k, s, p, d, tap_dilation=(1, 1))
+
+
+def _unfold_flipped(x, k, s, p, d):
+    cols = F.unfold(x, k, dilation=d, padding=p, stride=s)
+    n, rows, L = cols.shape
+    return cols.reshape(n, -1, k[0], k[1], L).flip(2, 3).reshape(n, rows, L)
+
+
+def _unfold_with_size(x, k, s, p, d, extra):
+    cols = F.unfold(x, k, dilation=d, padding=p, stride=s)
+    return torch.cat([cols, cols[..., :extra]], -1)
+
+
+def _fold_overwrite(cols, size, k, s, p, d):
+    from labops.exercises.convolution import _col2im_variant
+
+    return _col2im_variant(cols, size, k, s, p, d, accumulate=False)
+
+
+def _dw_undilated(x, g, ws, s, p, d):
+    from labops.exercises.convolution import _dw_variant
+
+    return _dw_variant(x, g, ws, s, p, d, tap_dilation=(1, 1))
+
+
+@pytest.mark.parametrize("name, wrong, words", PLANTED, ids=[f"{n}-{w[:24]}" for n, _, w in PLANTED])
+def test_planted_mistake_is_named(name, wrong, words, capsys):
+    result = check(name, wrong)
+    out = capsys.readouterr().out
+    assert not result.passed and result.score < result.max_score
+    assert words in out, out
+
+
+def test_half_right_gets_partial_credit_with_its_reason():
+    # Accumulates the right gradients, but forgets `scale`: right only where scale is 1.
+    def half_right(x, g, gw, gb, scale):
+        gw += g.t() @ x
+        gb += g.sum(0)
+
+    result = check("linear_acc_grad_parameters", half_right, show=False)
+    assert 0 < result.score < result.max_score
+    assert any("`scale` ignored" in m for m in result.messages)
+
+
+# ---- the grid-stride kernel, run by labops.simt ----
+
+def _kernel_one_per_thread(ctx, x, y, n, alpha):
+    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+    if i < n:
+        y[i] = alpha * x[i]
+
+
+def _kernel_block_stride(ctx, x, y, n, alpha):
+    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+    while i < n:
+        y[i] = alpha * x[i]
+        i += ctx.blockDim.x  # forgot gridDim.x: blocks run over each other's elements
+
+
+def _kernel_past_the_end(ctx, x, y, n, alpha):
+    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+    while i <= n:
+        if i < n:
+            y[i] = alpha * x[i]
+        else:
+            y[i] = 0.0
+        i += ctx.blockDim.x * ctx.gridDim.x
+
+
+@pytest.mark.parametrize("kernel, words", [
+    (_kernel_one_per_thread, "skips elements"),
+    (_kernel_block_stride, "repeats elements"),
+    (_kernel_past_the_end, "writes past the end"),
+])
+def test_grid_stride_mistakes_are_named_and_drawn(kernel, words, capsys):
+    result = check("grid_stride_loop", kernel)
+    out = capsys.readouterr().out
+    assert not result.passed and words in out, out
+    assert result.figure is not None
+    title = result.figure.axes[0].get_title()
+    assert "never written" in title
+
+
+def test_grid_stride_figure_marks_missed_and_repeated_elements():
+    result = check("grid_stride_loop", _kernel_one_per_thread, show=False)
+    texts = [t.get_text() for t in result.figure.axes[0].texts]
+    assert sum(t == "none" for t in texts) == 50 - 16  # 2 blocks x 8 threads cover 16 of 50
+    result = check("grid_stride_loop", _kernel_block_stride, show=False)
+    texts = [t.get_text() for t in result.figure.axes[0].texts]
+    assert any(t.endswith("x2") for t in texts)
+
+
+def test_watched_array_records_writers_and_rejects_out_of_range():
+    y = simt.WatchedArray(np.zeros(6))
+    simt.launch(grid_stride_loop, 2, 2, np.arange(6.0), y, 6, 1.0)
+    assert [a.block for a in sorted(y.writes.accesses, key=lambda a: a.element)] == [0, 0, 1, 1, 0, 0]
+    assert list(y.data) == list(range(6))
+    with pytest.raises(IndexError, match="element -1 of an array of 6"):
+        y[-1] = 1.0
+
+
+# ---- the compiled op ----
+
+@pytest.fixture(scope="module")
+def prelu_right():
+    return check("prelu_op", lambda: PRELU_SOURCE.replace("SIGN", "+"), show=False)
+
+
+def test_compiled_op_right_answer_passes_gradcheck_and_opcheck(prelu_right):
+    assert prelu_right.passed, prelu_right.messages
+    assert any("PASS opcheck" in m for m in prelu_right.messages)
+
+
+def test_compiled_op_sign_error_is_named():
+    result = check("prelu_op", lambda: PRELU_SOURCE.replace("SIGN", "-"), show=False)
+    assert not result.passed
+    assert any("Sign error in grad_weight" in m for m in result.messages), result.messages
+
+
+def test_compiled_op_compile_error_cites_the_learners_line():
+    source = PRELU_SOURCE.replace("SIGN", "+").replace("return y;", "return y")
+    result = check("prelu_op", lambda: source, show=False)
+    assert result.score == 0
+    line = 1 + source.splitlines().index("  return y")
+    text = "\n".join(result.messages)
+    assert f"your_code.cpp:{line + 1}" in text or f"your_code.cpp:{line}" in text, text
+
+
+def test_compiled_op_segfault_is_feedback_not_a_crash():
+    crash = PRELU_SOURCE.replace("SIGN", "+").replace("py[i] = px[i] > 0", "py[i + (int64_t(1) << 40)] = px[i] > 0")
+    result = check("prelu_op", lambda: crash, show=False)
+    assert result.score == 0
+    assert any("segmentation fault" in m for m in result.messages), result.messages
+
+
+def test_describe_and_bad_id():
+    assert "fn(output, grad_output) -> grad_input" in describe("tanh_backward")
+    with pytest.raises(ValueError, match="exercise_id must be one of"):
+        check("tanh_backwards", tanh_backward)

@@ -53,7 +53,8 @@ def check(exercise_id: str, fn, hidden: bool = False, show: bool = True) -> Chec
         result = _compiled.check_in_subprocess(fn, hidden)
     else:
         result = run_checks(ex, fn, hidden)
-    if ex.draw is not None:
+    written = not any("is not written yet" in m for m in result.messages)
+    if ex.draw is not None and written:  # a map of an empty kernel would say nothing
         notes: list[str] = []
         with quiet_stderr(notes):
             result.figure = ex.draw(fn, hidden)

@@ -92,7 +92,14 @@ def main(argv=None) -> int:
     sub.add_parser("doctor", help="check the toolchain, build and test the ops")
     sub.add_parser("build", help="compile the ops ahead of time")
     sub.add_parser("bench", help="benchmark against native PyTorch", add_help=False)
+    ex = sub.add_parser("exercises", help="list the classroom exercises, or show one's signature")
+    ex.add_argument("exercise_id", nargs="?", help="an exercise id, e.g. tanh_backward")
     args, rest = parser.parse_known_args(argv)
+    if args.command == "exercises":
+        from labops.exercises import describe
+
+        print(describe(args.exercise_id))
+        return 0
     if args.command == "doctor":
         return doctor()
     if args.command == "build":

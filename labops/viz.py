@@ -99,8 +99,8 @@ def thread_map(trace, n: int | None = None, row_length: int | None = None, title
     Colour = block, hatch = loop iteration, text = "b<block> t<thread>".
     Rows are ``row_length`` elements long (default: the launch's thread
     count, so each row is one trip of the grid-stride loop). An element no
-    thread touched is white with a red edge; one touched twice is labelled
-    "x2" in red. One Rectangle patch per element.
+    thread touched is white with a red edge; one touched twice has a red edge
+    and is labelled "x2" in red (colour and hatch then show the last toucher). One Rectangle patch per element.
     """
     data = trace.arrays(n if n is not None else 1 + max((a.element for a in trace.accesses), default=-1))
     n = len(data["block"])
@@ -115,8 +115,10 @@ def thread_map(trace, n: int | None = None, row_length: int | None = None, title
         if count == 0:
             face, hatch, edge = "white", "", _HIGHLIGHT
         else:
-            face, hatch, edge = _BLOCK_COLOURS[block % len(_BLOCK_COLOURS)], _HATCHES[it % len(_HATCHES)], "black"
-        ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, hatch=hatch, edgecolor=edge, linewidth=0.8))
+            face, hatch = _BLOCK_COLOURS[block % len(_BLOCK_COLOURS)], _HATCHES[it % len(_HATCHES)]
+            edge = _HIGHLIGHT if count > 1 else "black"
+        ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, hatch=hatch, edgecolor=edge,
+                               linewidth=0.8 if edge == "black" else 2.0))
         if annotate:
             label = "none" if count == 0 else f"b{block}\nt{thread}" + (f"\nx{count}" if count > 1 else "")
             ax.text(c + 0.5, r + 0.5, label, ha="center", va="center", fontsize=7,

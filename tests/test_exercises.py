@@ -352,6 +352,25 @@ def test_compiled_op_segfault_is_feedback_not_a_crash():
     assert any("segmentation fault" in m for m in result.messages), result.messages
 
 
+def test_nothing_reaches_stderr_inside_a_check(capfd):
+    # nbgrader scores a graded cell 0 if it writes to stderr: warnings and C-level writes become notes.
+    import os
+    import sys
+    import warnings
+
+    def noisy(y, g):
+        warnings.warn("deprecated thing", DeprecationWarning)
+        print("python stderr", file=sys.stderr)
+        os.write(2, b"fd 2 stderr\n")
+        return tanh_backward(y, g)
+
+    result = check("tanh_backward", noisy)
+    out, err = capfd.readouterr()
+    assert result.passed and err == ""
+    assert "a warning was raised: DeprecationWarning: deprecated thing" in out
+    assert "fd 2 stderr" in out and "python stderr" in out
+
+
 def test_describe_and_bad_id():
     assert "fn(output, grad_output) -> grad_input" in describe("tanh_backward")
     with pytest.raises(ValueError, match="exercise_id must be one of"):

@@ -160,8 +160,13 @@ def compare(got, expected, name: str = "result", rtol: float = 1e-7, atol: float
     first = tuple(np.argwhere(bad.numpy())[0]) if bad.dim() else ()
     gv, ev = float(g[first]), float(e[first])
     where = f"{name}{_index_str(first)}" if first else name
-    return (f"{where} = {gv:.6g}, expected {ev:.6g}; {int(bad.sum())} of {bad.numel()} values wrong, "
-            f"rel_error {rel_error(g, e):.1e} (a correct float64 answer: 1e-12 or less)")
+    head = f"{where} = {gv:.6g}, expected {ev:.6g}; {int(bad.sum())} of {bad.numel()} values wrong"
+    nonfinite = int((~torch.isfinite(g) & torch.isfinite(e)).sum())
+    if nonfinite:
+        return head + f" ({nonfinite} of them inf or NaN)"
+    if torch.equal(e, e.round()) and torch.equal(g, g.round()):
+        return head  # counts, not measurements: a rel_error would say nothing
+    return head + f", rel_error {rel_error(g, e):.1e} (a correct float64 answer: 1e-12 or less)"
 
 
 def _describe(value) -> str:

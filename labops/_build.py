@@ -29,10 +29,12 @@ LIBRARY_NAME = "labops_ops"
 
 # SIMD flags for the CPU kernels, chosen to match the level that ATen itself
 # dispatches to on this machine (its at::vec::Vectorized headers read them).
+# The flags ATen compiles its own kernels of each capability with. -mf16c: from torch 2.13 the
+# headers convert float <-> half with F16C intrinsics when CPU_CAPABILITY_AVX2/AVX512 is defined.
 _CPU_SIMD_FLAGS = {
-    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c",
                "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512"],
-    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2", "-DCPU_CAPABILITY=AVX2"],
+    "AVX2": ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX2", "-DCPU_CAPABILITY=AVX2"],
 }
 
 

@@ -84,18 +84,29 @@ def test_backward_matches_oracle(device, dtype):
     for case, x, w, b, s, p, d in sample_inputs(device, dtype, seed=1):
         leaves = [t.detach().requires_grad_() for t in (x, w) + ((b,) if b is not None else ())]
         out = labops.depthwise_conv2d(leaves[0], leaves[1], leaves[2] if b is not None else None, s, p, d)
-        grad_out = torch.randn(out.shape, dtype=torch.float64).to(device, dtype)
+        grad_out = torch.randn(out.shape, dtype=torch.float64,
+                               generator=torch.Generator().manual_seed(7)).to(device, dtype)
         grads = torch.autograd.grad(out, leaves, grad_out)
-        ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
-        ref_out = oracle(ref_leaves[0], ref_leaves[1], ref_leaves[2] if b is not None else None, s, p, d)
-        expected = torch.autograd.grad(ref_out, ref_leaves, grad_out.double()) if ref_out.numel() else \
-            [torch.zeros_like(t) for t in ref_leaves]
+
+        def oracle_grads(leaves, grad):
+            ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+            ref_out = oracle(ref_leaves[0], ref_leaves[1], ref_leaves[2] if b is not None else None, s, p, d)
+            return torch.autograd.grad(ref_out, ref_leaves, grad.double()) if ref_out.numel() else \
+                [torch.zeros_like(t) for t in ref_leaves]
+
+        expected = oracle_grads(leaves, grad_out)
+        # The same sums over |terms|: a float sum of many products can be off by about eps times
+        # that (grad_w of a 64x64 batch of 8 sums 32768 products, and float32 misses by ~5e-4).
+        magnitude = oracle_grads([t.abs() for t in leaves], grad_out.abs())
+        eps = torch.finfo(dtype).eps
         taps, positions = _terms(x, w, s, p, d, out)
-        for name, got, want, terms in zip(("grad_x", "grad_w", "grad_b"), grads, expected,
-                                          (taps, positions, positions)):
+        for name, got, want, mag, terms in zip(("grad_x", "grad_w", "grad_b"), grads, expected, magnitude,
+                                               (taps, positions, positions)):
             assert got.dtype == dtype and got.shape == want.shape, (case, name)
-            torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * math.sqrt(terms),
-                                       msg=f"{case}: {name}")
+            allowed = rtol * want.abs() + torch.clamp(eps * mag.cpu(), min=atol * math.sqrt(terms))
+            err = (got.double().cpu() - want.cpu()).abs()
+            assert bool((err <= allowed.cpu()).all()), \
+                f"{case}: {name}: max error {err.max():.3g}, allowed there {allowed.flatten()[err.argmax()]:.3g}"
 
 
 def test_every_output_element_is_written(device):

@@ -1,6 +1,7 @@
 """labops command line: doctor, build, bench.
 
-    labops doctor     what is installed, build the ops, check each against its reference
+    labops doctor     what is installed, build the ops, check each (forward and backward, every
+                      device) against native PyTorch in float64
     labops build      compile the ops now (instead of on first use)
     labops bench      labops vs native PyTorch vs copy bandwidth
 """
@@ -22,7 +23,11 @@ def _version_of(cmd):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
     except (OSError, subprocess.SubprocessError):
         return path
-    return (out[-1] if cmd[0] == "nvcc" else out[0]) if out else path
+    if not out:
+        return path
+    if os.path.basename(cmd[0]) == "nvcc":  # "Cuda compilation tools, release 13.0, V13.0.88"
+        return next((line for line in out if "release" in line), out[-1])
+    return out[0]
 
 
 def doctor() -> int:
@@ -53,26 +58,85 @@ def doctor() -> int:
         print(f"build    FAILED\n{exc}")
         return 1
 
-    from labops import ops, reference
     from labops.testing import rel_error
 
     devices = ["cpu"] + (["cuda"] if gpu else [])
-    x = torch.linspace(-4, 4, 101, dtype=torch.float64)
-    checks = [("tanh", lambda t: ops.tanh(t), reference.tanh_forward_numpy(x.numpy()))]
-    for a in ops.GELU_APPROXIMATIONS:
-        checks.append((f"gelu({a})", lambda t, a=a: ops.gelu(t, a), reference.gelu_forward_numpy(x.numpy(), a)))
     for device in devices:
-        for name, fn, expected in checks:
+        for name, labops_fn, native_fn, inputs in _doctor_cases():
             try:
-                err = rel_error(fn(x.to(device)), expected)
-                good = err < 1e-10
+                got = _forward_and_grads(labops_fn, [t.to(device) for t in inputs])
+                want = _forward_and_grads(native_fn, inputs)
+                err = max(rel_error(g, w) for g, w in zip(got, want))
+                good = err < 1e-9
                 ok &= good
-                print(f"{device:5s} {name:14s} rel_error {err:.1e}  {'ok' if good else 'WRONG'}")
+                print(f"{device:5s} {name:30s} fwd+bwd rel_error {err:.1e}  {'ok' if good else 'WRONG'}")
             except Exception as exc:
                 ok = False
-                print(f"{device:5s} {name:14s} FAILED: {exc}")
+                print(f"{device:5s} {name:30s} FAILED: {exc}")
     print("all good" if ok else "some checks failed (see above)")
     return 0 if ok else 1
+
+
+def _forward_and_grads(fn, inputs):
+    """fn's output and the gradients of sum(output * w) for every floating input (w: fixed weights)."""
+    import torch
+
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    out = fn(*leaves)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).reshape(out.shape)
+    floating = [t for t in leaves if t.requires_grad]
+    grads = torch.autograd.grad((out * weights).sum(), floating)
+    return [out, *grads]
+
+
+def _doctor_cases():
+    """(name, labops op, native PyTorch equivalent, float64 inputs) for every op and mode."""
+    import torch
+    import torch.nn.functional as F
+
+    import labops
+
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    def space_to_depth(x, s):  # TensorFlow's order: channel (dy*s + dx)*C + c
+        n, c, h, w = x.shape
+        return x.reshape(n, c, h // s, s, w // s, s).permute(0, 3, 5, 1, 2, 4).reshape(n, c * s * s, h // s, w // s)
+
+    x4 = randn(2, 8, 6, 6)
+    cases = [("tanh", labops.tanh, torch.tanh, [randn(101)])]
+    natives = {"none": F.gelu, "tanh": lambda t: F.gelu(t, approximate="tanh"),
+               "sigmoid": lambda t: t * torch.sigmoid(1.702 * t)}
+    for a in labops.GELU_APPROXIMATIONS:
+        cases.append((f"gelu({a})", lambda t, a=a: labops.gelu(t, a), natives[a], [randn(101)]))
+    cases += [
+        ("global_avg_pool2d", labops.global_avg_pool2d, lambda t: t.mean((-2, -1), keepdim=True), [x4]),
+        ("depthwise_conv2d", lambda t, w, b: labops.depthwise_conv2d(t, w, b, 2, 1, 1),
+         lambda t, w, b: F.conv2d(t, w, b, 2, 1, 1, groups=8), [x4, randn(16, 1, 3, 3), randn(16)]),
+        ("conv2d_mm", lambda t, w, b: labops.conv2d_mm(t, w, b, 1, 1, 2),
+         lambda t, w, b: F.conv2d(t, w, b, 1, 1, 2), [x4, randn(4, 8, 3, 3), randn(4)]),
+        ("im2col", lambda t: labops.im2col(t, 3, 2, 1), lambda t: F.unfold(t, 3, padding=1, stride=2), [x4]),
+        ("col2im", lambda t: labops.col2im(t, (6, 6), 3, 2, 1),
+         lambda t: F.fold(t, (6, 6), 3, padding=1, stride=2), [randn(2, 72, 9)]),
+    ]
+    for corners in (False, True):
+        cases.append((f"upsample(align_corners={corners})",
+                      lambda t, c=corners: labops.upsample_bilinear2d(t, scale_factor=2, align_corners=c),
+                      lambda t, c=corners: F.interpolate(t, scale_factor=2, mode="bilinear", align_corners=c),
+                      [x4]))
+    target = torch.randint(0, 8, (5,), generator=g)
+    cases += [
+        ("softmax", lambda t: labops.softmax(t, -1), lambda t: torch.softmax(t, -1), [randn(5, 8)]),
+        ("cross_entropy", lambda t: labops.cross_entropy(t, target.to(t.device)),
+         lambda t: F.cross_entropy(t, target), [randn(5, 8)]),
+        ("reorg(crd)", lambda t: labops.reorg(t, 2, "crd"), lambda t: F.pixel_unshuffle(t, 2), [x4]),
+        ("reorg(dcr)", lambda t: labops.reorg(t, 2, "dcr"), lambda t: space_to_depth(t, 2), [x4]),
+        ("reorg(darknet)", lambda t: labops.reorg(t, 2, "darknet"),
+         lambda t: space_to_depth(t.reshape(2, 2, 12, 12), 2).reshape(2, 32, 3, 3), [x4]),
+    ]
+    return cases
 
 
 def build() -> int:
@@ -89,7 +153,7 @@ def build() -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="labops", description="labops: the course's compiled ops")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("doctor", help="check the toolchain, build and test the ops")
+    sub.add_parser("doctor", help="check the toolchain, build the ops, check each against native PyTorch")
     sub.add_parser("build", help="compile the ops ahead of time")
     sub.add_parser("bench", help="benchmark against native PyTorch", add_help=False)
     ex = sub.add_parser("exercises", help="list the classroom exercises, or show one's signature")

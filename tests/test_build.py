@@ -111,3 +111,27 @@ def test_missing_compiler_says_what_to_install(tiny):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert "install g++" in err and "no-such-compiler-xyz" in err
+
+
+def test_doctor_checks_every_op_forward_and_backward(capsys):
+    from labops import ops
+    from labops.__main__ import _doctor_cases, main
+
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    names = {case[0].split("(")[0] for case in _doctor_cases()}
+    public_ops = {n for n in ops.__all__ if n.islower() and n != "upsample_bilinear2d_output_size"}
+    assert public_ops <= names | {"upsample_bilinear2d"} and "upsample" in names
+    assert out.count("fwd+bwd rel_error") == len(_doctor_cases()) and out.rstrip().endswith("all good")
+
+
+def test_doctor_says_wrong_when_an_op_is_wrong(capsys, monkeypatch):
+    import torch
+
+    import labops
+    from labops.__main__ import main
+
+    monkeypatch.setattr(labops, "softmax", lambda t, dim=-1: torch.softmax(t, dim) * 1.001)
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "softmax" in out and "WRONG" in out and "some checks failed" in out

@@ -15,10 +15,12 @@
 //   accGradParameters: grad_w[oc, kh, kw] = sum_{n, oh, ow} grad_out[n, oc, oh, ow] * x[n, oc/m, ih, iw]
 //                      grad_b[oc]         = sum_{n, oh, ow} grad_out[n, oc, oh, ow]
 //
-// Every function here is LABOPS_HOST_DEVICE: the CPU kernels (cpu/depthwise.cpp)
-// and the CUDA kernels (cuda/depthwise.cu) call these and never redo the
-// coordinate arithmetic themselves. Index helpers are templates on the index
-// type, so a CUDA kernel can run them in 32-bit when the sizes allow it.
+// Every function here is LABOPS_HOST_DEVICE. Today the generic CUDA kernels
+// (cuda/depthwise.cu) call them; the CPU loops (cpu/depthwise.cpp) and the tiled
+// 3x3/5x5 CUDA kernels still redo this arithmetic in their own form (buffer
+// offsets, tap rows), checked equal by the tests -- moving them onto these
+// helpers is open work. Index helpers are templates on the index type, so a
+// CUDA kernel can run them in 32-bit when the sizes allow it.
 #pragma once
 
 #include <cstdint>

@@ -151,7 +151,10 @@ def build() -> int:
 
 
 def main(argv=None) -> int:
+    from labops import __version__
+
     parser = argparse.ArgumentParser(prog="labops", description="labops: the course's compiled ops")
+    parser.add_argument("--version", action="version", version=f"labops {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="check the toolchain, build the ops, check each against native PyTorch")
     sub.add_parser("build", help="compile the ops ahead of time")
@@ -170,8 +173,7 @@ def main(argv=None) -> int:
         return build()
     from labops.bench import main as bench_main
 
-    bench_main(rest)
-    return 0
+    return bench_main(rest)
 
 
 if __name__ == "__main__":

@@ -135,3 +135,50 @@ def test_doctor_says_wrong_when_an_op_is_wrong(capsys, monkeypatch):
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "softmax" in out and "WRONG" in out and "some checks failed" in out
+
+
+def _python(code, **env):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def test_dir_and_help_list_the_ops_without_building(tmp_path):
+    run = _python("""
+        import contextlib, io, sys
+        import labops
+        names = dir(labops)
+        with contextlib.redirect_stdout(io.StringIO()) as page:
+            help(labops)
+        print(sorted(set(["gelu", "conv2d_mm", "reorg", "GELU_APPROXIMATIONS"]) - set(names)),
+              "upsample_bilinear2d(" in page.getvalue(), "labops.ops" in sys.modules, labops.GELU_APPROXIMATIONS)
+        """, LABOPS_CACHE_DIR=str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[] True False ('none', 'tanh', 'sigmoid')"
+    assert "compiling" not in run.stderr and not list(tmp_path.rglob("*.so"))
+
+
+def test_import_labops_loads_built_ops_for_torch_ops():
+    from labops import ops  # noqa: F401 (builds here if this run has not yet)
+
+    run = _python("""
+        import torch, labops
+        x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+        y = torch.ops.labops.tanh(x)
+        y.sum().backward()
+        print(torch.allclose(y, torch.tanh(x)), torch.allclose(x.grad, 1 - torch.tanh(x) ** 2))
+        """)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "True True"
+
+
+def test_version_and_bench_without_a_gpu(capsys):
+    import torch
+
+    from labops.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == "labops 0.1.0"
+    if not torch.cuda.is_available():
+        assert main(["bench", "--device", "cuda"]) == 2
+        assert "PyTorch sees no GPU here" in capsys.readouterr().err

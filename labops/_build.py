@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +182,9 @@ def _compile(p: BuildPlan, verbose: bool) -> str:
 
     start = time.monotonic()
     build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=p.directory))
+    done = threading.Event()
+    progress = threading.Thread(target=_report_objects, args=(build_dir, len(p.sources), start, done), daemon=True)
+    progress.start()
     try:
         cpp_extension.load(
             name=LIBRARY_NAME,
@@ -194,8 +198,11 @@ def _compile(p: BuildPlan, verbose: bool) -> str:
             verbose=verbose,
         )
     except Exception as exc:  # the compiler's own message is inside exc
+        done.set()
         shutil.rmtree(build_dir, ignore_errors=True)
         raise BuildError(f"labops: compiling {names} failed:\n{exc}") from exc
+    done.set()
+    progress.join()
     # cpp_extension.load has loaded the library from build_dir. Move it into
     # place atomically; the loaded mapping survives the rename.
     built = build_dir / f"{LIBRARY_NAME}.so"
@@ -205,6 +212,20 @@ def _compile(p: BuildPlan, verbose: bool) -> str:
     shutil.rmtree(build_dir, ignore_errors=True)
     print(f"labops: built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return str(p.library)
+
+
+def _report_objects(build_dir: Path, total: int, start: float, done: threading.Event) -> None:
+    """One line per compiled file as ninja finishes it, so a minute of compiling is not a minute of silence."""
+    seen: set[str] = set()
+    while True:
+        finished = done.wait(0.5)
+        for obj in sorted(build_dir.glob("*.o")):
+            if obj.name not in seen:
+                seen.add(obj.name)
+                print(f"labops:   compiled {obj.name[:-2]} ({len(seen)}/{total}, {time.monotonic() - start:.0f} s)",
+                      file=sys.stderr, flush=True)
+        if finished:
+            return
 
 
 def _check_toolchain(p: BuildPlan) -> None:

@@ -57,3 +57,64 @@ def test_every_cited_file_exists(document):
 def test_a_planted_citation_is_caught():
     planted = "The goal (DESIGN.md §6) is 80 %; see csrc/ops/nothing.h and ops/depthwise.h."
     assert missing_citations(planted, ROOT / "README.md") == ["DESIGN.md", "csrc/ops/nothing.h"]
+
+
+# ---- figures from the benchmark tables are read from them, never typed ----
+
+BENCH_DIR = ROOT / "docs" / "benchmarks"
+# A figure in prose: "67 %", "2.6x", "9 µs", "4 microseconds"; ranges "64-67 %" give both ends.
+FIGURE = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[-–]\s*(\d+(?:\.\d+)?))?\s*(%|x\b|µs|microseconds?)")
+
+
+def _bench_values() -> dict[str, set]:
+    """Every figure the committed tables hold, rounded as prose would quote it, by unit."""
+    import json
+
+    values = {"%": set(), "x": set(), "µs": set()}
+    for path in BENCH_DIR.glob("*.json"):
+        for row in json.loads(path.read_text())["rows"]:
+            for key, v in row.items():
+                if not isinstance(v, (int, float)) or isinstance(v, bool):
+                    continue
+                if key.endswith("pct_copy"):
+                    values["%"] |= {f"{v:.0f}"}
+                elif key.endswith("speedup"):
+                    values["x"] |= {f"{v:.2f}", f"{v:.1f}"}
+                elif key.endswith("_ms"):
+                    values["µs"] |= {f"{1000 * v:.0f}", f"{1000 * v:.1f}"}
+    return values
+
+
+def typed_benchmark_figures(text: str, values: dict) -> list[str]:
+    """Figures in ``text`` that equal a value of the benchmark tables (goals, said as such, excepted)."""
+    found = []
+    for m in FIGURE.finditer(text):
+        unit = {"%": "%", "x": "x"}.get(m.group(3), "µs")
+        start = max(text.rfind(". ", 0, m.start()), text.rfind("\n\n", 0, m.start()), 0)
+        stops = [i for i in (text.find(". ", m.end()), text.find("\n\n", m.end())) if i >= 0]
+        sentence = text[start: min(stops) if stops else len(text)].lower()
+        if any(word in sentence for word in ("goal", "error")):
+            continue  # a target the course sets, or a rounding error: not a benchmark figure
+        for number in filter(None, (m.group(1), m.group(2))):
+            if number in values[unit] and not (unit == "%" and number == "100"):
+                found.append(m.group(0))
+                break
+    return found
+
+
+NOTEBOOKS = sorted(ROOT.glob("notebooks/0*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_benchmark_figure_is_typed_in_prose(notebook):
+    values = _bench_values()
+    typed = {i: typed_benchmark_figures(cell.source, values)
+             for i, cell in enumerate(nbformat.read(notebook, 4).cells) if cell.cell_type == "markdown"}
+    typed = {i: figures for i, figures in typed.items() if figures}
+    assert typed == {}, f"figures typed in markdown (cell: figures); print them from docs/benchmarks instead: {typed}"
+
+
+def test_a_planted_benchmark_figure_is_caught():
+    values = {"%": {"67", "68"}, "x": {"2.64", "2.6"}, "µs": {"9.0", "9"}}
+    planted = "The forward reaches 67-68 % of the copy (2.6x native). The goal is 70 %. A launch lasts 9 µs."
+    assert typed_benchmark_figures(planted, values) == ["67-68 %", "2.6x", "9 µs"]

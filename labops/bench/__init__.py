@@ -190,6 +190,29 @@ def run(device="cuda", suites=None, size=None, json_path=None, print_table=True)
     return header, results
 
 
+def print_rows(result: dict, dtype: str | None = None, op: str | None = None) -> None:
+    """One line per row of a benchmark result (``viz.load_bench``): % of copy and speedup, eager / graph.
+
+    The notebooks print these under their "said plainly" paragraphs, so every figure the prose
+    refers to is read from the committed data, not typed. ``dtype`` and ``op`` (a prefix) filter.
+    """
+    def pct(v):
+        return "   -" if v is None else f"{v:4.0f}"
+
+    def times(v):
+        return "    -" if v is None else f"{v:5.2f}"
+
+    print(f"{result['device']}, {result.get('date', 'date not recorded')}, torch {result['torch']}")
+    print(f"{'op':26s} {'shape':22s} {'dtype':8s} % of copy, eager / graph: labops | native    speedup")
+    for r in result["rows"]:
+        if (dtype and r["dtype"] != dtype) or (op and not r["op"].startswith(op)):
+            continue
+        print(f"{r['op']:26s} {r['shape']:22s} {r['dtype']:8s} {pct(r['labops_pct_copy'])} / "
+              f"{pct(r.get('labops_graph_pct_copy'))} | {pct(r['native_pct_copy'])} / "
+              f"{pct(r.get('native_graph_pct_copy'))}   {times(r['speedup'])}x / {times(r.get('graph_speedup'))}x"
+              f"  vs {r['native_name']}")
+
+
 def format_table(results) -> str:
     graphs = any(r.labops_graph_ms is not None for r in results)
     header = "| op | shape | dtype | labops % copy | native % copy | speedup vs native |"

@@ -28,6 +28,8 @@ except ImportError:  # the GPU machine: a stub that prints what a cell displays
     sys.modules["IPython"], sys.modules["IPython.display"] = ipython, display_module
 
 root = Path(__file__).resolve().parent.parent
+# labops is not pip-installed on the GPU machine; the notebooks import it from this checkout.
+sys.path.insert(0, str(root))
 paths = [Path(p).resolve() for p in sys.argv[1:]] or sorted((root / "notebooks").glob("*.ipynb"))
 failures = 0
 for path in paths:

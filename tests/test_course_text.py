@@ -15,7 +15,8 @@ nbformat = pytest.importorskip("nbformat")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(ROOT.glob("notebooks/exercises/source/*/*.ipynb")) + [
-    ROOT / "README.md", ROOT / "notebooks" / "exercises" / "README.md", ROOT / "docs" / "README.md"]
+    ROOT / "README.md", ROOT / "notebooks" / "exercises" / "README.md", ROOT / "docs" / "README.md",
+    ROOT / "notebooks" / "glossary.md", ROOT / "notebooks" / "writeups.md"]
 # Files named only as examples of what a reader would write themselves (notebook 02's history section).
 HYPOTHETICAL = {"gelu_ext.cpp", "setup.py"}
 CITATION = re.compile(

@@ -37,7 +37,7 @@ def _text(path: pathlib.Path) -> str:
 
 def missing_citations(text: str, where: pathlib.Path) -> list[str]:
     """The paths ``text`` cites that exist under none of the places a reader would look."""
-    roots = [ROOT, ROOT / "csrc", ROOT / "labops", ROOT / "notebooks", ROOT / "tests",
+    roots = [ROOT, ROOT / "csrc", ROOT / "labops", ROOT / "notebooks", ROOT / "tests", ROOT / "docs",
              ROOT / "docs" / "benchmarks", where.parent, *_torch_include_dirs()]
     missing = []
     for match in CITATION.finditer(text):
@@ -73,7 +73,7 @@ def _bench_values() -> dict[str, set]:
 
     values = {"%": set(), "x": set(), "µs": set()}
     for path in BENCH_DIR.glob("*.json"):
-        for row in json.loads(path.read_text())["rows"]:
+        for row in json.loads(path.read_text()).get("rows", []):
             for key, v in row.items():
                 if not isinstance(v, (int, float)) or isinstance(v, bool):
                     continue

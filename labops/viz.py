@@ -28,6 +28,7 @@ from labops.reference.conv2d_mm import conv_out_size, im2col_loop
 __all__ = [
     "bench_bars",
     "draw_matrix",
+    "explore",
     "gelu_forms",
     "im2col_figure",
     "im2col_numpy",
@@ -88,6 +89,50 @@ def draw_matrix(ax, values, *, title: str, xlabel: str, ylabel: str, highlight=(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     return patches
+
+
+def explore(draw, **controls):
+    """Show ``draw(**values)`` in a notebook; with ipywidgets, controls below it redraw it in place.
+
+    Each control is ``name=(low, high, initial)`` (an integer slider) or ``name=(options, initial)``
+    (a menu). The figure is an ordinary PNG output, so nbval and static pages (the docs) show the
+    figure for the initial values; without ipywidgets there are no controls. Returns the widgets
+    by name (empty without ipywidgets).
+    """
+    from IPython.display import display
+
+    values = {name: spec[-1] for name, spec in controls.items()}
+    handle = display(_png(draw(**values)), display_id=True)
+    try:
+        import ipywidgets
+    except ImportError:
+        print("(pip install ipywidgets for controls that redraw this figure)")
+        return {}
+    made = {}
+    for name, spec in controls.items():
+        if isinstance(spec[0], (list, tuple)):
+            made[name] = ipywidgets.Dropdown(options=list(spec[0]), value=spec[1], description=name)
+        else:
+            made[name] = ipywidgets.IntSlider(min=spec[0], max=spec[1], value=spec[2], description=name,
+                                              continuous_update=False)
+
+    def redraw(_change=None):
+        handle.update(_png(draw(**{name: w.value for name, w in made.items()})))
+
+    for widget in made.values():
+        widget.observe(redraw, names="value")
+    display(ipywidgets.HBox(list(made.values())))
+    return made
+
+
+def _png(figure):
+    import io
+
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    figure.savefig(buf, format="png", dpi=90)
+    return Image(data=buf.getvalue(), format="png")
 
 
 # ---- the grid-stride loop (labops.simt traces) ----

@@ -264,3 +264,37 @@ def test_reorg_channel_maps():
     assert len(fig.legends[0].get_patches()) == 4
     with pytest.raises(ValueError, match="N = 1"):
         viz.reorg_channel_maps((2, 4, 4, 4))
+
+
+def test_explore_draws_the_initial_figure_and_redraws_on_a_control(monkeypatch):
+    pytest.importorskip("IPython")
+    import IPython.display
+
+    from labops import simt, viz
+
+    shown, drawn = [], []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj)
+
+    def fake_display(obj, display_id=False):
+        shown.append(obj)
+        return Handle() if display_id else None
+
+    monkeypatch.setattr(IPython.display, "display", fake_display)
+
+    def draw(n, blocks):
+        drawn.append((n, blocks))
+        return viz.thread_map(simt.launch(lambda ctx, n: list(simt.kernel_loop(ctx, n)), grid=blocks, block=4, n=n))
+
+    controls = viz.explore(draw, n=(1, 64, 20), blocks=(1, 8, 2))
+    assert drawn == [(20, 2)]
+    assert isinstance(shown[0], IPython.display.Image) and shown[0].data[:4] == b"\x89PNG"
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        assert controls == {}
+        return
+    controls["n"].value = 33
+    assert drawn[-1] == (33, 2) and isinstance(shown[-1], IPython.display.Image)

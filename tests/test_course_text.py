@@ -17,8 +17,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(ROOT.glob("notebooks/exercises/source/*/*.ipynb")) + [
     ROOT / "README.md", ROOT / "notebooks" / "exercises" / "README.md", ROOT / "docs" / "README.md",
     ROOT / "notebooks" / "glossary.md", ROOT / "notebooks" / "writeups.md"]
-# Files named only as examples of what a reader would write themselves (notebook 02's history section).
-HYPOTHETICAL = {"gelu_ext.cpp", "setup.py"}
+# Files named only as examples of what a reader would write themselves (notebook 02's build routes).
+HYPOTHETICAL = {"gelu_ext.cpp", "setup.py", "csrc/square_plus.cpp", "csrc/square_plus.cu"}
 CITATION = re.compile(
     r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:h|cuh|cpp|cu|py|ipynb|json|md|toml|cfg|sh|png))(?![\w/])")
 

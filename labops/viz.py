@@ -38,6 +38,7 @@ __all__ = [
     "upsample_gradient_flow",
     "upsample_mode_difference",
     "upsample_sampling_positions",
+    "roofline",
 ]
 
 # Colours for "which block", hatches for "which loop iteration".
@@ -296,6 +297,57 @@ def bench_bars(source, title: str | None = None, dtype: str | None = None, timin
     # Above the plot: the speedup texts on the right may be long.
     ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def roofline(source, dtype: str = "float32", impls=("labops",), title: str | None = None):
+    """Every benchmark case on a roofline: achieved FLOP/s against FLOPs per byte, log-log.
+
+    ``source``: a dict or the JSON that ``labops bench --roofline --json`` wrote (device,
+    torch, date, copy_GBps, peak_TFLOPs per math mode, and points of {impl, op, shape,
+    dtype, flops, nbytes, ms}). ``dtype`` keeps that dtype's points; ``impls`` which
+    implementations to draw ("labops" and/or native names such as "F.conv2d (cuDNN)").
+    The roofs: FLOP/s = copy bandwidth x intensity (slanted) up to each matmul peak
+    (flat). Ops with no arithmetic (reorg, im2col) cannot sit on a log axis: they are
+    named under the plot.
+    """
+    result = load_bench(source)
+    points = [p for p in result["points"] if p["dtype"] == dtype and p["impl"] in impls]
+    drawn = [p for p in points if p["flops"] > 0]
+    no_math = sorted({p["op"].split(" ")[0].split("(")[0] for p in points if p["flops"] == 0})
+    fig, (ax,) = new_figure(width=8.0, height=5.2)
+    bandwidth = result["copy_GBps"] * 1e9
+    peaks = {k: v * 1e12 for k, v in result["peak_TFLOPs"].items()}
+    intensity = np.array([p["flops"] / p["nbytes"] for p in drawn])
+    x = np.logspace(np.log10(min([0.05, *intensity]) / 2), np.log10(max([1e3, *intensity]) * 2), 200)
+    for (mode, peak), style in zip(sorted(peaks.items(), key=lambda kv: kv[1]), ("-", "--", ":")):
+        ax.plot(x, np.minimum(bandwidth * x, peak), "k", linestyle=style, linewidth=1.2,
+                label=f"roof: copy {result['copy_GBps']:.0f} GB/s, then {mode} matmul {peak / 1e12:.0f} TFLOP/s")
+    layers = sorted({p["op"].split(" ")[0].split("(")[0] for p in drawn})
+    markers = {"fwd": "o", "bwd": "v", "fwd+bwd": "s"}
+    for i, layer in enumerate(layers):
+        mine = [p for p in drawn if p["op"].split(" ")[0].split("(")[0] == layer]
+        for p in mine:
+            kind = next((k for k in ("fwd+bwd", "bwd", "fwd") if k in p["op"]), "fwd")
+            ax.plot(p["flops"] / p["nbytes"], p["flops"] / (p["ms"] * 1e-3), markers[kind],
+                    color=_BLOCK_COLOURS[i % len(_BLOCK_COLOURS)],
+                    markerfacecolor="none" if p["impl"] != "labops" else None, markersize=6)
+        ax.plot([], [], "o", color=_BLOCK_COLOURS[i % len(_BLOCK_COLOURS)], label=layer)
+    for kind, marker in markers.items():
+        ax.plot([], [], marker, color="grey", label=kind)
+    if any(p["impl"] != "labops" for p in drawn):
+        ax.plot([], [], "o", color="grey", markerfacecolor="none", label="hollow: native")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.grid(which="both", alpha=0.2)
+    ax.legend(fontsize=7, loc="upper left", ncol=2, frameon=False)
+    when = f", {result['date']}" if result.get("date") else ""
+    fig.suptitle(title or f"{result['device']}, torch {result['torch']}{when}: {dtype}, "
+                 + ", ".join(impls), fontsize=10)
+    if no_math:
+        ax.set_title("not drawn (no arithmetic: judge them by % of copy): " + ", ".join(no_math), fontsize=8)
     return fig
 
 

@@ -5,6 +5,7 @@ These use a tiny stand-in csrc/ (one op) through $LABOPS_CSRC, so each real
 compile takes seconds instead of rebuilding every labops kernel.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +186,23 @@ def test_version_and_bench_without_a_gpu(capsys):
     if not torch.cuda.is_available():
         assert main(["bench", "--device", "cuda"]) == 2
         assert "PyTorch sees no GPU here" in capsys.readouterr().err
+
+
+def test_bench_roofline_on_the_cpu(tmp_path, capsys):
+    """`labops bench --roofline` times labops and native per case and records FLOPs, bytes and the roofs."""
+    from labops.__main__ import main
+
+    path = tmp_path / "roof.json"
+    assert main(["bench", "--device", "cpu", "--suite", "reorg", "--suite", "softmax", "--size", "65536",
+                 "--roofline", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert data["copy_GBps"] > 0 and data["peak_TFLOPs"]["float32"] > 0
+    impls = {p["impl"] for p in data["points"]}
+    assert "labops" in impls and "torch.softmax" in impls
+    for p in data["points"]:
+        assert p["ms"] > 0 and p["nbytes"] > 0
+        assert (p["flops"] == 0) == p["op"].startswith("reorg")
+    softmax_fwd = next(p for p in data["points"] if p["op"] == "softmax fwd" and p["impl"] == "labops")
+    rows, cols = map(int, softmax_fwd["shape"].split("x"))
+    assert softmax_fwd["flops"] == 5 * rows * cols
+    assert "FLOP/B" in capsys.readouterr().out

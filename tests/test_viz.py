@@ -1,6 +1,7 @@
 """labops.viz: every figure function returns a Figure with the expected artists, drawn from real data."""
 
 import json
+from pathlib import Path
 
 import matplotlib
 
@@ -298,3 +299,54 @@ def test_explore_draws_the_initial_figure_and_redraws_on_a_control(monkeypatch):
         return
     controls["n"].value = 33
     assert drawn[-1] == (33, 2) and isinstance(shown[-1], IPython.display.Image)
+
+
+def _roofline_data():
+    """Two ops a decade of intensity apart, against a copy line and one peak, as roofline() writes them."""
+    return {"device": "test", "torch": "x", "date": "2026-01-01", "copy_GBps": 100.0, "peak_TFLOPs": {"float32": 1.0},
+            "points": [
+                # 1 FLOP/B at 100 GB/s -> memory roof 100 GFLOP/s; achieved 50 GFLOP/s (1e6 FLOPs in 0.02 ms)
+                {"impl": "labops", "op": "gelu fwd", "shape": "s", "dtype": "float32", "flops": 1e6, "nbytes": 1e6,
+                 "ms": 0.02},
+                # 100 FLOP/B -> compute roof 1 TFLOP/s; achieved 0.25 TFLOP/s
+                {"impl": "labops", "op": "conv fwd+bwd", "shape": "s", "dtype": "float32", "flops": 1e9,
+                 "nbytes": 1e7, "ms": 4.0},
+                {"impl": "labops", "op": "reorg fwd", "shape": "s", "dtype": "float32", "flops": 0, "nbytes": 1e6,
+                 "ms": 0.02},
+                {"impl": "native", "op": "conv fwd+bwd", "shape": "s", "dtype": "float32", "flops": 1e9,
+                 "nbytes": 1e7, "ms": 2.0},
+            ]}
+
+
+def test_roofline_places_points_and_names_the_ops_without_arithmetic():
+    fig = viz.roofline(_roofline_data(), "float32")
+    (ax,) = fig.axes
+    drawn = [(line.get_xdata()[0], line.get_ydata()[0]) for line in ax.lines if len(line.get_xdata()) == 1]
+    assert sorted(drawn) == [(1.0, pytest.approx(5e10)), (100.0, pytest.approx(2.5e11))]  # native left out
+    roof = next(line for line in ax.lines if len(line.get_xdata()) > 1)
+    x, y = roof.get_xdata(), roof.get_ydata()
+    assert np.allclose(y, np.minimum(1e11 * x, 1e12))  # copy slope, then the flat peak
+    assert "reorg" in ax.get_title()
+    both = viz.roofline(_roofline_data(), "float32", impls=("labops", "native"))
+    assert sum(len(line.get_xdata()) == 1 for line in both.axes[0].lines) == 3
+
+
+def test_print_roofline_names_the_bound_and_the_share_of_it(capsys):
+    from labops import bench
+
+    bench.print_roofline(_roofline_data(), "float32")
+    out = capsys.readouterr().out
+    assert "ridge at 10.0 FLOPs per byte" in out
+    gelu, conv = (line for line in out.splitlines() if line.startswith("labops"))
+    assert "memory" in gelu and gelu.rstrip().endswith("50 %")
+    assert "compute" in conv and conv.rstrip().endswith("25 %")
+    assert "reorg" not in out
+
+
+def test_the_committed_roofline_covers_every_suite_with_flops():
+    data = json.loads((Path(viz.__file__).parents[1] / "docs" / "roofline_cuda.json").read_text())
+    layers = {p["op"].split(" ")[0].split("(")[0] for p in data["points"] if p["impl"] == "labops"}
+    assert {"tanh", "gelu", "bilinear", "depthwise3x3", "im2col", "col2im", "conv2d_mm", "global_avg_pool2d",
+            "reorg", "softmax", "cross_entropy"} <= layers
+    assert all(p["flops"] > 0 for p in data["points"] if not p["op"].startswith(("im2col", "reorg")))
+    assert set(data["peak_TFLOPs"]) == {"float32", "tf32", "float16"}

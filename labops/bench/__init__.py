@@ -14,6 +14,9 @@ a CUDA graph, so only GPU time is left: it measures the kernels. Ops that
 synchronize (cross_entropy reads back its target check) cannot be captured
 and have no graph figure.
 
+``roofline()`` places every case on a roofline: FLOP/s against FLOPs per
+byte, under the measured copy bandwidth and matmul peaks.
+
 Each layer has a suite module in this package whose ``cases(device, size)``
 yields ``Case`` objects; ``run()`` times them and prints one table.
     python -m labops bench --device cuda --suite activation
@@ -43,6 +46,9 @@ class Case:
     labops: Callable[[], object]
     native: Callable[[], object]
     native_name: str = "native"
+    # Arithmetic operations the op's math needs (a multiply-add counts 2, exp or tanh 1;
+    # index arithmetic not counted): a rough count that places the op on the roofline.
+    flops: float = 0.0
 
 
 @dataclass
@@ -146,6 +152,73 @@ def copy_bandwidth(device, nbytes=256 * 2**20) -> float:
     return 2 * src.numel() * 4 / (ms * 1e-3)
 
 
+def matmul_peaks(device, n=None) -> dict:
+    """FLOP/s of a large square matmul in each math mode: the compute roofs of a roofline.
+
+    On a GPU: float32 on the CUDA cores (TF32 off), float32 inputs on the tensor
+    cores as TF32 (what cuDNN uses for float32 convolutions by default), float16
+    on the tensor cores. On the CPU: float32. 2 n^3 operations per matmul.
+    """
+    n = n or (8192 if device == "cuda" else 1024)
+    modes = {"float32": (torch.float32, "highest")}
+    if device == "cuda":
+        modes.update({"tf32": (torch.float32, "high"), "float16": (torch.float16, "highest")})
+    before = torch.get_float32_matmul_precision()
+    peaks = {}
+    try:
+        for mode, (dtype, precision) in modes.items():
+            torch.set_float32_matmul_precision(precision)
+            a = torch.randn(n, n, device=device).to(dtype)
+            b = torch.randn(n, n, device=device).to(dtype)
+            peaks[mode] = 2 * n**3 / (time_ms(lambda: a @ b, device) * 1e-3)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    return peaks
+
+
+def roofline(device="cuda", suites=None, size=None, json_path=None, print_table=True) -> dict:
+    """Time every benchmark case (labops and native) and record its FLOPs and bytes.
+
+    A roofline plots each op's achieved FLOP/s against its arithmetic intensity
+    (FLOPs per byte moved) under two roofs measured in the same run: the copy
+    bandwidth (a slope: FLOP/s = bytes/s * intensity) and the matmul peaks (flat).
+    An op left of where they meet is memory-bound: only bytes/s can make it faster.
+    On CUDA the time is the CUDA-graph replay (GPU time), eager where capture fails.
+    """
+    suites = suites or SUITES
+    bandwidth, peaks = copy_bandwidth(device), matmul_peaks(device)
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    if print_table:
+        print(f"device: {name}; copy {bandwidth / 1e9:.0f} GB/s; matmul peaks "
+              + ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in peaks.items()), flush=True)
+    points, seen = [], set()
+    for suite in suites:
+        module = importlib.import_module(f"labops.bench.{suite}")
+        for case in module.cases(device, size):
+            dtype = str(case.dtype).replace("torch.", "")
+            for impl, fn in (("labops", case.labops), (case.native_name, case.native)):
+                if (impl, case.op, case.shape, dtype) in seen:  # labops appears once per native it is compared with
+                    continue
+                seen.add((impl, case.op, case.shape, dtype))
+                ms = (graph_ms(fn) if device == "cuda" else None) or time_ms(fn, device)
+                points.append({"impl": impl, "op": case.op, "shape": case.shape, "dtype": dtype,
+                               "flops": case.flops, "nbytes": case.nbytes, "ms": ms})
+                if print_table:
+                    p = points[-1]
+                    print(f"  {impl:28s} {p['op']:26s} {p['shape']:24s} {dtype:8s} "
+                          f"{p['flops'] / p['nbytes']:8.2f} FLOP/B {p['flops'] / (ms * 1e-3) / 1e9:10.1f} GFLOP/s "
+                          f"{p['nbytes'] / (ms * 1e-3) / bandwidth * 100:4.0f} % of copy", flush=True)
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    result = {"device": name, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "copy_GBps": bandwidth / 1e9, "peak_TFLOPs": {k: v / 1e12 for k, v in peaks.items()},
+              "points": points}
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
 def run(device="cuda", suites=None, size=None, json_path=None, print_table=True):
     suites = suites or SUITES
     bandwidth = copy_bandwidth(device)
@@ -213,6 +286,27 @@ def print_rows(result: dict, dtype: str | None = None, op: str | None = None) ->
               f"  vs {r['native_name']}")
 
 
+def print_roofline(result: dict, dtype: str = "float32", impls=("labops",), op: str | None = None) -> None:
+    """One line per roofline point (``roofline()``'s result or its JSON, loaded): FLOPs per byte,
+    achieved TFLOP/s, which roof bounds it (memory: the copy line; compute: the ``dtype`` matmul
+    peak) and the share of that roof reached. ``op`` (a prefix) filters; points with no arithmetic
+    are skipped (their yardstick is % of copy).
+    """
+    bandwidth, peak = result["copy_GBps"] * 1e9, result["peak_TFLOPs"][dtype] * 1e12
+    print(f"{result['device']}, {result['date']}, torch {result['torch']}: copy {result['copy_GBps']:.0f} GB/s, "
+          f"{dtype} matmul peak {peak / 1e12:.1f} TFLOP/s, ridge at {peak / bandwidth:.1f} FLOPs per byte")
+    print(f"{'':18s} {'op':24s} {'shape':26s} FLOP/B   TFLOP/s  bound by  % of that roof")
+    for p in result["points"]:
+        if (p["dtype"] != dtype or p["impl"] not in impls or p["flops"] == 0
+                or (op and not p["op"].startswith(op))):
+            continue
+        intensity, achieved = p["flops"] / p["nbytes"], p["flops"] / (p["ms"] * 1e-3)
+        memory_bound = bandwidth * intensity < peak
+        roof = bandwidth * intensity if memory_bound else peak
+        print(f"{p['impl'][:18]:18s} {p['op']:24s} {p['shape']:26s} {intensity:6.1f} {achieved / 1e12:9.2f}  "
+              f"{'memory ' if memory_bound else 'compute'}   {100 * achieved / roof:5.0f} %")
+
+
 def format_table(results) -> str:
     graphs = any(r.labops_graph_ms is not None for r in results)
     header = "| op | shape | dtype | labops % copy | native % copy | speedup vs native |"
@@ -240,12 +334,17 @@ def main(argv=None):
     parser.add_argument("--suite", action="append", choices=SUITES, help="default: all")
     parser.add_argument("--size", type=int, default=None, help="elements for elementwise suites")
     parser.add_argument("--json", default=None, help="also write every number to this file")
+    parser.add_argument("--roofline", action="store_true",
+                        help="time every case for a roofline (FLOP/s vs FLOPs per byte) instead of the table")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("labops bench: --device cuda, but PyTorch sees no GPU here (torch.cuda.is_available() is False); "
               "use --device cpu", file=sys.stderr)
         return 2
-    run(args.device, args.suite, args.size, args.json)
+    if args.roofline:
+        roofline(args.device, args.suite, args.size, args.json)
+    else:
+        run(args.device, args.suite, args.size, args.json)
     return 0
 
 

@@ -14,6 +14,11 @@ def _fwd_bwd(fn, x, g):
     return step
 
 
+# (forward, backward) operations per element, from labops.reference's formulas:
+# tanh 1 / 1 - y*y times g; erf-GELU x*(1+erf(x/sqrt2))/2 / cdf + x*pdf times g; and so on.
+FLOPS_PER_ELEMENT = {"tanh": (1, 3), "gelu(none)": (5, 10), "gelu(tanh)": (9, 18), "gelu(sigmoid)": (5, 9)}
+
+
 def cases(device, size=None):
     n = size or (64 * 2**20 if device == "cuda" else 16 * 2**20)
     dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
@@ -38,6 +43,8 @@ def cases(device, size=None):
         }
         for op, (native, native_name) in natives.items():
             mine = ours[op]
-            yield Case(f"{op} fwd", shape, dtype, fwd_bytes, lambda m=mine: m(x), lambda f=native: f(x), native_name)
+            fwd_flops, bwd_flops = (n * k for k in FLOPS_PER_ELEMENT[op])
+            yield Case(f"{op} fwd", shape, dtype, fwd_bytes, lambda m=mine: m(x), lambda f=native: f(x), native_name,
+                       fwd_flops)
             yield Case(f"{op} fwd+bwd", shape, dtype, fwd_bytes + bwd_bytes,
-                       _fwd_bwd(mine, xg, g), _fwd_bwd(native, xg, g), native_name)
+                       _fwd_bwd(mine, xg, g), _fwd_bwd(native, xg, g), native_name, fwd_flops + bwd_flops)

@@ -67,18 +67,22 @@ def cases(device, size=None):
                        lambda: F.unfold(x, KERNEL, padding=PAD), "F.unfold")
             yield Case("col2im", f"{shape} k3 p1", dtype, unfold_bytes,
                        lambda: labops.col2im(cols, (hw, hw), KERNEL, padding=PAD),
-                       lambda: F.fold(cols, (hw, hw), KERNEL, padding=PAD), "F.fold")
+                       lambda: F.fold(cols, (hw, hw), KERNEL, padding=PAD), "F.fold", cols.numel())
+            # 2 * outputs * C * k * k for the GEMM, one add per output for the bias; the backward
+            # has two GEMMs as large (grad_input, grad_weight) and a sum for grad_bias.
+            conv_flops = 2 * g.numel() * channels * KERNEL * KERNEL + g.numel()
             params = (x.numel() + w.numel() + b.numel() + g.numel()) * e  # x, w, b read; out written
             conv_shape = f"{shape} -> {channels} k3 p1"
             yield Case("conv2d_mm fwd", conv_shape, dtype, params,
-                       lambda: _labops_conv(x, w, b), lambda: _unfold_matmul(x, w, b), "F.unfold+matmul")
+                       lambda: _labops_conv(x, w, b), lambda: _unfold_matmul(x, w, b), "F.unfold+matmul", conv_flops)
             yield Case("conv2d_mm fwd", conv_shape, dtype, params,
-                       lambda: _labops_conv(x, w, b), lambda: _cudnn_conv(x, w, b), conv_name)
+                       lambda: _labops_conv(x, w, b), lambda: _cudnn_conv(x, w, b), conv_name, conv_flops)
             xg, wg, bg = (t.detach().requires_grad_() for t in (x, w, b))
             # fwd+bwd: also read g and write dx, dw, db.
             both = 2 * params + g.numel() * e
             yield Case("conv2d_mm fwd+bwd", conv_shape, dtype, both,
                        _fwd_bwd(_labops_conv, xg, wg, bg, g), _fwd_bwd(_unfold_matmul, xg, wg, bg, g),
-                       "F.unfold+matmul")
+                       "F.unfold+matmul", 3 * conv_flops)
             yield Case("conv2d_mm fwd+bwd", conv_shape, dtype, both,
-                       _fwd_bwd(_labops_conv, xg, wg, bg, g), _fwd_bwd(_cudnn_conv, xg, wg, bg, g), conv_name)
+                       _fwd_bwd(_labops_conv, xg, wg, bg, g), _fwd_bwd(_cudnn_conv, xg, wg, bg, g), conv_name,
+                       3 * conv_flops)

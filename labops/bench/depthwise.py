@@ -44,9 +44,10 @@ def cases(device, size=None):
             def native(a, b, s=s, c=c):
                 return F.conv2d(a, b, None, s, 1, 1, c)
 
+            macs = 2 * 9 * g.numel()  # 9 multiply-adds per output; grad_in and grad_w as many again each
             with torch.no_grad():
                 yield Case("depthwise3x3 fwd", shape, dtype, fwd_bytes,
                            lambda m=mine: m(x.detach(), w.detach()),
-                           lambda f=native: f(x.detach(), w.detach()), "F.conv2d(groups=C)")
+                           lambda f=native: f(x.detach(), w.detach()), "F.conv2d(groups=C)", macs)
             yield Case("depthwise3x3 fwd+bwd", shape, dtype, fwd_bytes + bwd_bytes,
-                       _fwd_bwd(mine, x, w, g), _fwd_bwd(native, x, w, g), "F.conv2d(groups=C)")
+                       _fwd_bwd(mine, x, w, g), _fwd_bwd(native, x, w, g), "F.conv2d(groups=C)", 3 * macs)

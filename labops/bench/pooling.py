@@ -34,7 +34,8 @@ def cases(device, size=None):
             bwd_bytes = (planes + n) * e  # read grad_output, write grad_input
             name = "x.mean((-2,-1), keepdim=True)"
             label = "x".join(map(str, shape))
+            # forward: an add per element (and a divide per plane); backward: a multiply per element
             yield Case("global_avg_pool2d fwd", label, dtype, fwd_bytes,
-                       lambda x=x: labops.global_avg_pool2d(x), lambda x=x: _native(x), name)
+                       lambda x=x: labops.global_avg_pool2d(x), lambda x=x: _native(x), name, n + planes)
             yield Case("global_avg_pool2d fwd+bwd", label, dtype, fwd_bytes + bwd_bytes,
-                       _fwd_bwd(labops.global_avg_pool2d, xg, g), _fwd_bwd(_native, xg, g), name)
+                       _fwd_bwd(labops.global_avg_pool2d, xg, g), _fwd_bwd(_native, xg, g), name, 2 * n + planes)

@@ -51,14 +51,18 @@ def cases(device, size=None):
             target = torch.randint(0, c, (n,), device=device, generator=gen)
             e, numel = x.element_size(), n * c
             shape = f"{n}x{c}"
+            # Per element: forward max, subtract, exp, sum, scale (5); backward y*g, its sum, g - dot, times y (4);
+            # cross-entropy: the forward's 5 and exp - onehot, scaled (2).
             yield Case("softmax fwd", shape, dtype, 2 * numel * e,
-                       lambda x=x: labops.softmax(x, -1), lambda x=x: torch.softmax(x, -1), "torch.softmax")
+                       lambda x=x: labops.softmax(x, -1), lambda x=x: torch.softmax(x, -1), "torch.softmax",
+                       5 * numel)
             yield Case("softmax bwd", shape, dtype, 3 * numel * e,
                        lambda g=g, y=y: torch.ops.labops.softmax_backward(g, y, -1),
                        lambda g=g, y=y: torch._softmax_backward_data(g, y, -1, y.dtype),
-                       "torch._softmax_backward_data")
+                       "torch._softmax_backward_data", 4 * numel)
             yield Case("softmax fwd+bwd", shape, dtype, 5 * numel * e,
-                       _fwd_bwd(labops.softmax, xg, g), _fwd_bwd(torch.softmax, xg, g), "autograd torch.softmax")
+                       _fwd_bwd(labops.softmax, xg, g), _fwd_bwd(torch.softmax, xg, g), "autograd torch.softmax",
+                       9 * numel)
             yield Case("cross_entropy fwd+bwd", shape, dtype, 3 * numel * e + 2 * n * 8,
                        _grad_step(labops.cross_entropy, xg, target), _grad_step(F.cross_entropy, xg, target),
-                       "F.cross_entropy")
+                       "F.cross_entropy", 7 * numel)

@@ -45,13 +45,15 @@ def cases(device, size=None):
 
             native_bwd = lambda: aten_bwd(g, [2 * h, 2 * w], [n, c, h, w], False, 2.0, 2.0)  # noqa: E731
             # forward reads x and writes y; backward reads g and writes grad_x
+            # Per output pixel: three lerps (subtract, multiply, add) forward; four weights times g, added, backward.
+            outputs = g.numel()
             yield Case("bilinear fwd", shape, dtype, in_bytes + out_bytes, lambda: ours(x), lambda: native(x),
-                       "F.interpolate")
+                       "F.interpolate", 9 * outputs)
             yield Case("bilinear bwd (gather)", shape, dtype, in_bytes + out_bytes,
                        lambda: labops_bwd(g, [n, c, h, w], "half_pixel", 2.0, 2.0, True), native_bwd,
-                       "aten backward (atomics)")
+                       "aten backward (atomics)", 8 * outputs)
             yield Case("bilinear bwd (scatter)", shape, dtype, in_bytes + out_bytes,
                        lambda: labops_bwd(g, [n, c, h, w], "half_pixel", 2.0, 2.0, False), native_bwd,
-                       "aten backward (atomics)")
+                       "aten backward (atomics)", 8 * outputs)
             yield Case("bilinear fwd+bwd", shape, dtype, 2 * (in_bytes + out_bytes),
-                       _fwd_bwd(ours, xg, g), _fwd_bwd(native, xg, g), "F.interpolate autograd")
+                       _fwd_bwd(ours, xg, g), _fwd_bwd(native, xg, g), "F.interpolate autograd", 17 * outputs)

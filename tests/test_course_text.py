@@ -103,7 +103,7 @@ def typed_benchmark_figures(text: str, values: dict) -> list[str]:
     return found
 
 
-NOTEBOOKS = sorted(ROOT.glob("notebooks/0*.ipynb"))
+NOTEBOOKS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
@@ -119,3 +119,23 @@ def test_a_planted_benchmark_figure_is_caught():
     values = {"%": {"67", "68"}, "x": {"2.64", "2.6"}, "µs": {"9.0", "9"}}
     planted = "The forward reaches 67-68 % of the copy (2.6x native). The goal is 70 %. A launch lasts 9 µs."
     assert typed_benchmark_figures(planted, values) == ["67-68 %", "2.6x", "9 µs"]
+
+
+TIME_LINE = re.compile(r"\*\*Time:\*\* about (\d+) minutes to read and run \((\d+) words of prose at about 100 words "
+                       r"a minute, and a minute for each of its (\d+) code cells\)")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebook_opens_with_objectives_and_an_honest_time(notebook):
+    cells = nbformat.read(notebook, 4).cells
+    head = cells[0].source
+    assert "## Learning objectives" in head and "## Prerequisites" in head
+    found = TIME_LINE.search(head)
+    assert found, "the first cell needs the **Time:** line"
+    minutes, words, code_cells = map(int, found.groups())
+    actual_words = sum(len(c.source.split()) for c in cells[1:] if c.cell_type == "markdown")
+    actual_cells = sum(c.cell_type == "code" for c in cells)
+    assert code_cells == actual_cells and abs(words - actual_words) <= 0.1 * actual_words, (
+        f"the Time line says {words} words and {code_cells} code cells; the notebook has {actual_words} and "
+        f"{actual_cells}")
+    assert abs(minutes - (actual_words / 100 + actual_cells)) <= 5

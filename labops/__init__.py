@@ -18,7 +18,7 @@ import sys as _sys
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("ops", "nn", "reference", "legacy", "testing", "bench", "simt", "viz", "exercises")
+_SUBMODULES = ("ops", "nn", "reference", "legacy", "testing", "bench", "simt", "viz", "exercises", "rtc")
 
 
 def _public_ops() -> dict:

@@ -1,0 +1,302 @@
+"""labops.rtc: kernels from strings, on the CPU (C++ via ctypes) and on CUDA (NVRTC), against float64
+oracles; the rules a launch must obey; compile errors that point into the body; the cache; and the
+autograd-aware ops built from rtc kernels (softmax, cross-entropy, darknet reorg)."""
+
+import re
+import uuid
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import labops
+from labops import rtc
+
+from conftest import tolerances
+
+
+def poisoned(*shape, dtype=torch.float32, device="cpu"):
+    """An output whose unwritten elements show: NaN for floats, a sentinel for ints."""
+    fill = float("nan") if dtype.is_floating_point else -12345
+    return torch.full(shape, fill, dtype=dtype, device=device)
+
+
+AXPY = rtc.kernel("axpy", ["a", "x", "b"], ["y"], r"""
+long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+if (i >= y_numel) return;
+y[i] = a[0] * x[i] + b[i];
+""")
+
+GRID_STRIDE = rtc.kernel("grid_stride", ["x"], ["y", "who"], r"""
+for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < x_numel;
+     i += (long long)blockDim.x * gridDim.x) {
+  y[i] = x[i] * x[i];
+  who[i] = blockIdx.x * blockDim.x + threadIdx.x;   // which thread wrote element i
+}
+""")
+
+GRID_2D = rtc.kernel("grid_2d", ["x"], ["y"], r"""
+const long long r = (long long)blockIdx.y * blockDim.y + threadIdx.y;
+const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+if (r < x_dims[0] && c < x_dims[1]) y[r * x_dims[1] + c] = x[r * x_dims[1] + c] + 1000 * x_ndim;
+""")
+
+
+# ---- elementwise kernels ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64], ids=str)
+def test_elementwise_matches_float64_oracle(device, dtype):
+    g = torch.Generator().manual_seed(1)
+    n = 1001  # not a multiple of the block
+    if dtype.is_floating_point:
+        a, x, b = (torch.randn(s, generator=g, dtype=torch.float64) for s in ((1,), (n,), (n,)))
+    else:
+        a, x, b = (torch.randint(-1000, 1000, s, generator=g, dtype=torch.float64) for s in ((1,), (n,), (n,)))
+    y = poisoned(n, dtype=dtype, device=device)
+    AXPY(a.to(device, dtype), x.to(device, dtype), b.to(device, dtype), y, grid=(n + 127) // 128, block=128)
+    expected = a.to(dtype).double() * x.to(dtype).double() + b.to(dtype).double()
+    if dtype.is_floating_point:
+        rtol, atol = tolerances(dtype)
+        torch.testing.assert_close(y.cpu().double(), expected, rtol=rtol, atol=atol)
+    else:
+        assert torch.equal(y.cpu().double(), expected)
+
+
+def test_grid_smaller_than_data_needs_the_grid_stride_loop(device):
+    n, blocks, threads = 10007, 3, 32
+    x = torch.randn(n, device=device)
+    y = poisoned(n, device=device)
+    who = poisoned(n, dtype=torch.int64, device=device)
+    GRID_STRIDE(x, y, who, grid=blocks, block=threads)
+    torch.testing.assert_close(y.cpu().double(), x.cpu().double() ** 2, rtol=1e-6, atol=1e-7)
+    # element i is handled by thread i mod (threads in the grid): each thread takes about n/96 elements
+    assert torch.equal(who.cpu(), torch.arange(n) % (blocks * threads))
+
+
+def test_two_dimensional_grid_and_dims(device):
+    x = torch.randn(37, 53, dtype=torch.float64, device=device)
+    y = poisoned(37, 53, dtype=torch.float64, device=device)
+    GRID_2D(x, y, grid=((53 + 15) // 16, (37 + 7) // 8), block=(16, 8))
+    assert torch.equal(y, x + 2000)
+
+
+def test_cpu_runs_blocks_outside_threads_inside():
+    # A plain (non-atomic) counter: on the CPU the threads run one at a time in a fixed order.
+    order = rtc.kernel("order", [], ["counter", "seen"], r"""
+    const long long me = ((long long)(blockIdx.y * gridDim.x + blockIdx.x) * blockDim.y + threadIdx.y)
+                         * blockDim.x + threadIdx.x;
+    seen[me] = counter[0];
+    counter[0] = counter[0] + 1;
+    """)
+    counter = torch.zeros(1, dtype=torch.int64)
+    seen = poisoned(2 * 3 * 4 * 5, dtype=torch.int64)
+    order(counter, seen, grid=(2, 3), block=(4, 5))
+    assert counter.item() == 120 and torch.equal(seen, torch.arange(120))
+
+
+# ---- write-up 004's layers ----
+
+SOFTMAX_SHAPES = [(37, 53), (1, 1), (5, 1000), (300, 7)]
+
+
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_softmax_matches_torch(device, shape, dtype):
+    x = (5 * torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))).to(dtype)
+    y = rtc.softmax(x.to(device))
+    rtol, atol = tolerances(dtype)
+    torch.testing.assert_close(y.cpu().double(), torch.softmax(x.double(), -1), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("kernel", ["softmax_rows", "softmax_block_per_row"])
+def test_softmax_kernels_with_a_small_grid(device, kernel):
+    if kernel == "softmax_block_per_row" and device == "cpu":
+        pytest.skip("block-level reductions need __shared__ and __syncthreads: GPU only")
+    x = 3 * torch.randn(301, 257, dtype=torch.float64, device=device)
+    y = poisoned(301, 257, dtype=torch.float64, device=device)
+    getattr(rtc, kernel)(x, y, grid=7, block=64)  # far fewer threads (or blocks) than rows
+    torch.testing.assert_close(y, torch.softmax(x, -1), rtol=1e-12, atol=1e-14)
+
+
+def test_softmax_gradcheck(device):
+    x = torch.randn(6, 9, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(rtc.softmax, (x,))
+
+
+def test_softmax_backward_matches_autograd_of_torch(device):
+    x = torch.randn(17, 23, dtype=torch.float64, device=device, requires_grad=True)
+    g = torch.randn(17, 23, dtype=torch.float64, device=device)
+    (ours,) = torch.autograd.grad(rtc.softmax(x), x, g)
+    (native,) = torch.autograd.grad(torch.softmax(x, -1), x, g)
+    torch.testing.assert_close(ours, native, rtol=1e-12, atol=1e-14)
+
+
+def test_cross_entropy_and_its_gradient(device):
+    gen = torch.Generator().manual_seed(3)
+    logits = (4 * torch.randn(29, 11, dtype=torch.float64, generator=gen)).to(device).requires_grad_()
+    target = torch.randint(0, 11, (29,), generator=gen).to(device)
+    loss = rtc.cross_entropy(logits, target)
+    torch.testing.assert_close(loss, F.cross_entropy(logits, target, reduction="none"), rtol=1e-12, atol=1e-13)
+    (ours,) = torch.autograd.grad(loss.mean(), logits)
+    (compiled,) = torch.autograd.grad(labops.cross_entropy(logits, target, "mean"), logits)
+    torch.testing.assert_close(ours, compiled, rtol=1e-12, atol=1e-14)
+    small = logits[:4, :5].detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: rtc.cross_entropy(t, target[:4] % 5).mean(), (small,))
+
+
+def test_cross_entropy_refuses_a_bad_target():
+    with pytest.raises(ValueError, match=r"target must hold class indices in \[0, 3\)"):
+        rtc.cross_entropy(torch.randn(2, 3), torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match="target must be an int64"):
+        rtc.cross_entropy(torch.randn(2, 3), torch.tensor([0, 1], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("shape,stride", [((2, 8, 6, 10), 2), ((1, 18, 9, 6), 3), ((3, 4, 2, 2), 2),
+                                          ((1, 5, 3, 7), 1)], ids=str)
+def test_reorg_is_darknet_order(device, shape, stride):
+    x = torch.randn(*shape, dtype=torch.float64, device=device)
+    assert torch.equal(rtc.reorg(x, stride), labops.reorg(x, stride, "darknet"))
+    gy = torch.randn(labops.reorg(x, stride, "darknet").shape, dtype=torch.float64, device=device)
+    assert torch.equal(torch.ops.labops_rtc.reorg_backward(gy, stride),
+                       torch.ops.labops.reorg_backward(gy, stride, "darknet"))
+
+
+def test_reorg_gradcheck(device):
+    x = torch.randn(1, 8, 4, 6, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rtc.reorg(t, 2), (x,))
+
+
+def test_writeup_reorg_index_is_pixel_unshuffle_not_darknet(device):
+    x = torch.randn(2, 4, 6, 6, device=device)
+    y = poisoned(2, 16, 3, 3, device=device)
+    rtc.reorg_writeup(x, y, grid=2 * 4, block=1)
+    assert torch.equal(y, F.pixel_unshuffle(x, 2))
+    assert not torch.equal(y, labops.reorg(x, 2, "darknet"))
+
+
+# ---- compile errors point into the body ----
+
+def test_compile_error_reports_the_body_line(device):
+    bad = rtc.kernel(f"broken_{uuid.uuid4().hex[:8]}", ["x"], ["y"],
+                     "long long i = threadIdx.x;\n"
+                     "y[i] = x[i];\n"
+                     "y[i] += not_declared_anywhere;\n")
+    x = torch.randn(4, device=device)
+    with pytest.raises(rtc.CompileError) as info:
+        bad(x, torch.empty_like(x), grid=1, block=4)
+    message = str(info.value)
+    assert "not_declared_anywhere" in message
+    # g++ writes name:3:col, NVRTC name(3): the third line of the body, not of the generated file
+    assert re.search(rf"{bad.name}(:3:|\(3\))", message), message
+    assert info.value.log and "labops_rtc_launch" not in info.value.log
+
+
+# ---- launch rules, checked before anything runs ----
+
+def test_wrong_number_of_tensors():
+    x = torch.randn(4)
+    with pytest.raises(TypeError, match=r"takes 4 tensors \(a, x, b, y: inputs first"):
+        AXPY(x, x, x, grid=1, block=4)
+
+
+def test_wrong_dtype_names_the_argument():
+    x = torch.randn(4)
+    with pytest.raises(TypeError, match="b has dtype torch.bool; supported: float32, float64, float16"):
+        AXPY(x, x, torch.ones(4, dtype=torch.bool), x, grid=1, block=4)
+    with pytest.raises(TypeError, match="x is torch.float16, which runs on CUDA only"):
+        AXPY(x, x.half(), x, x, grid=1, block=4)
+    with pytest.raises(TypeError, match="y must be a torch.Tensor, got list"):
+        AXPY(x, x, x, [0.0] * 4, grid=1, block=4)
+
+
+def test_wrong_device():
+    x = torch.randn(4)
+    with pytest.raises(ValueError, match="y must be on a cpu or cuda device, got meta"):
+        AXPY(x, x, x, torch.empty(4, device="meta"), grid=1, block=4)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="all tensors must be on one device; a is on cpu, x on cuda"):
+            AXPY(x, x.cuda(), x, x, grid=1, block=4)
+
+
+def test_non_contiguous_input():
+    x = torch.randn(6, 4)
+    with pytest.raises(ValueError, match=r"x must be contiguous .* pass x.contiguous\(\)"):
+        GRID_2D(x.t(), torch.empty(4, 6), grid=1, block=(8, 8))
+
+
+def test_launch_shape_rules():
+    x = torch.randn(4)
+    with pytest.raises(ValueError, match="a block holds at most 1024 threads"):
+        AXPY(x, x, x, x, grid=1, block=(64, 32))
+    with pytest.raises(ValueError, match="every size in grid must be >= 1"):
+        AXPY(x, x, x, x, grid=0, block=4)
+    with pytest.raises(TypeError, match="block must be an int or a tuple of 1 to 3 ints"):
+        AXPY(x, x, x, x, grid=1, block=(1, 2, 3, 4))
+    with pytest.raises(ValueError, match=r"grid.y must be <= 65535"):
+        AXPY(x, x, x, x, grid=(1, 70000), block=4)
+
+
+def test_bad_kernel_definitions():
+    with pytest.raises(ValueError, match="name must be a C identifier"):
+        rtc.kernel("2fast", ["x"], ["y"], "y[0] = x[0];")
+    with pytest.raises(ValueError, match="tensor names must be distinct"):
+        rtc.kernel("dup", ["x"], ["x"], "x[0] = 1;")
+    with pytest.raises(ValueError, match="clashes with 'x' on 'x_dims'"):
+        rtc.kernel("clash", ["x", "x_dims"], ["y"], "y[0] = 1;")
+    with pytest.raises(ValueError, match="reserved"):
+        rtc.kernel("res", ["threadIdx"], ["y"], "y[0] = 1;")
+    with pytest.raises(TypeError, match="inputs must be a list of tensor names"):
+        rtc.kernel("str_inputs", "x", ["y"], "y[0] = 1;")
+    with pytest.raises(ValueError, match="body must be a non-empty string"):
+        rtc.kernel("empty", ["x"], ["y"], "   ")
+
+
+def test_gpu_only_features_are_refused_on_the_cpu():
+    x = torch.randn(64)
+    with pytest.raises(rtc.GpuOnlyError,
+                       match=r"uses __shared__, __shfl_xor_sync, __syncthreads, which only a GPU can run"):
+        rtc.softmax_block_per_row(x.view(8, 8), torch.empty(8, 8), grid=8, block=32)
+    atomic = rtc.kernel("atomic_sum", ["x"], ["total"], "atomicAdd(total, x[threadIdx.x]);")
+    with pytest.raises(rtc.GpuOnlyError, match="atomicAdd"):
+        atomic(x, torch.zeros(1), grid=1, block=64)
+    # a name in a comment is not a use
+    assert rtc.gpu_only_features("// no __syncthreads() here\ny[0] = 1; /* atomicAdd */") == []
+
+
+# ---- generated source (pure Python) ----
+
+def test_generated_sources():
+    k = rtc.kernel("copy_half", ["x"], ["y"], "y[threadIdx.x] = x[threadIdx.x];")
+    cuda = k.source([torch.float16, torch.float32], "cuda")
+    assert '#include <cuda_fp16.h>' in cuda and 'extern "C" __global__ void copy_half(' in cuda
+    assert "const __half* x, long long x_rank, long long x_d0" in cuda and "float* y, long long y_rank" in cuda
+    assert cuda.rstrip().endswith('#line 1 "copy_half"\ny[threadIdx.x] = x[threadIdx.x];\n}')
+    cpu = k.source(torch.float64, "cpu")
+    assert "const double* x" in cpu and "#include <cuda_fp16.h>" not in cpu
+    # grid loops outside the block loops
+    assert cpu.index("bx < gridDim.x") < cpu.index("tz < blockDim.z")
+    with pytest.raises(TypeError, match="runs on CUDA only"):
+        k.source(torch.float16, "cpu")
+
+
+# ---- the cache ----
+
+def test_a_second_kernel_with_the_same_body_does_not_recompile(device):
+    body = f"// unique body {uuid.uuid4().hex}\nif (threadIdx.x < x_numel) y[threadIdx.x] = x[threadIdx.x] + 1;"
+    x = torch.randn(16, device=device)
+    y = torch.empty_like(x)
+    before = rtc.cache_info()
+    rtc.kernel("cached_inc", ["x"], ["y"], body)(x, y, grid=1, block=16)
+    first = rtc.cache_info()
+    assert first["compiles"] == before["compiles"] + 1
+    rtc.kernel("cached_inc", ["x"], ["y"], body)(x, y, grid=1, block=16)  # a new Kernel object, same code
+    second = rtc.cache_info()
+    assert second["compiles"] == first["compiles"] and second["memory_hits"] == first["memory_hits"] + 1
+    torch.testing.assert_close(y, x + 1)
+    rtc.kernel("cached_inc", ["x"], ["y"], body)(x.double(), y.double(), grid=1, block=16)
+    assert rtc.cache_info()["compiles"] == second["compiles"] + 1  # dtypes are part of the key
+    if device == "cpu":
+        rtc.clear_cache()  # this process forgets; the library on disk remains
+        rtc.kernel("cached_inc", ["x"], ["y"], body)(x, y, grid=1, block=16)
+        third = rtc.cache_info()
+        assert third["compiles"] == second["compiles"] + 1 and third["disk_loads"] == second["disk_loads"] + 1

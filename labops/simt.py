@@ -54,13 +54,28 @@ def get_blocks(n: int, threads: int = THREADS_PER_BLOCK) -> int:
     """GET_BLOCKS: blocks of ``threads`` to give each of ``n`` elements a thread, capped at 65535.
 
     Past the cap, the grid-stride loop makes each thread handle several elements.
+
+    Args:
+        n: number of elements; threads: threads per block.
+
+    Returns:
+        int, the number of blocks (at least 1).
+
+    Example:
+        >>> get_blocks(1000), get_blocks(10**9)
+        (4, 65535)
     """
     return max(1, min((n + threads - 1) // threads, MAX_BLOCKS))
 
 
 @dataclass(frozen=True)
 class Dim3:
-    """CUDA's dim3: x, y, z sizes (or indices), 1 where unused."""
+    """CUDA's dim3: x, y, z sizes (or indices), 1 where unused.
+
+    Example:
+        >>> Dim3.of((4, 2)), Dim3.of((4, 2)).size
+        (Dim3(x=4, y=2, z=1), 8)
+    """
 
     x: int
     y: int = 1
@@ -89,7 +104,12 @@ class Dim3:
 
 @dataclass(frozen=True)
 class Access:
-    """One element touched by one thread: blocks and threads are linear ranks (x fastest)."""
+    """One element touched by one thread: blocks and threads are linear ranks (x fastest).
+
+    Example:
+        >>> Access(element=5, block=1, thread=0, iteration=0)
+        Access(element=5, block=1, thread=0, iteration=0)
+    """
 
     element: int
     block: int
@@ -99,7 +119,13 @@ class Access:
 
 @dataclass
 class Trace:
-    """Every element access of one launch, in the order the emulator ran them."""
+    """Every element access of one launch, in the order the emulator ran them.
+
+    Example:
+        >>> trace = launch(lambda ctx, n: list(kernel_loop(ctx, n)), 1, 2, 3)
+        >>> trace.owner(2).thread, trace.elements_of(0, 1)
+        (0, [1])
+    """
 
     grid: Dim3
     block: Dim3
@@ -142,7 +168,14 @@ class Trace:
 
 
 class ThreadContext:
-    """What a CUDA thread can see: blockIdx, threadIdx, blockDim, gridDim (each a Dim3)."""
+    """What a CUDA thread can see: blockIdx, threadIdx, blockDim, gridDim (each a Dim3).
+
+    Example:
+        >>> ctxs = []
+        >>> _ = launch(lambda ctx: ctxs.append(ctx), 2, 2)
+        >>> ctxs[3].block_rank, ctxs[3].thread_rank
+        (1, 1)
+    """
 
     def __init__(self, block_idx: Dim3, thread_idx: Dim3, block_dim: Dim3, grid_dim: Dim3, trace: Trace):
         self.blockIdx = block_idx
@@ -187,6 +220,10 @@ def loop_indices(block_idx: int, thread_idx: int, block_dim: int, grid_dim: int,
     still ``< n``, so the thread writes outside the tensor (and, when n is at
     least 2^31, never leaves the loop: ``max_iterations`` stops the
     emulation). Only the indices are computed; no array is allocated.
+
+    Example:
+        >>> loop_indices(block_idx=0, thread_idx=1, block_dim=4, grid_dim=2, n=20)
+        [1, 9, 17]
     """
     if index_bits not in (32, 64):
         raise ValueError(f"simt.loop_indices: index_bits must be 32 or 64, got {index_bits}")
@@ -216,6 +253,22 @@ def kernel_loop(ctx: ThreadContext, n: int) -> Iterator[int]:
         for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
 
     Like the macro, it uses only the x dimensions.
+
+    Args:
+        ctx: the thread's context (as ``launch`` passes it to a kernel).
+        n: number of elements.
+
+    Yields:
+        the element indices this thread handles, recorded in the launch's trace.
+
+    Example:
+        >>> def scale(ctx, x, n):
+        ...     for i in kernel_loop(ctx, n):
+        ...         x[i] *= 2
+        >>> x = np.ones(10)
+        >>> trace = launch(scale, 2, 4, x, 10)
+        >>> float(x.sum()), trace.elements_of(0, 0)
+        (20.0, [0, 8])
     """
     for iteration, i in enumerate(loop_indices(ctx.blockIdx.x, ctx.threadIdx.x, ctx.blockDim.x,
                                                ctx.gridDim.x, n)):
@@ -231,6 +284,16 @@ class WatchedArray:
     ``viz.thread_map(a.writes, n)`` shows elements never written or written
     twice. Reads are plain. A write outside ``0 <= i < len`` raises
     IndexError naming the thread: NumPy would quietly wrap a negative index.
+
+    Example:
+        >>> def body(ctx, y, n):  # one element per thread, no loop: the classic bug
+        ...     i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+        ...     if i < n:
+        ...         y[i] = 1.0
+        >>> y = WatchedArray(np.zeros(10))
+        >>> _ = launch(body, 2, 4, y, 10)
+        >>> sorted(set(range(10)) - set(y.writes.by_element()))  # never written
+        [8, 9]
     """
 
     def __init__(self, data):

@@ -28,7 +28,18 @@ EXERCISES: dict[str, Exercise] = {
 
 
 def describe(exercise_id: str | None = None) -> str:
-    """The signature of one exercise, or a line per exercise."""
+    """The signature of one exercise, or a line per exercise.
+
+    Args:
+        exercise_id: a ``check`` id (see ``EXERCISES``), or None for the list of all.
+
+    Returns:
+        str.
+
+    Example:
+        >>> print(describe("tanh_backward"))  # doctest: +ELLIPSIS
+        tanh_backward: ...
+    """
     if exercise_id is not None:
         ex = _get(exercise_id)
         return f"{ex.id}: {ex.title}\n    {ex.signature}"
@@ -45,6 +56,20 @@ def check(exercise_id: str, fn, hidden: bool = False, show: bool = True) -> Chec
     """Check ``fn`` against exercise ``exercise_id``; print the feedback (``show``) and return the result.
 
     hidden: run the grader's extra cases too (more seeds and sizes, same points).
+
+    Args:
+        exercise_id: which exercise (``describe()`` lists them).
+        fn: your function, with the signature ``describe(exercise_id)`` shows.
+        hidden: also run the grader's extra cases.
+        show: print the feedback.
+
+    Returns:
+        a :class:`CheckResult` (``score`` is what nbgrader records).
+
+    Example:
+        >>> result = check("tanh_backward", lambda output, grad_output: grad_output * (1 - output**2), show=False)
+        >>> result.passed, result.score
+        (True, 3.0)
     """
     ex = _get(exercise_id)
     if not callable(fn):

@@ -37,7 +37,13 @@ TIME_LIMIT_S = 20.0
 
 @dataclass
 class CheckResult:
-    """What ``check`` found: ``passed`` (every check), ``score`` out of ``max_score``, ``messages``."""
+    """What ``check`` found: ``passed`` (every check), ``score`` out of ``max_score``, ``messages``.
+
+    Example:
+        >>> from labops.exercises import check
+        >>> check("tanh_backward", lambda y, g: g * (1 - y), show=False)  # doctest: +ELLIPSIS
+        CheckResult('tanh_backward': 0/3 points, passed=False)
+    """
 
     exercise: str
     passed: bool

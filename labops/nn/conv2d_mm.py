@@ -13,7 +13,16 @@ def _pair(v):
 
 class Conv2dMM(torch.nn.Module):
     """A 2-D convolution (groups=1) computed by im2col + GEMM, like Torch7's
-    nn.SpatialConvolutionMM; initialised like torch.nn.Conv2d."""
+    nn.SpatialConvolutionMM; initialised like torch.nn.Conv2d.
+
+    Args:
+        in_channels, out_channels, kernel_size, stride, padding, dilation, bias: as for
+        ``torch.nn.Conv2d``; input (N, C_in, H, W), output (N, C_out, out_h, out_w).
+
+    Example:
+        >>> Conv2dMM(3, 8, 3, padding=1)(torch.zeros(2, 3, 10, 10)).shape
+        torch.Size([2, 8, 10, 10])
+    """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, bias=True,
                  device=None, dtype=None):

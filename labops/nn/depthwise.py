@@ -16,6 +16,14 @@ class DepthwiseConv2d(torch.nn.Module):
     weight: (in_channels * multiplier, 1, kH, kW); bias: (in_channels * multiplier,) or None.
     Initialized as nn.Conv2d does (Kaiming-uniform with a = sqrt(5), bias uniform in
     +-1/sqrt(fan_in), fan_in = kH * kW).
+
+    Args:
+        in_channels, kernel_size, stride, padding, dilation, bias, multiplier: as for ``nn.Conv2d``
+        with ``groups=in_channels`` and ``out_channels = in_channels * multiplier``.
+
+    Example:
+        >>> DepthwiseConv2d(8, 3, padding=1)(torch.zeros(2, 8, 16, 16)).shape
+        torch.Size([2, 8, 16, 16])
     """
 
     def __init__(self, in_channels, kernel_size, stride=1, padding=0, dilation=1, multiplier=1,

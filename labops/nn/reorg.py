@@ -6,7 +6,15 @@ __all__ = ["Reorg"]
 
 
 class Reorg(torch.nn.Module):
-    """YOLOv2's passthrough: (N, C, H, W) -> (N, C*s*s, H/s, W/s); see labops.reorg for the orders."""
+    """YOLOv2's passthrough: (N, C, H, W) -> (N, C*s*s, H/s, W/s); see labops.reorg for the orders.
+
+    Args:
+        stride: s; order: ``"darknet"`` (default), ``"dcr"`` or ``"crd"``.
+
+    Example:
+        >>> Reorg(2)(torch.zeros(1, 64, 26, 26)).shape
+        torch.Size([1, 256, 13, 13])
+    """
 
     def __init__(self, stride: int = 2, order: str = "darknet"):
         super().__init__()

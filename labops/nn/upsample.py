@@ -10,6 +10,13 @@ class UpsampleBilinear2d(torch.nn.Module):
 
     ``UpsampleBilinear2d(scale_factor=2)`` matches ``nn.Upsample(scale_factor=2, mode="bilinear")``;
     ``coordinate_mode="asymmetric"`` reproduces TF1 / TFLite ``resize_bilinear``.
+
+    Args:
+        size, scale_factor, align_corners, coordinate_mode: as for ``labops.upsample_bilinear2d``.
+
+    Example:
+        >>> UpsampleBilinear2d(scale_factor=2)(torch.zeros(1, 3, 4, 5)).shape
+        torch.Size([1, 3, 8, 10])
     """
 
     def __init__(self, size=None, scale_factor=None, align_corners: bool = False, coordinate_mode=None):

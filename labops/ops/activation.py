@@ -10,7 +10,22 @@ GELU_APPROXIMATIONS = ("none", "tanh", "sigmoid")
 
 
 def tanh(x: torch.Tensor) -> torch.Tensor:
-    """``tanh(x)`` elementwise. Backward uses the saved output: ``g * (1 - y**2)``."""
+    """``tanh(x)`` elementwise. Backward uses the saved output: ``g * (1 - y**2)``.
+
+    Args:
+        x: floating tensor of any shape (float32/float64 on the CPU; also float16/bfloat16 on CUDA).
+
+    Returns:
+        a tensor of x's shape and dtype.
+
+    Example:
+        >>> import labops
+        >>> x = torch.tensor([0.0, 1.0], requires_grad=True)
+        >>> y = labops.tanh(x)
+        >>> y.sum().backward()
+        >>> y.detach(), x.grad
+        (tensor([0.0000, 0.7616]), tensor([1.0000, 0.4200]))
+    """
     check_floating(x, "tanh", "x")
     return torch.ops.labops.tanh(x)
 
@@ -22,6 +37,20 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         ``"none"``: ``x * Phi(x)`` with the exact normal CDF (``F.gelu``'s default);
         ``"tanh"``: ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` (``F.gelu(approximate="tanh")``);
         ``"sigmoid"``: ``x * sigmoid(1.702 x)``, the cheap form from the GELU paper.
+
+    Args:
+        x: floating tensor of any shape.
+
+    Returns:
+        a tensor of x's shape and dtype.
+
+    Example:
+        >>> import labops
+        >>> x = torch.tensor([-1.0, 0.0, 1.0])
+        >>> labops.gelu(x)
+        tensor([-0.1587,  0.0000,  0.8413])
+        >>> labops.gelu(x, approximate="sigmoid")
+        tensor([-0.1542,  0.0000,  0.8458])
     """
     check_floating(x, "gelu", "x")
     check_choice(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")

@@ -106,6 +106,18 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
 
     x: (N, C, H, W) or (C, H, W). Returns (N, C*kH*kW, L) (or (C*kH*kW, L)),
     L = out_h * out_w, rows ordered (c, kh, kw). Zero padding gives zeros.
+
+    Args:
+        x: (N, C, H, W) or (C, H, W).
+        kernel_size, stride, padding, dilation: an int or an (h, w) pair.
+
+    Example:
+        >>> import labops
+        >>> labops.im2col(torch.arange(9.0).reshape(1, 1, 3, 3), 2)
+        tensor([[[0., 1., 3., 4.],
+                 [1., 2., 4., 5.],
+                 [3., 4., 6., 7.],
+                 [4., 5., 7., 8.]]])
     """
     _check_image(x, "im2col", "x")
     k, s, p, d = _params("im2col", kernel_size, stride, padding, dilation)
@@ -120,6 +132,19 @@ def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
 
     cols: (N, C*kH*kW, L) or (C*kH*kW, L); returns (N, C, H, W) or (C, H, W)
     with (H, W) = output_size.
+
+    Args:
+        cols: (N, C*kH*kW, L) or (C*kH*kW, L).
+        output_size: (H, W) of the image.
+        kernel_size, stride, padding, dilation: an int or an (h, w) pair, as for im2col.
+
+    Example:
+        >>> import labops
+        >>> cols = labops.im2col(torch.ones(1, 1, 3, 3), 2)
+        >>> labops.col2im(cols, (3, 3), 2)[0, 0]  # times the number of windows covering each pixel
+        tensor([[1., 2., 1.],
+                [2., 4., 2.],
+                [1., 2., 1.]])
     """
     _check_col2im(cols, output_size, kernel_size, stride, padding, dilation)
     o = _pair(output_size, "col2im", "output_size")
@@ -153,6 +178,18 @@ def conv2d_mm(x, weight, bias=None, stride=1, padding=0, dilation=1):
     columns = im2col(x), out = weight.view(O, -1) @ columns + bias.
 
     x: (N, C, H, W) or (C, H, W); weight: (O, C, kH, kW); bias: (O,) or None.
+
+    Returns (N, O, out_h, out_w) (or (O, out_h, out_w)); stride, padding, dilation: an int
+    or an (h, w) pair.
+
+    Example:
+        >>> import labops
+        >>> x, w, b = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)
+        >>> y = labops.conv2d_mm(x, w, b, padding=1)
+        >>> y.shape
+        torch.Size([2, 4, 8, 8])
+        >>> torch.allclose(y, torch.nn.functional.conv2d(x, w, b, padding=1), atol=1e-4)
+        True
     """
     _check_image(x, "conv2d_mm", "x")
     s, p, d = (_pair(v, "conv2d_mm", a) for v, a in ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))

@@ -120,6 +120,15 @@ def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias=None, stride=1,
     bias: (C_in * m,) or None; stride, padding, dilation: an int or an (h, w) pair.
     Returns (N, C_in * m, outH, outW) with
     ``outH = (H + 2 * padding_h - dilation_h * (kH - 1) - 1) // stride_h + 1`` (and the same for W).
+
+    Example:
+        >>> import labops
+        >>> x, w = torch.randn(2, 3, 8, 8), torch.randn(6, 1, 3, 3)  # channel multiplier 2
+        >>> y = labops.depthwise_conv2d(x, w, stride=2, padding=1)
+        >>> y.shape
+        torch.Size([2, 6, 4, 4])
+        >>> torch.allclose(y, torch.nn.functional.conv2d(x, w, stride=2, padding=1, groups=3), atol=1e-5)
+        True
     """
     stride = _pair(stride, _OP, "stride")
     padding = _pair(padding, _OP, "padding")

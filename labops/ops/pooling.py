@@ -18,6 +18,18 @@ def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
     Torch7's SpatialGlobalAveragePooling. Sums and divides in float32 for
     float16/bfloat16 inputs (float64 for float64). Backward spreads
     ``grad_output / (H*W)`` over every input position.
+
+    Args:
+        x: floating tensor (N, C, H, W) or (C, H, W).
+
+    Returns:
+        (N, C, 1, 1) or (C, 1, 1), x's dtype.
+
+    Example:
+        >>> import labops
+        >>> x = torch.arange(8.0).reshape(1, 2, 2, 2)
+        >>> labops.global_avg_pool2d(x).flatten()
+        tensor([1.5000, 5.5000])
     """
     check_floating(x, "global_avg_pool2d", "x")
     _check_rank(x.dim(), "global_avg_pool2d", "x")

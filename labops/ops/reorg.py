@@ -54,6 +54,22 @@ def reorg(x: torch.Tensor, stride: int = 2, order: str = "darknet") -> torch.Ten
         ``dcr(x.reshape(N, C/s^2, H*s, W*s)).reshape(N, C*s^2, H/s, W/s)``, a reinterpretation of
         memory that is not space-to-depth, but the one pretrained YOLOv2 weights expect. Needs C
         divisible by s^2.
+
+    Args:
+        x: (N, C, H, W), H and W divisible by stride.
+        stride: s >= 1.
+        order: ``"darknet"``, ``"dcr"`` or ``"crd"`` (one of ``REORG_ORDERS``).
+
+    Returns:
+        (N, C*s*s, H/s, W/s), x's dtype.
+
+    Example:
+        >>> import labops
+        >>> x = torch.arange(16.0).reshape(1, 4, 2, 2)
+        >>> labops.reorg(x, 2, "crd").shape
+        torch.Size([1, 16, 1, 1])
+        >>> torch.equal(labops.reorg(x, 2, "crd"), torch.nn.functional.pixel_unshuffle(x, 2))
+        True
     """
     _check(x, stride, order, "reorg", "x")
     _check_input_shape(x.shape, stride, order, "reorg", "x")

@@ -40,6 +40,19 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Any rank, any dim (negative counts from the end). Backward uses the saved
     output ``y``: ``grad_x = y * (g - sum(g * y, dim))``.
+
+    Args:
+        x: floating tensor of any rank.
+        dim: the dim that sums to 1.
+
+    Returns:
+        a tensor of x's shape and dtype.
+
+    Example:
+        >>> import labops
+        >>> labops.softmax(torch.tensor([[1000.0, 0.0], [0.0, 0.0]]), dim=1)
+        tensor([[1.0000, 0.0000],
+                [0.5000, 0.5000]])
     """
     check_floating(x, "softmax", "x")
     _check_dim(x, dim, "softmax")
@@ -58,6 +71,14 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "
     graph; the CUDA context stays usable). The backward op does not check
     again (autograd only runs it after a forward that passed): called
     directly, it returns NaN for the rows of out-of-range targets.
+
+    Example:
+        >>> import labops
+        >>> logits = torch.zeros(2, 4, requires_grad=True)
+        >>> loss = labops.cross_entropy(logits, torch.tensor([0, 3]))
+        >>> loss.backward()
+        >>> round(loss.item(), 4), logits.grad[0]  # log 4, and (softmax - onehot) / N
+        (1.3863, tensor([-0.3750,  0.1250,  0.1250,  0.1250]))
     """
     _check_logits_target(logits, target, "cross_entropy")
     check_choice(reduction, CROSS_ENTROPY_REDUCTIONS, "cross_entropy", "reduction")

@@ -71,7 +71,18 @@ def _resolve(x, size, scale_factor, align_corners, coordinate_mode):
 
 
 def upsample_bilinear2d_output_size(x, size=None, scale_factor=None):
-    """(out_h, out_w) that :func:`upsample_bilinear2d` produces for these arguments."""
+    """(out_h, out_w) that :func:`upsample_bilinear2d` produces for these arguments.
+
+    Args:
+        x: (N, C, H, W); size, scale_factor: as for :func:`upsample_bilinear2d`.
+
+    Returns:
+        (out_h, out_w) as a tuple of ints.
+
+    Example:
+        >>> upsample_bilinear2d_output_size(torch.zeros(1, 1, 5, 7), scale_factor=1.5)
+        (7, 10)
+    """
     return _resolve(x, size, scale_factor, False, None)[0]
 
 
@@ -84,6 +95,24 @@ def upsample_bilinear2d(x: torch.Tensor, size=None, scale_factor=None, align_cor
     ``align_corners`` (False -> "half_pixel", True -> "align_corners"). With the first two
     modes the result equals ``F.interpolate(x, size, scale_factor, mode="bilinear",
     align_corners=...)``. The backward is a deterministic gather (the same bits on every run).
+
+    Args:
+        x: floating tensor (N, C, H, W).
+        size: int or (out_h, out_w); or None when scale_factor is given.
+        scale_factor: number or (h, w) pair; or None when size is given.
+        align_corners: False -> ``"half_pixel"``, True -> ``"align_corners"``.
+        coordinate_mode: ``"half_pixel"``, ``"align_corners"`` or ``"asymmetric"`` (TF1's default).
+
+    Returns:
+        (N, C, out_h, out_w), x's dtype.
+
+    Example:
+        >>> import labops
+        >>> x = torch.tensor([[[[0.0, 1.0]]]])
+        >>> labops.upsample_bilinear2d(x, size=(1, 4))
+        tensor([[[[0.0000, 0.2500, 0.7500, 1.0000]]]])
+        >>> labops.upsample_bilinear2d(x, size=(1, 4), coordinate_mode="asymmetric")
+        tensor([[[[0.0000, 0.5000, 1.0000, 1.0000]]]])
     """
     output_size, mode, scale_h, scale_w = _resolve(x, size, scale_factor, align_corners, coordinate_mode)
     return torch.ops.labops.upsample_bilinear2d(x, list(output_size), mode, scale_h, scale_w)

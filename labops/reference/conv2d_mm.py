@@ -37,16 +37,44 @@ def _pair(v):
 
 
 def conv_out_size(size, kernel, stride, pad, dilation):
-    """Window positions along one axis: (size + 2 pad - dilation (kernel - 1) - 1) // stride + 1."""
+    """Window positions along one axis: (size + 2 pad - dilation (kernel - 1) - 1) // stride + 1.
+
+    Args:
+        size, kernel, stride, pad, dilation: ints along one axis.
+
+    Returns:
+        int, the output size along that axis.
+
+    Example:
+        >>> conv_out_size(5, 3, stride=2, pad=1, dilation=1)
+        3
+    """
     return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
 
 
 def im2col_loop(x, kernel_size, stride=1, padding=0, dilation=1):
     """x (N, C, H, W) -> columns (N, C*kH*kW, L); row (c, kh, kw), column (oh, ow).
 
-    columns[n, (c*kH + kh)*kW + kw, oh*out_w + ow] = x[n, c, ih, iw] with
-        ih = oh*stride_h - pad_h + kh*dilation_h,  iw = ow*stride_w - pad_w + kw*dilation_w
+    ::
+
+        columns[n, (c*kH + kh)*kW + kw, oh*out_w + ow] = x[n, c, ih, iw] with
+            ih = oh*stride_h - pad_h + kh*dilation_h,  iw = ow*stride_w - pad_w + kw*dilation_w
+
     and 0 where (ih, iw) is in the zero padding.
+
+    Args:
+        x: (N, C, H, W).
+        kernel_size, stride, padding, dilation: an int or an (h, w) pair.
+
+    Returns:
+        columns, float64, (N, C*kH*kW, out_h*out_w).
+
+    Example:
+        >>> im2col_loop(np.arange(9.0).reshape(1, 1, 3, 3), 2)[0]
+        array([[0., 1., 3., 4.],
+               [1., 2., 4., 5.],
+               [3., 4., 6., 7.],
+               [4., 5., 7., 8.]])
     """
     x = np.asarray(x, dtype=np.float64)
     (kh_, kw_), (sh, sw), (ph, pw), (dh, dw) = map(_pair, (kernel_size, stride, padding, dilation))
@@ -73,6 +101,22 @@ def col2im_loop(cols, output_size, kernel_size, stride=1, padding=0, dilation=1)
     Every column entry is ADDED to the pixel it was copied from, so a pixel
     that k windows see receives k contributions. col2im(im2col(x)) is x times
     the number of windows covering each pixel, not x.
+
+    Args:
+        cols: (N, C*kH*kW, L).
+        output_size: (H, W) of the image.
+        kernel_size, stride, padding, dilation: an int or an (h, w) pair, as for im2col.
+
+    Returns:
+        image, float64, (N, C, H, W).
+
+    Example: each pixel comes back times the number of 2x2 windows that cover it.
+
+        >>> cols = im2col_loop(np.ones((1, 1, 3, 3)), 2)
+        >>> col2im_loop(cols, (3, 3), 2)[0, 0]
+        array([[1., 2., 1.],
+               [2., 4., 2.],
+               [1., 2., 1.]])
     """
     cols = np.asarray(cols, dtype=np.float64)
     (h_, w_), (kh_, kw_), (sh, sw), (ph, pw), (dh, dw) = map(
@@ -96,7 +140,22 @@ def col2im_loop(cols, output_size, kernel_size, stride=1, padding=0, dilation=1)
 
 
 def conv2d_mm_forward_loop(x, weight, bias=None, stride=1, padding=0, dilation=1):
-    """updateOutput: one GEMM per image on the unfolded columns."""
+    """updateOutput: one GEMM per image on the unfolded columns.
+
+    Args:
+        x: (N, C, H, W).
+        weight: (O, C, kH, kW).
+        bias: (O,) or None.
+        stride, padding, dilation: an int or an (h, w) pair.
+
+    Returns:
+        output, float64, (N, O, out_h, out_w).
+
+    Example:
+        >>> out = conv2d_mm_forward_loop(np.ones((1, 2, 4, 4)), np.ones((3, 2, 3, 3)), padding=1)
+        >>> out.shape, float(out[0, 0, 1, 1])  # 2 channels x 3 x 3 taps of ones
+        ((1, 3, 4, 4), 18.0)
+    """
     x = np.asarray(x, dtype=np.float64)
     weight = np.asarray(weight, dtype=np.float64)
     o_, c_, kh_, kw_ = weight.shape
@@ -119,6 +178,22 @@ def conv2d_mm_backward_input_loop(grad_output, weight, input_size, stride=1, pad
     Why col2im: output[n] = W @ columns[n] and columns[n] = im2col(x[n]) are
     both linear, so dE/dx[n] = im2col^T(W^T @ dE/doutput[n]), and the
     transpose (adjoint) of im2col is col2im.
+
+    Args:
+        grad_output: (N, O, out_h, out_w).
+        weight: (O, C, kH, kW).
+        input_size: (H, W) of the forward input.
+        stride, padding, dilation: as in the forward.
+
+    Returns:
+        grad_input, float64, (N, C, H, W).
+
+    Example:
+        >>> g = conv2d_mm_backward_input_loop(np.ones((1, 1, 2, 2)), np.ones((1, 1, 2, 2)), (3, 3))
+        >>> g[0, 0]
+        array([[1., 2., 1.],
+               [2., 4., 2.],
+               [1., 2., 1.]])
     """
     g = np.asarray(grad_output, dtype=np.float64)
     weight = np.asarray(weight, dtype=np.float64)
@@ -137,6 +212,26 @@ def conv2d_mm_acc_grad_parameters_loop(grad_output, x, grad_weight, grad_bias=No
     grad_weight += scale * sum_n grad_output[n] @ columns[n]^T
     grad_bias   += scale * sum_n sum_(oh, ow) grad_output[n]
     Calling it twice with scale 0.5 gives what one call with scale 1 gives.
+
+    Args:
+        grad_output: (N, O, out_h, out_w).
+        x: the forward input, (N, C, H, W).
+        grad_weight: (O, C, kH, kW) float64 array, updated in place.
+        grad_bias: (O,) float64 array updated in place, or None.
+        stride, padding, dilation: as in the forward.
+        scale: the factor of this call's contribution.
+
+    Returns:
+        (grad_weight, grad_bias), the same arrays, updated in place.
+
+    Example:
+        >>> gw, gb = np.zeros((1, 1, 2, 2)), np.zeros(1)
+        >>> for _ in range(2):  # twice with scale 0.5: the same as once with scale 1
+        ...     _ = conv2d_mm_acc_grad_parameters_loop(np.ones((1, 1, 2, 2)), np.ones((1, 1, 3, 3)), gw, gb,
+        ...                                            scale=0.5)
+        >>> gb, gw[0, 0]
+        (array([4.]), array([[4., 4.],
+               [4., 4.]]))
     """
     g = np.asarray(grad_output, dtype=np.float64)
     o_, c_, kh_, kw_ = grad_weight.shape

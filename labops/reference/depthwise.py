@@ -30,7 +30,22 @@ depthwise_output_size = conv_out_size
 
 def depthwise_forward_loop(x, weight, bias=None, stride=1, padding=0, dilation=1):
     """out[n, oc, oh, ow] = bias[oc] + sum_{kh,kw} w[oc, 0, kh, kw] * x[n, oc // m, ih, iw]
-    with ih = oh*sH - pH + kh*dH and iw = ow*sW - pW + kw*dW (zero outside the input)."""
+    with ih = oh*sH - pH + kh*dH and iw = ow*sW - pW + kw*dW (zero outside the input).
+
+    Args:
+        x: (N, C_in, H, W).
+        weight: (C_in*m, 1, kH, kW), m the channel multiplier.
+        bias: (C_in*m,) or None.
+        stride, padding, dilation: an int or an (h, w) pair.
+
+    Returns:
+        float64 (N, C_in*m, out_h, out_w).
+
+    Example:
+        >>> out = depthwise_forward_loop(np.ones((1, 2, 3, 3)), np.ones((4, 1, 3, 3)), padding=1)
+        >>> out.shape, float(out[0, 3, 1, 1]), float(out[0, 3, 0, 0])  # a corner sees 4 taps
+        ((1, 4, 3, 3), 9.0, 4.0)
+    """
     x, weight = np.asarray(x, np.float64), np.asarray(weight, np.float64)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     n_, c_in, h, w = x.shape
@@ -57,7 +72,24 @@ def depthwise_backward_input_loop(grad_out, weight, input_shape, stride=1, paddi
     """updateGradInput as a gather: each input pixel (ih, iw) of channel c sums
     w[oc, kh, kw] * grad_out[n, oc, oh, ow] over its m output channels oc and the taps
     whose window covers it. Tap kh reaches (ih) from output row oh = (ih + pH - kh*dH) / sH,
-    and only when that division is exact (with stride > 1 most taps miss)."""
+    and only when that division is exact (with stride > 1 most taps miss).
+
+    Args:
+        grad_out: (N, C_in*m, out_h, out_w).
+        weight: (C_in*m, 1, kH, kW).
+        input_shape: (N, C_in, H, W) of the forward input.
+        stride, padding, dilation: as in the forward.
+
+    Returns:
+        grad_input, float64, input_shape.
+
+    Example:
+        >>> g = depthwise_backward_input_loop(np.ones((1, 1, 2, 2)), np.ones((1, 1, 2, 2)), (1, 1, 3, 3))
+        >>> g[0, 0]
+        array([[1., 2., 1.],
+               [2., 4., 2.],
+               [1., 2., 1.]])
+    """
     grad_out, weight = np.asarray(grad_out, np.float64), np.asarray(weight, np.float64)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     n_, c_in, h, w = input_shape
@@ -86,7 +118,23 @@ def depthwise_backward_input_loop(grad_out, weight, input_shape, stride=1, paddi
 
 def depthwise_backward_weight_loop(grad_out, x, weight_shape, stride=1, padding=0, dilation=1):
     """accGradParameters for the weight: grad_w[oc, 0, kh, kw] is the sum over every
-    output position (n, oh, ow) of grad_out[n, oc, oh, ow] times the input that tap read."""
+    output position (n, oh, ow) of grad_out[n, oc, oh, ow] times the input that tap read.
+
+    Args:
+        grad_out: (N, C_in*m, out_h, out_w).
+        x: the forward input, (N, C_in, H, W).
+        weight_shape: (C_in*m, 1, kH, kW).
+        stride, padding, dilation: as in the forward.
+
+    Returns:
+        grad_weight, float64, weight_shape.
+
+    Example:
+        >>> gw = depthwise_backward_weight_loop(np.ones((2, 1, 2, 2)), np.ones((2, 1, 3, 3)), (1, 1, 2, 2))
+        >>> gw[0, 0]  # each tap summed over N * out_h * out_w = 8 positions
+        array([[8., 8.],
+               [8., 8.]])
+    """
     grad_out, x = np.asarray(grad_out, np.float64), np.asarray(x, np.float64)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     n_, c_in, h, w = x.shape
@@ -109,7 +157,18 @@ def depthwise_backward_weight_loop(grad_out, x, weight_shape, stride=1, padding=
 
 
 def depthwise_backward_bias_loop(grad_out):
-    """accGradParameters for the bias: grad_b[oc] = sum over (n, oh, ow) of grad_out."""
+    """accGradParameters for the bias: grad_b[oc] = sum over (n, oh, ow) of grad_out.
+
+    Args:
+        grad_out: (N, C_out, out_h, out_w).
+
+    Returns:
+        grad_bias, float64, (C_out,).
+
+    Example:
+        >>> depthwise_backward_bias_loop(np.ones((2, 3, 4, 4)))
+        array([32., 32., 32.])
+    """
     grad_out = np.asarray(grad_out, np.float64)
     n_, c_out, out_h, out_w = grad_out.shape
     grad_b = np.zeros(c_out)

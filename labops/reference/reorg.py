@@ -29,6 +29,19 @@ def darknet_reorg_cpu(x, w, h, c, batch, stride, forward):
 
     YOLOv2's reorg layer calls it with the *input's* w, h, c and forward=0
     for its forward pass, and forward=1 for its backward pass.
+
+    Args:
+        x: flat array of batch*c*h*w elements.
+        w, h, c, batch: the dimensions darknet passes (the reorg *input*'s, in YOLOv2).
+        stride: the block size s.
+        forward: darknet's flag (0 in YOLOv2's forward pass).
+
+    Returns:
+        flat float64 array of the same size.
+
+    Example:
+        >>> darknet_reorg_cpu(np.arange(8.0), w=2, h=1, c=4, batch=1, stride=2, forward=0)
+        array([0., 2., 1., 3., 4., 6., 5., 7.])
     """
     x = np.asarray(x).reshape(-1)
     out = np.empty_like(x)
@@ -56,7 +69,21 @@ def _check_order(order):
 
 
 def reorg_forward_loop(x, stride=2, order="darknet"):
-    """One output element at a time: y[n, k, h, w] for every index, from the formulas above."""
+    """One output element at a time: y[n, k, h, w] for every index, from the formulas above.
+
+    Args:
+        x: (N, C, H, W), H and W divisible by stride (C by stride**2 for darknet).
+        stride: s.
+        order: ``"darknet"``, ``"dcr"`` or ``"crd"``.
+
+    Returns:
+        (N, C*s*s, H/s, W/s).
+
+    Example:
+        >>> x = np.arange(4.0).reshape(1, 1, 2, 2)
+        >>> reorg_forward_loop(x, 2, "crd").ravel()
+        array([0., 1., 2., 3.])
+    """
     _check_order(order)
     x = np.asarray(x)
     N, C, H, W = x.shape
@@ -77,7 +104,18 @@ def reorg_forward_loop(x, stride=2, order="darknet"):
 
 
 def reorg_forward_numpy(x, stride=2, order="darknet"):
-    """The same permutations as reshape + transpose (no loops)."""
+    """The same permutations as reshape + transpose (no loops).
+
+    Args:
+        x, stride, order: as for ``reorg_forward_loop``.
+
+    Returns:
+        (N, C*s*s, H/s, W/s).
+
+    Example:
+        >>> reorg_forward_numpy(np.zeros((2, 8, 4, 6)), 2, "darknet").shape
+        (2, 32, 2, 3)
+    """
     _check_order(order)
     x = np.asarray(x)
     N, C, H, W = x.shape
@@ -91,7 +129,20 @@ def reorg_forward_numpy(x, stride=2, order="darknet"):
 
 
 def reorg_backward_numpy(grad_output, stride=2, order="darknet"):
-    """The inverse permutation: grad_input[i] = grad_output[j] wherever forward did y[j] = x[i]."""
+    """The inverse permutation: grad_input[i] = grad_output[j] wherever forward did y[j] = x[i].
+
+    Args:
+        grad_output: (N, C*s*s, H/s, W/s).
+        stride, order: as in the forward.
+
+    Returns:
+        grad_input, (N, C, H, W).
+
+    Example:
+        >>> x = np.random.default_rng(0).normal(size=(1, 4, 4, 4))
+        >>> bool((reorg_backward_numpy(reorg_forward_numpy(x)) == x).all())
+        True
+    """
     _check_order(order)
     g = np.asarray(grad_output)
     N, Cs2, Ho, Wo = g.shape

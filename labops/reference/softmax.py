@@ -71,7 +71,20 @@ def _softmax_rows(x):
 
 
 def softmax_loop(x, dim=-1):
-    """Stable softmax along `dim`: y = exp(x - max) / sum(exp(x - max))."""
+    """Stable softmax along `dim`: y = exp(x - max) / sum(exp(x - max)).
+
+    Args:
+        x: array of any rank.
+        dim: the axis that is normalized (negative counts from the end).
+
+    Returns:
+        float64 array of x's shape; each slice along dim sums to 1.
+
+    Example:
+        >>> softmax_loop(np.array([[1000.0, 0.0], [0.0, 0.0]]))
+        array([[1. , 0. ],
+               [0.5, 0.5]])
+    """
     return _rows(_softmax_rows, dim, x)
 
 
@@ -89,7 +102,20 @@ def _softmax_backward_rows(g, y):
 
 
 def softmax_backward_loop(grad_output, output, dim=-1):
-    """Gradient w.r.t. the input, from the saved *output* y: y * (g - sum(g * y))."""
+    """Gradient w.r.t. the input, from the saved *output* y: y * (g - sum(g * y)).
+
+    Args:
+        grad_output: dE/dy, y's shape.
+        output: the saved forward output y.
+        dim: the softmax's axis.
+
+    Returns:
+        grad_input, float64, y's shape.
+
+    Example:
+        >>> softmax_backward_loop(np.array([[1.0, 1.0]]), np.array([[0.5, 0.5]]))  # a constant g has no effect
+        array([[0., 0.]])
+    """
     return _rows(_softmax_backward_rows, dim, grad_output, output)
 
 
@@ -100,7 +126,20 @@ def _check_targets(logits, target):
 
 
 def cross_entropy_forward_loop(logits, target, reduction="mean"):
-    """loss_i = -log softmax(x_i)[t_i] = log(sum_j exp(x_ij)) - x_i,t_i, then reduced over i."""
+    """loss_i = -log softmax(x_i)[t_i] = log(sum_j exp(x_ij)) - x_i,t_i, then reduced over i.
+
+    Args:
+        logits: (N, C).
+        target: (N,) integer class indices in [0, C).
+        reduction: ``"mean"`` (scalar), ``"sum"`` (scalar) or ``"none"`` ((N,)).
+
+    Returns:
+        float64 scalar or (N,) array.
+
+    Example:
+        >>> round(float(cross_entropy_forward_loop(np.zeros((2, 4)), np.array([0, 3]))), 4)  # log 4
+        1.3863
+    """
     x = np.asarray(logits, dtype=np.float64)
     target = [int(t) for t in np.asarray(target).reshape(-1)]
     _check_targets(x, target)
@@ -123,6 +162,18 @@ def cross_entropy_backward_loop(grad_loss, logits, target, reduction="mean"):
 
     g_i is the incoming gradient: one number per row for reduction='none', else
     the same scalar for every row, divided by N for 'mean' (not for 'sum').
+
+    Args:
+        grad_loss: the loss's gradient: a scalar, or (N,) for reduction='none'.
+        logits: (N, C); target: (N,) class indices.
+        reduction: as in the forward.
+
+    Returns:
+        grad_logits, float64, (N, C).
+
+    Example:
+        >>> cross_entropy_backward_loop(1.0, np.zeros((1, 4)), np.array([0]))
+        array([[-0.75,  0.25,  0.25,  0.25]])
     """
     x = np.asarray(logits, dtype=np.float64)
     target = [int(t) for t in np.asarray(target).reshape(-1)]

@@ -51,7 +51,22 @@ def _scale(in_size, out_size, mode, scale_factor=None):
 
 
 def source_coordinate(x, in_size, out_size, mode, scale_factor=None):
-    """The (fractional) input coordinate that output index x samples."""
+    """The (fractional) input coordinate that output index x samples.
+
+    Args:
+        x: output index along one axis.
+        in_size, out_size: the axis's input and output sizes.
+        mode: "half_pixel", "align_corners" or "asymmetric".
+        scale_factor: the caller's scale factor, when given instead of a size (the scale is then
+            1 / scale_factor, as in F.interpolate).
+
+    Returns:
+        float, the source coordinate (clamped at 0 for half_pixel).
+
+    Example:
+        >>> [source_coordinate(1, 2, 4, m) for m in ("half_pixel", "align_corners", "asymmetric")]
+        [0.25, 0.3333333333333333, 0.5]
+    """
     scale = _scale(in_size, out_size, mode, scale_factor)
     if mode == "half_pixel":
         return max((x + 0.5) * scale - 0.5, 0.0)  # pixel centres at +0.5; clamp the first half pixel
@@ -61,7 +76,18 @@ def source_coordinate(x, in_size, out_size, mode, scale_factor=None):
 
 
 def source_taps(x, in_size, out_size, mode, scale_factor=None):
-    """(i0, i1, lambda): output x = (1 - lambda) * in[i0] + lambda * in[i1]."""
+    """(i0, i1, lambda): output x = (1 - lambda) * in[i0] + lambda * in[i1].
+
+    Args:
+        x, in_size, out_size, mode, scale_factor: as for source_coordinate.
+
+    Returns:
+        (i0, i1, lam): the two input indices (i1 clamped to in_size - 1) and the weight of i1.
+
+    Example:
+        >>> source_taps(3, 2, 4, "half_pixel")
+        (1, 1, 0.25)
+    """
     src = source_coordinate(x, in_size, out_size, mode, scale_factor)
     i0 = min(math.floor(src), in_size - 1)
     i1 = min(i0 + 1, in_size - 1)
@@ -74,13 +100,31 @@ def coordinate_table(in_size, out_size, scale_factor=None):
     Side by side, this is the train-in-PyTorch / deploy-in-TFLite mismatch: for
     a x2 upsample, half_pixel reads -0.25, 0.25, 0.75, ... (clamped at 0) while
     asymmetric reads 0, 0.5, 1, ...: the same layer, shifted by a quarter pixel.
+
+    Example:
+        >>> coordinate_table(2, 4)["asymmetric"]
+        [0.0, 0.5, 1.0, 1.5]
     """
     return {mode: [source_coordinate(x, in_size, out_size, mode, scale_factor) for x in range(out_size)]
             for mode in COORDINATE_MODES}
 
 
 def interpolation_matrix(in_size, out_size, mode, scale_factor=None):
-    """A (out x in) with y = A @ x along one dimension."""
+    """A (out x in) with y = A @ x along one dimension.
+
+    Args:
+        in_size, out_size, mode, scale_factor: one axis, as for ``source_coordinate``.
+
+    Returns:
+        (out_size, in_size) float64 matrix A with y = A @ x along that axis.
+
+    Example:
+        >>> interpolation_matrix(2, 4, "align_corners").round(3)
+        array([[1.   , 0.   ],
+               [0.667, 0.333],
+               [0.333, 0.667],
+               [0.   , 1.   ]])
+    """
     a = np.zeros((out_size, in_size))
     for x in range(out_size):
         i0, i1, lam = source_taps(x, in_size, out_size, mode, scale_factor)
@@ -95,7 +139,21 @@ def _sizes(shape, out_hw):
 
 
 def upsample_forward_loop(x, out_hw, mode="half_pixel", scale_factors=(None, None)):
-    """y[n, c, oy, ox] from the four neighbours of its source point."""
+    """y[n, c, oy, ox] from the four neighbours of its source point.
+
+    Args:
+        x: (N, C, H, W).
+        out_hw: (out_h, out_w).
+        mode: "half_pixel", "align_corners" or "asymmetric".
+        scale_factors: (scale_h, scale_w) the caller gave, or None each.
+
+    Returns:
+        float64 (N, C, out_h, out_w).
+
+    Example:
+        >>> upsample_forward_loop(np.array([[[[0.0, 1.0]]]]), (1, 4))[0, 0]
+        array([[0.  , 0.25, 0.75, 1.  ]])
+    """
     x = np.asarray(x, dtype=np.float64)
     n, c, h, w, oh, ow = _sizes(x.shape, out_hw)
     y = np.empty((n, c, oh, ow))
@@ -114,6 +172,18 @@ def upsample_backward_scatter_loop(grad_y, in_hw, mode="half_pixel", scale_facto
 
     On a GPU, one thread per output: two threads may add to the same input at
     once, hence atomicAdd, and a float sum whose order changes from run to run.
+
+    Args:
+        grad_y: (N, C, out_h, out_w).
+        in_hw: (H, W) of the forward input.
+        mode, scale_factors: as in the forward.
+
+    Returns:
+        grad_x, float64, (N, C, H, W).
+
+    Example:
+        >>> upsample_backward_scatter_loop(np.ones((1, 1, 1, 4)), (1, 2))[0, 0]
+        array([[2., 2.]])
     """
     g = np.asarray(grad_y, dtype=np.float64)
     n, c, oh, ow = g.shape
@@ -142,6 +212,16 @@ def upsample_backward_gather_loop(grad_y, in_hw, mode="half_pixel", scale_factor
     Because src grows with the output index, the outputs reading input i are one
     contiguous range (those with i0 in {i - 1, i}); the compiled op finds its
     ends directly instead of testing every output as this loop does.
+
+    Args:
+        grad_y, in_hw, mode, scale_factors: as for ``upsample_backward_scatter_loop``.
+
+    Returns:
+        grad_x, float64, (N, C, H, W): the same numbers as the scatter form.
+
+    Example:
+        >>> upsample_backward_gather_loop(np.ones((1, 1, 1, 4)), (1, 2))[0, 0]
+        array([[2., 2.]])
     """
     g = np.asarray(grad_y, dtype=np.float64)
     n, c, oh, ow = g.shape
@@ -160,7 +240,18 @@ def upsample_backward_gather_loop(grad_y, in_hw, mode="half_pixel", scale_factor
 
 
 def upsample_forward_numpy(x, out_hw, mode="half_pixel", scale_factors=(None, None)):
-    """y = A_h @ x @ A_w.T, plane by plane."""
+    """y = A_h @ x @ A_w.T, plane by plane.
+
+    Args:
+        x: (N, C, H, W); out_hw, mode, scale_factors: as for ``upsample_forward_loop``.
+
+    Returns:
+        float64 (N, C, out_h, out_w).
+
+    Example:
+        >>> upsample_forward_numpy(np.ones((1, 2, 3, 3)), (6, 6)).shape
+        (1, 2, 6, 6)
+    """
     x = np.asarray(x, dtype=np.float64)
     a_h = interpolation_matrix(x.shape[2], out_hw[0], mode, scale_factors[0])
     a_w = interpolation_matrix(x.shape[3], out_hw[1], mode, scale_factors[1])
@@ -168,7 +259,18 @@ def upsample_forward_numpy(x, out_hw, mode="half_pixel", scale_factors=(None, No
 
 
 def upsample_backward_numpy(grad_y, in_hw, mode="half_pixel", scale_factors=(None, None)):
-    """grad_x = A_h.T @ grad_y @ A_w."""
+    """grad_x = A_h.T @ grad_y @ A_w.
+
+    Args:
+        grad_y: (N, C, out_h, out_w); in_hw, mode, scale_factors: as for the forward.
+
+    Returns:
+        grad_x, float64, (N, C, H, W).
+
+    Example:
+        >>> upsample_backward_numpy(np.ones((1, 1, 1, 4)), (1, 2))[0, 0]
+        array([[2., 2.]])
+    """
     g = np.asarray(grad_y, dtype=np.float64)
     a_h = interpolation_matrix(in_hw[0], g.shape[2], mode, scale_factors[0])
     a_w = interpolation_matrix(in_hw[1], g.shape[3], mode, scale_factors[1])

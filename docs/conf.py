@@ -1,0 +1,175 @@
+"""Sphinx configuration of the labops site: ``sphinx-build -W -b html docs docs/_build/html``.
+
+Two steps run before Sphinx reads a page, so nothing is copied into git:
+
+* the course notebooks (``notebooks/NN_*.ipynb``), the student exercise notebooks
+  (``notebooks/exercises/release/*/*.ipynb``), ``glossary.md`` and ``writeups.md`` are
+  *linked* into ``docs/notebooks/`` (git-ignored), where MyST-NB renders them from their
+  committed outputs (no execution);
+* the benchmark tables in ``docs/benchmarks/*.json`` and ``docs/roofline_cuda.json`` are
+  drawn with ``labops.viz`` into ``docs/_generated/`` (git-ignored), with a MyST snippet
+  that ``performance.md`` includes (captions carry device, torch version and date).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))  # the labops being documented is the one in this checkout
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+project = "labops"
+author = "the labops authors"
+copyright = "labops authors, MIT licence"
+release = version = "0.1.0"
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax 3 shipped in the wheel: math renders with no network
+]
+
+# MathJax from _static/mathjax/ (copied there by sphinx-mathjax-offline), never from a CDN.
+mathjax_path = "mathjax/tex-chtml.js"
+
+exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "README.md"]
+if not (ROOT / "labops" / "rtc.py").exists():  # labops.rtc is optional: its page only when it exists
+    exclude_patterns.append("api/rtc.rst")
+
+# ---- notebooks: rendered from their committed outputs ----
+nb_execution_mode = "off"
+nb_merge_streams = True
+# Widget outputs (notebooks 03, 07) would pull require.js and the widget manager from a CDN;
+# every widget's figure is also saved as a plain PNG output, which is what the page shows.
+nb_ipywidgets_js = {}
+nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None),
+                              ("html", "application/vnd.jupyter.widget-state+json", None)]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+suppress_warnings = ["mystnb.unknown_mime_type"]
+
+# ---- API reference ----
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_default_options = {"members": True, "show-inheritance": False}
+autosummary_generate = False
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+# ---- HTML ----
+html_theme = "sphinx_book_theme"
+html_title = "labops"
+html_static_path: list[str] = []
+html_theme_options = {
+    "repository_url": "",
+    "use_download_button": True,  # every page: download its source (.ipynb for a notebook)
+    "use_fullscreen_button": False,
+    "home_page_in_toc": True,
+    "show_toc_level": 2,
+}
+html_copy_source = True
+html_show_sourcelink = True
+html_last_updated_fmt = None
+
+
+# ---- build-time steps ----
+
+def _link(src: Path, dst: Path) -> None:
+    """A relative symlink dst -> src (a copy where the file system has no symlinks)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    rel = os.path.relpath(src, dst.parent)
+    if dst.is_symlink() and os.readlink(dst) == rel:
+        return
+    if dst.exists() or dst.is_symlink():
+        dst.unlink()
+    try:
+        dst.symlink_to(rel)
+    except OSError:
+        dst.write_bytes(src.read_bytes())
+
+
+def link_notebooks() -> list[Path]:
+    """Link the course and the student exercises into docs/notebooks/; drop links whose target is gone."""
+    out = DOCS / "notebooks"
+    nb = ROOT / "notebooks"
+    wanted = {out / p.name: p for p in sorted(nb.glob("[0-9][0-9]_*.ipynb"))}
+    wanted.update({out / p.name: p for p in (nb / "glossary.md", nb / "writeups.md") if p.exists()})
+    wanted.update({out / "exercises" / p.name: p for p in sorted(nb.glob("exercises/release/*/*.ipynb"))})
+    for dst, src in wanted.items():
+        _link(src, dst)
+    for stale in [*out.glob("*"), *out.glob("exercises/*")]:
+        if (stale.is_file() or stale.is_symlink()) and stale not in wanted:
+            stale.unlink()
+    return list(wanted.values())
+
+
+def _caption(result: dict, what: str) -> str:
+    return (f"{what} Measured on {result['device']}, torch {result['torch']}, "
+            f"{result.get('date', 'date not recorded')}.")
+
+
+def draw_benchmarks() -> None:
+    """docs/benchmarks/*.json and docs/roofline_cuda.json -> PNGs and a MyST snippet in docs/_generated/."""
+    from labops import viz
+
+    gen = DOCS / "_generated"
+    gen.mkdir(exist_ok=True)
+    blocks = []
+    for path in sorted((DOCS / "benchmarks").glob("*.json")):
+        result = viz.load_bench(str(path))
+        suite = path.stem
+        graph = any(r.get("labops_graph_pct_copy") for r in result["rows"])
+        png = gen / f"bench_{suite}.png"
+        if not png.exists() or png.stat().st_mtime < path.stat().st_mtime:
+            fig = viz.bench_bars(str(path), title=f"{suite}: share of copy bandwidth",
+                                 timing="graph" if graph else "eager")
+            fig.savefig(png, dpi=80)
+        timing = ("GPU time from a CUDA graph" if graph else "eager calls from Python")
+        what = (f"`{suite}`: labops (blue) and native PyTorch (grey) as % of the copy bandwidth "
+                f"({result['copy_GBps']:.0f} GB/s), {timing}; the number right of each pair is "
+                f"labops's speedup over native. Data: `docs/benchmarks/{path.name}`.")
+        alt = (f"Bar chart of the {suite} benchmark: for each case, labops and native PyTorch as a "
+               f"percentage of copy bandwidth on {result['device']}")
+        blocks.append(f"### {suite}\n\n```{{figure}} /_generated/{png.name}\n:alt: {alt}\n:width: 100%\n\n"
+                      f"{_caption(result, what)}\n```\n")
+    roof = DOCS / "roofline_cuda.json"
+    if roof.exists():
+        result = json.loads(roof.read_text())
+        png = gen / "roofline_cuda.png"
+        if not png.exists() or png.stat().st_mtime < roof.stat().st_mtime:
+            viz.roofline(str(roof), dtype="float32", title="labops float32 on the roofline").savefig(png, dpi=80)
+        peaks = ", ".join(f"{k} {v:.0f}" for k, v in sorted(result["peak_TFLOPs"].items()))
+        what = (f"Every float32 case of labops as achieved FLOP/s against FLOPs per byte. Roofs: copy "
+                f"bandwidth {result['copy_GBps']:.0f} GB/s, matmul peaks (TFLOP/s) {peaks}. "
+                f"Data: `docs/roofline_cuda.json`.")
+        alt = ("Log-log roofline plot: achieved FLOP/s of each labops case against its arithmetic "
+               "intensity, under the copy-bandwidth slope and the matmul peaks")
+        blocks.insert(0, f"## The roofline\n\n```{{figure}} /_generated/{png.name}\n:alt: {alt}\n"
+                         f":width: 90%\n\n{_caption(result, what)}\n```\n\n## Each suite\n")
+    snippet = gen / "benchmarks.md"
+    text = "\n".join(blocks)
+    if not snippet.exists() or snippet.read_text() != text:
+        snippet.write_text(text)
+
+
+link_notebooks()
+draw_benchmarks()
+
+
+def _plain_bars(app, what, name, obj, options, lines):
+    """Docstrings write |x| for absolute values; reST would read |x| as a substitution."""
+    for i, line in enumerate(lines):
+        if "|" in line and "``" not in line and ">>>" not in line:
+            lines[i] = line.replace("|", r"\|")
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _plain_bars)

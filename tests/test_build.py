@@ -206,3 +206,31 @@ def test_bench_roofline_on_the_cpu(tmp_path, capsys):
     rows, cols = map(int, softmax_fwd["shape"].split("x"))
     assert softmax_fwd["flops"] == 5 * rows * cols
     assert "FLOP/B" in capsys.readouterr().out
+
+
+def test_bench_times_each_peer_and_reports_one_that_fails():
+    """Peers (what a user would pick instead: torch.compile, channels_last) are timed in the same run;
+    one that raises is reported, not fatal."""
+    import torch
+
+    from labops import bench
+
+    x = torch.randn(1000)
+    case = bench.Case("double", "1000", torch.float32, 8000, lambda: x * 2, lambda: x + x, "x + x",
+                      peers={"slow": lambda: (x * 2).clone().clone(), "broken": lambda: x.view(7, 7)})
+    pct = lambda ms: 100.0  # noqa: E731
+    peers = bench._time_peers(case, "cpu", pct, lab=1e-3, lab_graph=None)
+    assert peers["slow"]["ms"] > 0 and peers["slow"]["speedup"] == pytest.approx(peers["slow"]["ms"] / 1e-3)
+    assert peers["slow"]["graph_ms"] is None
+    assert peers["broken"] == {"error": peers["broken"]["error"]} and "RuntimeError" in peers["broken"]["error"]
+    assert "failed (RuntimeError" in bench._peer_text(peers["broken"])
+
+
+def test_bench_suites_name_their_peers():
+    from labops import bench
+    from labops.bench import depthwise, pooling, softmax, upsample
+
+    for suite in (pooling, softmax, upsample):
+        assert {name for c in suite.cases("cpu") for name in c.peers} == {"torch.compile"}
+    assert {name for c in depthwise.cases("cpu") for name in c.peers} == {"channels_last"}
+    assert callable(bench.compiled(lambda t: t + 1))

@@ -29,7 +29,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
@@ -49,6 +49,9 @@ class Case:
     # Arithmetic operations the op's math needs (a multiply-add counts 2, exp or tanh 1;
     # index arithmetic not counted): a rough count that places the op on the roofline.
     flops: float = 0.0
+    # What a user might pick instead of labops, timed in the same run (name -> a callable doing
+    # the same work): torch.compile of the native code, cuDNN with channels_last, ...
+    peers: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -67,11 +70,36 @@ class Result:
     labops_graph_pct_copy: float | None = None
     native_graph_pct_copy: float | None = None
     graph_speedup: float | None = None
+    # name -> {ms, pct_copy, speedup, graph_ms, graph_pct_copy, graph_speedup} (speedup = peer / labops
+    # time), or {error} when the peer failed to run
+    peers: dict = field(default_factory=dict)
 
 
 def _sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def fwd_bwd(fn, inputs, grad_output):
+    """One training step of a layer: ``fn(*inputs)``, then the gradients of the inputs that
+    require grad for ``grad_output`` (what a benchmark's fwd+bwd row times)."""
+    wrt = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+
+    def step():
+        return torch.autograd.grad(fn(*inputs), wrt, grad_output)
+
+    return step
+
+
+def compiled(fn):
+    """``torch.compile`` of ``fn`` (Inductor): the peer a user would try before writing a kernel.
+    Compiles on the first call, which the warm-up of ``time_ms`` makes."""
+    # Dynamo caches per code object, and a suite compiles one function for several shapes and
+    # dtypes: let it keep them all instead of falling back to eager after the 8th.
+    config = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, limit, max(getattr(config, limit), 64))
+    return torch.compile(fn, dynamic=False)
 
 
 def time_ms(fn, device, min_time=0.2, min_samples=5) -> float:
@@ -219,6 +247,30 @@ def roofline(device="cuda", suites=None, size=None, json_path=None, print_table=
     return result
 
 
+def _time_peers(case, device, pct, lab, lab_graph) -> dict:
+    """Time each of ``case.peers`` like labops and native (eager, and a CUDA graph on a GPU)."""
+    out = {}
+    for name, fn in case.peers.items():
+        try:
+            ms = time_ms(fn, device)
+            graph = graph_ms(fn) if device == "cuda" else None
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+            out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]}
+            continue
+        out[name] = {"ms": ms, "pct_copy": pct(ms), "speedup": ms / lab, "graph_ms": graph,
+                     "graph_pct_copy": pct(graph),
+                     "graph_speedup": graph / lab_graph if graph and lab_graph else None}
+    return out
+
+
+def _peer_text(p: dict) -> str:
+    """labops's speedup over one peer, eager / graph: '1.23x / 0.98x' (above 1: labops is faster)."""
+    if "error" in p:
+        return f"failed ({p['error']})"
+    graph = f" / {p['graph_speedup']:.2f}x" if p.get("graph_speedup") else ""
+    return f"{p['speedup']:.2f}x{graph}"
+
+
 def run(device="cuda", suites=None, size=None, json_path=None, print_table=True):
     suites = suites or SUITES
     bandwidth = copy_bandwidth(device)
@@ -243,12 +295,14 @@ def run(device="cuda", suites=None, size=None, json_path=None, print_table=True)
                 labops_graph_pct_copy=pct(lab_graph), native_graph_pct_copy=pct(nat_graph),
                 graph_speedup=nat_graph / lab_graph if lab_graph and nat_graph else None,
             ))
+            results[-1].peers = _time_peers(case, device, pct, lab, lab_graph)
             if device == "cuda":
                 torch.cuda.empty_cache()
             if print_table:  # one line per row as it finishes: a full run takes minutes
                 r = results[-1]
                 print(f"  {r.op:26s} {r.shape:22s} {r.dtype:8s} labops {r.labops_ms:8.3f} ms  "
-                      f"native {r.native_ms:8.3f} ms  ({r.labops_pct_copy:.0f} % / {r.native_pct_copy:.0f} % of copy)",
+                      f"native {r.native_ms:8.3f} ms  ({r.labops_pct_copy:.0f} % / {r.native_pct_copy:.0f} % of copy)"
+                      + "".join(f"  | {name} {_peer_text(p)}" for name, p in r.peers.items()),
                       flush=True)
     if print_table:
         print(header)
@@ -284,6 +338,8 @@ def print_rows(result: dict, dtype: str | None = None, op: str | None = None) ->
               f"{pct(r.get('labops_graph_pct_copy'))} | {pct(r['native_pct_copy'])} / "
               f"{pct(r.get('native_graph_pct_copy'))}   {times(r['speedup'])}x / {times(r.get('graph_speedup'))}x"
               f"  vs {r['native_name']}")
+        for name, peer in (r.get("peers") or {}).items():
+            print(f"{'':58s} vs {name}: labops speedup {_peer_text(peer)} (eager / graph)")
 
 
 def print_roofline(result: dict, dtype: str = "float32", impls=("labops",), op: str | None = None) -> None:
@@ -314,7 +370,9 @@ def format_table(results) -> str:
     if graphs:
         header += " labops % copy (graph) | native % copy (graph) | speedup (graph) |"
         rule += "---:|---:|---:|"
-    lines = [header + " native is |", rule + "---|"]
+    any_peers = any(r.peers for r in results)
+    lines = [header + " native is |" + (" speedup vs peers (eager / graph) |" if any_peers else ""),
+             rule + "---|" + ("---|" if any_peers else "")]
     for r in results:
         line = (f"| {r.op} | {r.shape} | {r.dtype} | {r.labops_pct_copy:.0f} % | "
                 f"{r.native_pct_copy:.0f} % | {r.speedup:.2f}x |")
@@ -322,7 +380,8 @@ def format_table(results) -> str:
             cell = lambda v, unit: "n/a" if v is None else f"{v:.0f} %" if unit else f"{v:.2f}x"  # noqa: E731
             line += (f" {cell(r.labops_graph_pct_copy, 1)} | {cell(r.native_graph_pct_copy, 1)} |"
                      f" {cell(r.graph_speedup, 0)} |")
-        lines.append(line + f" {r.native_name} |")
+        peers = "; ".join(f"{name} {_peer_text(p)}" for name, p in r.peers.items())
+        lines.append(line + f" {r.native_name} |" + (f" {peers} |" if any_peers else ""))
     return "\n".join(lines)
 
 

@@ -4,14 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import labops
-from labops.bench import Case
-
-
-def _fwd_bwd(fn, x, g):
-    def step():
-        return torch.autograd.grad(fn(x), x, g)
-
-    return step
+from labops.bench import Case, fwd_bwd
 
 
 # (forward, backward) operations per element, from labops.reference's formulas:
@@ -47,4 +40,4 @@ def cases(device, size=None):
             yield Case(f"{op} fwd", shape, dtype, fwd_bytes, lambda m=mine: m(x), lambda f=native: f(x), native_name,
                        fwd_flops)
             yield Case(f"{op} fwd+bwd", shape, dtype, fwd_bytes + bwd_bytes,
-                       _fwd_bwd(mine, xg, g), _fwd_bwd(native, xg, g), native_name, fwd_flops + bwd_flops)
+                       fwd_bwd(mine, (xg,), g), fwd_bwd(native, (xg,), g), native_name, fwd_flops + bwd_flops)

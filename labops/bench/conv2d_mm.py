@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import labops
-from labops.bench import Case
+from labops.bench import Case, fwd_bwd
 
 LAYERS = [(128, 28), (64, 56), (256, 14)]  # (channels in = out, height = width)
 KERNEL, PAD = 3, 1
@@ -36,11 +36,18 @@ def _cudnn_conv(x, w, b):
     return F.conv2d(x, w, b, padding=PAD)
 
 
-def _fwd_bwd(fn, x, w, b, g):
-    def step():
-        return torch.autograd.grad(fn(x, w, b), (x, w, b), g)
+def _ieee(step):
+    """``step`` with cuDNN's float32 convolutions in full float32 (PyTorch's default lets them use
+    TF32, 10 bits of mantissa, while float32 matmuls, and so labops's GEMMs, stay in full float32)."""
+    def run():
+        before = torch.backends.cudnn.conv.fp32_precision
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        try:
+            return step()
+        finally:
+            torch.backends.cudnn.conv.fp32_precision = before
 
-    return step
+    return run
 
 
 def cases(device, size=None):
@@ -61,6 +68,10 @@ def cases(device, size=None):
             cols = F.unfold(x, KERNEL, padding=PAD)
             e = x.element_size()
             shape = f"{batch}x{channels}x{hw}x{hw}"
+
+            def same_precision(step, dtype=dtype):  # cuDNN in float32 without TF32, beside the default
+                tf32_matters = device == "cuda" and dtype == torch.float32
+                return {"cuDNN, no TF32": _ieee(step)} if tf32_matters else {}
             unfold_bytes = (x.numel() + cols.numel()) * e
             yield Case("im2col", f"{shape} k3 p1", dtype, unfold_bytes,
                        lambda: labops.im2col(x, KERNEL, padding=PAD),
@@ -76,13 +87,14 @@ def cases(device, size=None):
             yield Case("conv2d_mm fwd", conv_shape, dtype, params,
                        lambda: _labops_conv(x, w, b), lambda: _unfold_matmul(x, w, b), "F.unfold+matmul", conv_flops)
             yield Case("conv2d_mm fwd", conv_shape, dtype, params,
-                       lambda: _labops_conv(x, w, b), lambda: _cudnn_conv(x, w, b), conv_name, conv_flops)
+                       lambda: _labops_conv(x, w, b), lambda: _cudnn_conv(x, w, b), conv_name, conv_flops,
+                       same_precision(lambda: _cudnn_conv(x, w, b)))
             xg, wg, bg = (t.detach().requires_grad_() for t in (x, w, b))
             # fwd+bwd: also read g and write dx, dw, db.
             both = 2 * params + g.numel() * e
             yield Case("conv2d_mm fwd+bwd", conv_shape, dtype, both,
-                       _fwd_bwd(_labops_conv, xg, wg, bg, g), _fwd_bwd(_unfold_matmul, xg, wg, bg, g),
+                       fwd_bwd(_labops_conv, (xg, wg, bg), g), fwd_bwd(_unfold_matmul, (xg, wg, bg), g),
                        "F.unfold+matmul", 3 * conv_flops)
             yield Case("conv2d_mm fwd+bwd", conv_shape, dtype, both,
-                       _fwd_bwd(_labops_conv, xg, wg, bg, g), _fwd_bwd(_cudnn_conv, xg, wg, bg, g), conv_name,
-                       3 * conv_flops)
+                       fwd_bwd(_labops_conv, (xg, wg, bg), g), fwd_bwd(_cudnn_conv, (xg, wg, bg), g), conv_name,
+                       3 * conv_flops, same_precision(fwd_bwd(_cudnn_conv, (xg, wg, bg), g)))

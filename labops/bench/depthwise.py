@@ -9,17 +9,10 @@ import torch
 import torch.nn.functional as F
 
 import labops
-from labops.bench import Case
+from labops.bench import Case, fwd_bwd
 
 # (C, H, stride) of MobileNetV2's depthwise layers, 3x3, padding 1, no bias (a BatchNorm follows).
 SHAPES = [(144, 56, 1), (384, 14, 1), (960, 7, 1), (96, 112, 2)]
-
-
-def _fwd_bwd(fn, x, w, g):
-    def step():
-        return torch.autograd.grad(fn(x, w), (x, w), g)
-
-    return step
 
 
 def cases(device, size=None):
@@ -44,10 +37,16 @@ def cases(device, size=None):
             def native(a, b, s=s, c=c):
                 return F.conv2d(a, b, None, s, 1, 1, c)
 
+            # What MobileNet users run: channels_last tensors, which cuDNN takes in NHWC kernels.
+            x_cl, w_cl = (t.detach().to(memory_format=torch.channels_last).requires_grad_() for t in (x, w))
+            g_cl = g.to(memory_format=torch.channels_last)
+            cl_name = "cuDNN channels_last" if device == "cuda" else "channels_last"
             macs = 2 * 9 * g.numel()  # 9 multiply-adds per output; grad_in and grad_w as many again each
             with torch.no_grad():
                 yield Case("depthwise3x3 fwd", shape, dtype, fwd_bytes,
                            lambda m=mine: m(x.detach(), w.detach()),
-                           lambda f=native: f(x.detach(), w.detach()), "F.conv2d(groups=C)", macs)
+                           lambda f=native: f(x.detach(), w.detach()), "F.conv2d(groups=C)", macs,
+                           {cl_name: lambda f=native: f(x_cl.detach(), w_cl.detach())})
             yield Case("depthwise3x3 fwd+bwd", shape, dtype, fwd_bytes + bwd_bytes,
-                       _fwd_bwd(mine, x, w, g), _fwd_bwd(native, x, w, g), "F.conv2d(groups=C)", 3 * macs)
+                       fwd_bwd(mine, (x, w), g), fwd_bwd(native, (x, w), g), "F.conv2d(groups=C)", 3 * macs,
+                       {cl_name: fwd_bwd(native, (x_cl, w_cl), g_cl)})

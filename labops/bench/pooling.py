@@ -3,7 +3,7 @@
 import torch
 
 import labops
-from labops.bench import Case
+from labops.bench import Case, compiled, fwd_bwd
 
 SHAPES_CUDA = [(256, 512, 14, 14), (64, 2048, 7, 7), (32, 256, 56, 56)]
 SHAPES_CPU = [(32, 512, 14, 14), (16, 2048, 7, 7), (4, 256, 56, 56)]
@@ -11,13 +11,6 @@ SHAPES_CPU = [(32, 512, 14, 14), (16, 2048, 7, 7), (4, 256, 56, 56)]
 
 def _native(x):
     return x.mean((-2, -1), keepdim=True)
-
-
-def _fwd_bwd(fn, x, g):
-    def step():
-        return torch.autograd.grad(fn(x), x, g)
-
-    return step
 
 
 def cases(device, size=None):
@@ -36,6 +29,8 @@ def cases(device, size=None):
             label = "x".join(map(str, shape))
             # forward: an add per element (and a divide per plane); backward: a multiply per element
             yield Case("global_avg_pool2d fwd", label, dtype, fwd_bytes,
-                       lambda x=x: labops.global_avg_pool2d(x), lambda x=x: _native(x), name, n + planes)
+                       lambda x=x: labops.global_avg_pool2d(x), lambda x=x: _native(x), name, n + planes,
+                       {"torch.compile": lambda x=x, f=compiled(_native): f(x)})
             yield Case("global_avg_pool2d fwd+bwd", label, dtype, fwd_bytes + bwd_bytes,
-                       _fwd_bwd(labops.global_avg_pool2d, xg, g), _fwd_bwd(_native, xg, g), name, 2 * n + planes)
+                       fwd_bwd(labops.global_avg_pool2d, (xg,), g), fwd_bwd(_native, (xg,), g), name, 2 * n + planes,
+                       {"torch.compile": fwd_bwd(compiled(_native), (xg,), g)})

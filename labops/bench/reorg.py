@@ -8,20 +8,13 @@ import torch
 import torch.nn.functional as F
 
 import labops
-from labops.bench import Case
+from labops.bench import Case, fwd_bwd
 
 ORDERS = ("darknet", "dcr", "crd")
 
 
 def _native(x, s):
     return F.pixel_unshuffle(x, s).contiguous()
-
-
-def _fwd_bwd(fn, x, g):
-    def step():
-        return torch.autograd.grad(fn(x), x, g)
-
-    return step
 
 
 def cases(device, size=None):
@@ -41,5 +34,5 @@ def cases(device, size=None):
             native = (lambda t: _native(t, s))
             yield Case(f"reorg({order}) fwd", label, dtype, nbytes, lambda m=mine: m(x), lambda: native(x),
                        "pixel_unshuffle().contiguous()")
-            yield Case(f"reorg({order}) fwd+bwd", label, dtype, 2 * nbytes, _fwd_bwd(mine, xg, g),
-                       _fwd_bwd(native, xg, g), "pixel_unshuffle().contiguous()")
+            yield Case(f"reorg({order}) fwd+bwd", label, dtype, 2 * nbytes, fwd_bwd(mine, (xg,), g),
+                       fwd_bwd(native, (xg,), g), "pixel_unshuffle().contiguous()")

@@ -16,24 +16,18 @@ import torch
 import torch.nn.functional as F
 
 import labops
-from labops.bench import Case
+from labops.bench import Case, compiled, fwd_bwd
 
 CUDA_SHAPES = [(65536, 1000), (4096, 32768), (262144, 128)]
 CPU_SHAPES = [(8192, 1000), (512, 32768), (32768, 128)]
 
 
-def _grad_step(loss_fn, x, *args):
-    def step():
-        return torch.autograd.grad(loss_fn(x, *args), x)
-
-    return step
+def _labops_softmax(x):
+    return labops.softmax(x, -1)
 
 
-def _fwd_bwd(fn, x, g):
-    def step():
-        return torch.autograd.grad(fn(x, -1), x, g)
-
-    return step
+def _torch_softmax(x):
+    return torch.softmax(x, -1)
 
 
 def cases(device, size=None):
@@ -55,14 +49,15 @@ def cases(device, size=None):
             # cross-entropy: the forward's 5 and exp - onehot, scaled (2).
             yield Case("softmax fwd", shape, dtype, 2 * numel * e,
                        lambda x=x: labops.softmax(x, -1), lambda x=x: torch.softmax(x, -1), "torch.softmax",
-                       5 * numel)
+                       5 * numel, {"torch.compile": lambda x=x, f=compiled(_torch_softmax): f(x)})
             yield Case("softmax bwd", shape, dtype, 3 * numel * e,
                        lambda g=g, y=y: torch.ops.labops.softmax_backward(g, y, -1),
                        lambda g=g, y=y: torch._softmax_backward_data(g, y, -1, y.dtype),
                        "torch._softmax_backward_data", 4 * numel)
             yield Case("softmax fwd+bwd", shape, dtype, 5 * numel * e,
-                       _fwd_bwd(labops.softmax, xg, g), _fwd_bwd(torch.softmax, xg, g), "autograd torch.softmax",
-                       9 * numel)
+                       fwd_bwd(_labops_softmax, (xg,), g), fwd_bwd(_torch_softmax, (xg,), g), "autograd torch.softmax",
+                       9 * numel, {"torch.compile": fwd_bwd(compiled(_torch_softmax), (xg,), g)})
             yield Case("cross_entropy fwd+bwd", shape, dtype, 3 * numel * e + 2 * n * 8,
-                       _grad_step(labops.cross_entropy, xg, target), _grad_step(F.cross_entropy, xg, target),
-                       "F.cross_entropy", 7 * numel)
+                       fwd_bwd(labops.cross_entropy, (xg, target), None), fwd_bwd(F.cross_entropy, (xg, target), None),
+                       "F.cross_entropy", 7 * numel,
+                       {"torch.compile": fwd_bwd(compiled(F.cross_entropy), (xg, target), None)})

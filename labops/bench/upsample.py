@@ -11,17 +11,10 @@ import torch.nn.functional as F
 
 import labops
 import labops.ops  # noqa: F401  (loads the compiled library, so torch.ops.labops.* exist)
-from labops.bench import Case
+from labops.bench import Case, compiled, fwd_bwd
 
 GPU_SHAPES = [(16, 64, 128, 128), (8, 256, 64, 64)]
 CPU_SHAPES = [(4, 16, 64, 64), (2, 64, 32, 32)]
-
-
-def _fwd_bwd(fn, x, g):
-    def step():
-        return torch.autograd.grad(fn(x), x, g)
-
-    return step
 
 
 def cases(device, size=None):
@@ -48,7 +41,7 @@ def cases(device, size=None):
             # Per output pixel: three lerps (subtract, multiply, add) forward; four weights times g, added, backward.
             outputs = g.numel()
             yield Case("bilinear fwd", shape, dtype, in_bytes + out_bytes, lambda: ours(x), lambda: native(x),
-                       "F.interpolate", 9 * outputs)
+                       "F.interpolate", 9 * outputs, {"torch.compile": lambda f=compiled(native): f(x)})
             yield Case("bilinear bwd (gather)", shape, dtype, in_bytes + out_bytes,
                        lambda: labops_bwd(g, [n, c, h, w], "half_pixel", 2.0, 2.0, True), native_bwd,
                        "aten backward (atomics)", 8 * outputs)
@@ -56,4 +49,5 @@ def cases(device, size=None):
                        lambda: labops_bwd(g, [n, c, h, w], "half_pixel", 2.0, 2.0, False), native_bwd,
                        "aten backward (atomics)", 8 * outputs)
             yield Case("bilinear fwd+bwd", shape, dtype, 2 * (in_bytes + out_bytes),
-                       _fwd_bwd(ours, xg, g), _fwd_bwd(native, xg, g), "F.interpolate autograd", 17 * outputs)
+                       fwd_bwd(ours, (xg,), g), fwd_bwd(native, (xg,), g), "F.interpolate autograd", 17 * outputs,
+                       {"torch.compile": fwd_bwd(compiled(native), (xg,), g)})

@@ -1,11 +1,15 @@
 // Every labops operator schema, in one place. The kernels register
-// themselves per device in cpu/*.cpp and cuda/*.cu (TORCH_LIBRARY_IMPL);
-// autograd and "fake" (shape-only) implementations are registered from
-// Python in labops/ops/.
+// themselves per device in cpu/*.cpp and cuda/*.cu (TORCH_LIBRARY_IMPL), the
+// autograd formulas in autograd.cpp (at the Autograd key); the "fake"
+// (shape-only) implementations are registered from Python in labops/ops/.
 //
 // Naming: <layer> is updateOutput; <layer>_backward (or _backward_input) is
 // updateGradInput; _backward_weight / _backward_bias / _acc_grad_parameters
 // are accGradParameters.
+//
+// Sizes that an autograd formula (autograd.cpp) takes from a tensor's shape and passes to an op
+// with an Autograd kernel are SymInt[]: symbols under torch.compile's dynamic shapes. The CPU and
+// CUDA kernels still take them as int[] (the dispatcher hands them concrete ints).
 #include <torch/library.h>
 
 TORCH_LIBRARY(labops, m) {
@@ -37,16 +41,16 @@ TORCH_LIBRARY(labops, m) {
   // coordinate_mode is 'half_pixel', 'align_corners' or 'asymmetric'; scale_h/scale_w are the
   // caller's scale_factor (PyTorch then steps by 1/scale_factor, not in/out) or None.
   // deterministic=True: gather backward; False: the atomic scatter PyTorch uses.
-  m.def("upsample_bilinear2d(Tensor x, int[2] output_size, str coordinate_mode, float? scale_h, "
+  m.def("upsample_bilinear2d(Tensor x, SymInt[2] output_size, str coordinate_mode, float? scale_h, "
         "float? scale_w) -> Tensor");
-  m.def("upsample_bilinear2d_backward(Tensor grad_output, int[] input_size, str coordinate_mode, "
+  m.def("upsample_bilinear2d_backward(Tensor grad_output, SymInt[] input_size, str coordinate_mode, "
         "float? scale_h, float? scale_w, bool deterministic=True) -> Tensor");
 
   // ---- im2col / col2im / conv2d_mm ----
   // im2col == F.unfold: (N, C, H, W) -> (N, C*kH*kW, L), rows ordered (c, kh, kw).
   // col2im == F.fold: its adjoint, summing overlapping windows (not its inverse).
   m.def("im2col(Tensor x, int[2] kernel_size, int[2] stride=1, int[2] padding=0, int[2] dilation=1) -> Tensor");
-  m.def("col2im(Tensor cols, int[2] output_size, int[2] kernel_size, int[2] stride=1, int[2] padding=0, "
+  m.def("col2im(Tensor cols, SymInt[2] output_size, int[2] kernel_size, int[2] stride=1, int[2] padding=0, "
         "int[2] dilation=1) -> Tensor");
   // conv2d_mm == F.conv2d (groups=1) as SpatialConvolutionMM: im2col + GEMM.
   m.def("conv2d_mm(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, "

@@ -1,9 +1,10 @@
 """The compiled ops, as plain Python functions.
 
-Importing this package builds (first time) and loads the C++/CUDA library,
-then registers, for every ``torch.ops.labops.*`` op, its autograd formula and
-its "fake" implementation (output shape and dtype only, used by
-``torch.compile``). The functions here only check arguments and call the op.
+Importing this package builds (first time) and loads the C++/CUDA library
+(kernels, and the autograd formulas: csrc/autograd.cpp), then registers, for
+every ``torch.ops.labops.*`` op, its "fake" implementation (output shape and
+dtype only, used by ``torch.compile``). The functions here only check
+arguments and call the op.
 """
 
 from labops._build import load_library

@@ -84,27 +84,5 @@ def _gelu_backward_fake(grad_output, x, approximate="none"):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-# ---- autograd: the backward of each op is itself a compiled op ----
-
-def _tanh_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(output)  # tanh's gradient needs y, not x
-
-
-def _tanh_backward(ctx, grad_output):
-    (output,) = ctx.saved_tensors
-    return torch.ops.labops.tanh_backward(grad_output, output)
-
-
-def _gelu_setup_context(ctx, inputs, output):
-    x, approximate = inputs
-    ctx.save_for_backward(x)
-    ctx.approximate = approximate
-
-
-def _gelu_backward(ctx, grad_output):
-    (x,) = ctx.saved_tensors
-    return torch.ops.labops.gelu_backward(grad_output, x, ctx.approximate), None
-
-
-torch.library.register_autograd("labops::tanh", _tanh_backward, setup_context=_tanh_setup_context)
-torch.library.register_autograd("labops::gelu", _gelu_backward, setup_context=_gelu_setup_context)
+# Autograd: a torch::autograd::Function in csrc/autograd.cpp (backward: tanh_backward from the saved output,
+# gelu_backward from x).

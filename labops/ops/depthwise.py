@@ -174,28 +174,5 @@ def _backward_bias_fake(grad_output):
     return grad_output.new_empty([grad_output.shape[1]])
 
 
-# ---- autograd: the gradient is the three compiled backward ops ----
-
-def _setup_context(ctx, inputs, output):
-    x, weight, bias, stride, padding, dilation = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.has_bias = bias is not None
-    ctx.conv_args = (list(stride), list(padding), list(dilation))
-
-
-def _backward(ctx, grad_output):
-    x, weight = ctx.saved_tensors
-    stride, padding, dilation = ctx.conv_args
-    grad_x = grad_w = grad_b = None
-    if ctx.needs_input_grad[0]:  # updateGradInput
-        grad_x = torch.ops.labops.depthwise_conv2d_backward_input(
-            grad_output, weight, list(x.shape), stride, padding, dilation)
-    if ctx.needs_input_grad[1]:  # accGradParameters, weight
-        grad_w = torch.ops.labops.depthwise_conv2d_backward_weight(
-            grad_output, x, list(weight.shape), stride, padding, dilation)
-    if ctx.has_bias and ctx.needs_input_grad[2]:  # accGradParameters, bias
-        grad_b = torch.ops.labops.depthwise_conv2d_backward_bias(grad_output)
-    return grad_x, grad_w, grad_b, None, None, None
-
-
-torch.library.register_autograd("labops::depthwise_conv2d", _backward, setup_context=_setup_context)
+# Autograd: a torch::autograd::Function in csrc/autograd.cpp (the gradient is the three compiled backward
+# ops, each only when needed).

@@ -56,27 +56,5 @@ def _global_avg_pool2d_backward_fake(grad_output, input_size):
     return grad_output.new_empty(input_size)
 
 
-# ---- autograd: backward (and double backward) are compiled ops ----
-
-def _setup_context(ctx, inputs, output):
-    (x,) = inputs
-    ctx.input_size = list(x.shape)  # the gradient needs only the shape, not x
-
-
-def _backward(ctx, grad_output):
-    return torch.ops.labops.global_avg_pool2d_backward(grad_output, ctx.input_size)
-
-
-def _backward_setup_context(ctx, inputs, output):
-    pass
-
-
-def _backward_backward(ctx, grad_grad_input):
-    # The backward is linear in grad_output; its adjoint is the forward:
-    # d/d(grad_output[p]) of sum(grad_grad_input * grad_input) = mean of plane p.
-    return torch.ops.labops.global_avg_pool2d(grad_grad_input), None
-
-
-torch.library.register_autograd("labops::global_avg_pool2d", _backward, setup_context=_setup_context)
-torch.library.register_autograd("labops::global_avg_pool2d_backward", _backward_backward,
-                                setup_context=_backward_setup_context)
+# Autograd: a torch::autograd::Function in csrc/autograd.cpp (backward: global_avg_pool2d_backward; its own
+# backward is the forward, so double backward works).

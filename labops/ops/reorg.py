@@ -93,19 +93,5 @@ def _reorg_backward_fake(grad_output, stride=2, order="darknet"):
     return grad_output.new_empty(shape)
 
 
-# ---- autograd: a permutation's gradient is the inverse permutation ----
-
-def _setup_context(ctx, inputs, output):
-    _, ctx.stride, ctx.order = inputs
-
-
-def _backward(ctx, grad_output):
-    return torch.ops.labops.reorg_backward(grad_output, ctx.stride, ctx.order), None, None
-
-
-def _backward_backward(ctx, grad_grad_input):
-    return torch.ops.labops.reorg(grad_grad_input, ctx.stride, ctx.order), None, None
-
-
-torch.library.register_autograd("labops::reorg", _backward, setup_context=_setup_context)
-torch.library.register_autograd("labops::reorg_backward", _backward_backward, setup_context=_setup_context)
+# Autograd: a torch::autograd::Function in csrc/autograd.cpp (a permutation's gradient is the inverse
+# permutation: reorg and reorg_backward are each other's gradient).

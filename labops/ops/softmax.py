@@ -116,30 +116,5 @@ def _cross_entropy_backward_fake(grad_loss, logits, target, reduction):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
-# ---- autograd: the backward of each op is itself a compiled op ----
-
-def _softmax_setup_context(ctx, inputs, output):
-    _, dim = inputs
-    ctx.save_for_backward(output)  # the gradient needs y, not x
-    ctx.dim = dim
-
-
-def _softmax_backward(ctx, grad_output):
-    (output,) = ctx.saved_tensors
-    return torch.ops.labops.softmax_backward(grad_output, output, ctx.dim), None
-
-
-def _cross_entropy_setup_context(ctx, inputs, output):
-    logits, target, reduction = inputs
-    ctx.save_for_backward(logits, target)
-    ctx.reduction = reduction
-
-
-def _cross_entropy_backward(ctx, grad_loss):
-    logits, target = ctx.saved_tensors
-    return torch.ops.labops.cross_entropy_backward(grad_loss, logits, target, ctx.reduction), None, None
-
-
-torch.library.register_autograd("labops::softmax", _softmax_backward, setup_context=_softmax_setup_context)
-torch.library.register_autograd("labops::cross_entropy", _cross_entropy_backward,
-                                setup_context=_cross_entropy_setup_context)
+# Autograd: a torch::autograd::Function in csrc/autograd.cpp (softmax_backward from the saved output,
+# cross_entropy_backward from the logits).

@@ -149,34 +149,5 @@ def _upsample_backward_fake(grad_output, input_size, coordinate_mode, scale_h, s
     return grad_output.new_empty(tuple(input_size))
 
 
-# ---- autograd: the backward is the compiled deterministic gather ----
-
-def _setup_context(ctx, inputs, output):
-    x, _, coordinate_mode, scale_h, scale_w = inputs
-    ctx.input_size = list(x.shape)
-    ctx.args = (coordinate_mode, scale_h, scale_w)
-
-
-def _backward(ctx, grad_output):
-    grad_input = torch.ops.labops.upsample_bilinear2d_backward(grad_output, ctx.input_size, *ctx.args, True)
-    return grad_input, None, None, None, None
-
-
-torch.library.register_autograd("labops::upsample_bilinear2d", _backward, setup_context=_setup_context)
-
-
-# The backward op is linear in grad_output (grad_in = A_h^T G A_w), so its own
-# gradient is the forward applied to the incoming gradient: double backward works.
-def _backward_setup_context(ctx, inputs, output):
-    grad_output, _, coordinate_mode, scale_h, scale_w, _ = inputs
-    ctx.output_size = list(grad_output.shape[2:])
-    ctx.args = (coordinate_mode, scale_h, scale_w)
-
-
-def _backward_backward(ctx, grad_grad_input):
-    grad = torch.ops.labops.upsample_bilinear2d(grad_grad_input, ctx.output_size, *ctx.args)
-    return grad, None, None, None, None, None
-
-
-torch.library.register_autograd("labops::upsample_bilinear2d_backward", _backward_backward,
-                                setup_context=_backward_setup_context)
+# Autograd: a torch::autograd::Function in csrc/autograd.cpp (the backward is the compiled deterministic
+# gather; the backward op's own gradient is the forward, so double backward works).

@@ -1,0 +1,455 @@
+// Autograd kernels of the labops ops, in C++: one torch::autograd::Function per
+// differentiable op, registered at the Autograd key.
+//
+// Why not torch.library.register_autograd (Python)? Every eager call of an op
+// crosses its Autograd kernel, even when nothing needs a gradient: the Python
+// one cost about 4 us per call on the course's CPU, more than the op itself
+// (.ci/host_time.py measures it). These kernels do the same work in C++, and
+// skip the graph entirely when no input requires grad.
+//
+// Each Function mirrors the Python face named beside it (labops/ops/*.py):
+// the same saved values, the same gradients, the same needs_input_grad rules.
+// Forward calls the op below autograd; backward calls the labops backward ops
+// through the dispatcher, so where a backward op has an Autograd kernel here
+// (pooling, upsample, reorg, im2col/col2im) double backward works.
+//
+// Sizes taken from tensors travel as SymInts: under torch.compile with dynamic
+// shapes they are symbols, and the CPU/CUDA kernels (which take IntArrayRef)
+// get them as plain ints from the dispatcher.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::Function;
+using torch::autograd::variable_list;
+using at::IntArrayRef;
+using c10::SymIntArrayRef;
+using c10::string_view;
+using OptTensor = std::optional<at::Tensor>;
+using OptDouble = std::optional<double>;
+
+// The op `labops::name` as a typed handle, looked up on first use.
+template <class Sig>
+c10::TypedOperatorHandle<Sig> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+// Call the op's CPU/CUDA (or fake) kernel, skipping the Autograd key.
+template <class Sig, class... Args>
+decltype(auto) below_autograd(const c10::TypedOperatorHandle<Sig>& op, Args&&... args) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return op.call(std::forward<Args>(args)...);
+}
+
+inline bool requires_grad(const at::Tensor& t) { return t.requires_grad(); }
+inline bool requires_grad(const OptTensor& t) { return t.has_value() && t->defined() && t->requires_grad(); }
+
+// No graph to build: call the op directly (no Node allocated, nothing saved).
+template <class... Ts>
+bool graph_needed(const Ts&... tensors) {
+  return at::GradMode::is_enabled() && (requires_grad(tensors) || ...);
+}
+
+std::vector<int64_t> vec(IntArrayRef a) { return a.vec(); }
+SymIntArrayRef last2(SymIntArrayRef sizes) { return sizes.slice(sizes.size() - 2); }
+
+// ---------------------------------------------------------------- activation.py: tanh, gelu
+
+using TanhSig = at::Tensor(const at::Tensor&);
+using TanhBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&);
+const auto& tanh_op() { static auto op = find_op<TanhSig>("labops::tanh"); return op; }
+const auto& tanh_backward_op() { static auto op = find_op<TanhBackwardSig>("labops::tanh_backward"); return op; }
+
+struct Tanh : Function<Tanh> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
+    auto y = below_autograd(tanh_op(), x);
+    ctx->save_for_backward({y});  // tanh's gradient needs y, not x
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {tanh_backward_op().call(grads[0], ctx->get_saved_variables()[0])};
+  }
+};
+
+at::Tensor tanh_autograd(const at::Tensor& x) {
+  return graph_needed(x) ? Tanh::apply(x) : below_autograd(tanh_op(), x);
+}
+
+using GeluSig = at::Tensor(const at::Tensor&, string_view);
+using GeluBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, string_view);
+const auto& gelu_op() { static auto op = find_op<GeluSig>("labops::gelu"); return op; }
+const auto& gelu_backward_op() { static auto op = find_op<GeluBackwardSig>("labops::gelu_backward"); return op; }
+
+struct Gelu : Function<Gelu> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, string_view approximate) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["approximate"] = std::string(approximate);
+    return below_autograd(gelu_op(), x, approximate);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& approximate = ctx->saved_data["approximate"].toStringRef();
+    return {gelu_backward_op().call(grads[0], ctx->get_saved_variables()[0], approximate), {}};
+  }
+};
+
+at::Tensor gelu_autograd(const at::Tensor& x, string_view approximate) {
+  return graph_needed(x) ? Gelu::apply(x, approximate) : below_autograd(gelu_op(), x, approximate);
+}
+
+// ---------------------------------------------------------------- pooling.py: global_avg_pool2d
+
+using PoolSig = at::Tensor(const at::Tensor&);
+using PoolBackwardSig = at::Tensor(const at::Tensor&, SymIntArrayRef);
+const auto& pool_op() { static auto op = find_op<PoolSig>("labops::global_avg_pool2d"); return op; }
+const auto& pool_backward_op() {
+  static auto op = find_op<PoolBackwardSig>("labops::global_avg_pool2d_backward");
+  return op;
+}
+
+struct GlobalAvgPool2d : Function<GlobalAvgPool2d> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
+    ctx->saved_data["input_size"] = x.sym_sizes();  // the gradient needs only the shape, not x
+    return below_autograd(pool_op(), x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {pool_backward_op().call(grads[0], ctx->saved_data["input_size"].toSymIntVector())};
+  }
+};
+
+// The backward is linear in grad_output; its adjoint is the forward (mean of each plane).
+struct GlobalAvgPool2dBackward : Function<GlobalAvgPool2dBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad_output, SymIntArrayRef input_size) {
+    return below_autograd(pool_backward_op(), grad_output, input_size);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {pool_op().call(grads[0]), {}};
+  }
+};
+
+at::Tensor pool_autograd(const at::Tensor& x) {
+  return graph_needed(x) ? GlobalAvgPool2d::apply(x) : below_autograd(pool_op(), x);
+}
+at::Tensor pool_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size) {
+  return graph_needed(grad_output) ? GlobalAvgPool2dBackward::apply(grad_output, input_size)
+                                   : below_autograd(pool_backward_op(), grad_output, input_size);
+}
+
+// ---------------------------------------------------------------- depthwise.py: depthwise_conv2d
+
+using DepthwiseSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
+                                IntArrayRef);
+// called with sizes as SymInts: the schema says int[], the kernels get ints (see the top of this file)
+using DepthwiseGradSig = at::Tensor(const at::Tensor&, const at::Tensor&, SymIntArrayRef, IntArrayRef, IntArrayRef,
+                                    IntArrayRef);
+using DepthwiseBiasSig = at::Tensor(const at::Tensor&);
+const auto& depthwise_op() { static auto op = find_op<DepthwiseSig>("labops::depthwise_conv2d"); return op; }
+
+struct DepthwiseConv2d : Function<DepthwiseConv2d> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const OptTensor& bias, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->saved_data["stride"] = vec(stride);
+    ctx->saved_data["padding"] = vec(padding);
+    ctx->saved_data["dilation"] = vec(dilation);
+    return below_autograd(depthwise_op(), x, weight, bias, stride, padding, dilation);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static auto input_op = find_op<DepthwiseGradSig>("labops::depthwise_conv2d_backward_input");
+    static auto weight_op = find_op<DepthwiseGradSig>("labops::depthwise_conv2d_backward_weight");
+    static auto bias_op = find_op<DepthwiseBiasSig>("labops::depthwise_conv2d_backward_bias");
+    auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &g = grads[0];
+    auto stride = ctx->saved_data["stride"].toIntVector();
+    auto padding = ctx->saved_data["padding"].toIntVector();
+    auto dilation = ctx->saved_data["dilation"].toIntVector();
+    at::Tensor grad_x, grad_w, grad_b;
+    if (ctx->needs_input_grad(0)) {  // updateGradInput
+      grad_x = input_op.call(g, weight, x.sym_sizes(), stride, padding, dilation);
+    }
+    if (ctx->needs_input_grad(1)) {  // accGradParameters, weight
+      grad_w = weight_op.call(g, x, weight.sym_sizes(), stride, padding, dilation);
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {  // accGradParameters, bias
+      grad_b = bias_op.call(g);
+    }
+    return {grad_x, grad_w, grad_b, {}, {}, {}};
+  }
+};
+
+at::Tensor depthwise_autograd(const at::Tensor& x, const at::Tensor& weight, const OptTensor& bias,
+                              IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
+  return graph_needed(x, weight, bias) ? DepthwiseConv2d::apply(x, weight, bias, stride, padding, dilation)
+                                       : below_autograd(depthwise_op(), x, weight, bias, stride, padding, dilation);
+}
+
+// ---------------------------------------------------------------- conv2d_mm.py: im2col, col2im, conv2d_mm
+
+using Im2colSig = at::Tensor(const at::Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef);
+using Col2imSig = at::Tensor(const at::Tensor&, SymIntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef);
+const auto& im2col_op() { static auto op = find_op<Im2colSig>("labops::im2col"); return op; }
+const auto& col2im_op() { static auto op = find_op<Col2imSig>("labops::col2im"); return op; }
+
+void save_window(AutogradContext* ctx, IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
+  ctx->saved_data["kernel_size"] = vec(k);
+  ctx->saved_data["stride"] = vec(s);
+  ctx->saved_data["padding"] = vec(p);
+  ctx->saved_data["dilation"] = vec(d);
+}
+
+// The adjoint of "copy each pixel into every column that sees it" is "sum those columns back".
+struct Im2col : Function<Im2col> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, IntArrayRef k, IntArrayRef s,
+                            IntArrayRef p, IntArrayRef d) {
+    ctx->saved_data["image_size"] = last2(x.sym_sizes());
+    save_window(ctx, k, s, p, d);
+    return below_autograd(im2col_op(), x, k, s, p, d);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto& data = ctx->saved_data;
+    return {col2im_op().call(grads[0], data["image_size"].toSymIntVector(), data["kernel_size"].toIntVector(),
+                             data["stride"].toIntVector(), data["padding"].toIntVector(),
+                             data["dilation"].toIntVector()),
+            {}, {}, {}, {}};
+  }
+};
+
+struct Col2im : Function<Col2im> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& cols, SymIntArrayRef output_size,
+                            IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
+    save_window(ctx, k, s, p, d);
+    return below_autograd(col2im_op(), cols, output_size, k, s, p, d);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto& data = ctx->saved_data;
+    return {im2col_op().call(grads[0], data["kernel_size"].toIntVector(), data["stride"].toIntVector(),
+                             data["padding"].toIntVector(), data["dilation"].toIntVector()),
+            {}, {}, {}, {}, {}};
+  }
+};
+
+at::Tensor im2col_autograd(const at::Tensor& x, IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
+  return graph_needed(x) ? Im2col::apply(x, k, s, p, d) : below_autograd(im2col_op(), x, k, s, p, d);
+}
+at::Tensor col2im_autograd(const at::Tensor& cols, SymIntArrayRef output_size, IntArrayRef k, IntArrayRef s,
+                           IntArrayRef p, IntArrayRef d) {
+  return graph_needed(cols) ? Col2im::apply(cols, output_size, k, s, p, d)
+                            : below_autograd(col2im_op(), cols, output_size, k, s, p, d);
+}
+
+using ConvSig = DepthwiseSig;
+using ConvInputSig = DepthwiseGradSig;
+using ConvAccSig = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef,
+                        IntArrayRef, IntArrayRef, double);
+const auto& conv_op() { static auto op = find_op<ConvSig>("labops::conv2d_mm"); return op; }
+
+struct Conv2dMM : Function<Conv2dMM> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const OptTensor& bias, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
+    // Save only what the wanted gradients read: grad_x needs the weight, grad_w needs x.
+    ctx->save_for_backward({ctx->needs_input_grad(1) ? x : at::Tensor(),
+                            ctx->needs_input_grad(0) ? weight : at::Tensor()});
+    ctx->saved_data["input_size"] = x.sym_sizes();
+    ctx->saved_data["weight_size"] = weight.sym_sizes();
+    ctx->saved_data["dtype"] = weight.scalar_type();
+    ctx->saved_data["device"] = weight.device();
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->saved_data["stride"] = vec(stride);
+    ctx->saved_data["padding"] = vec(padding);
+    ctx->saved_data["dilation"] = vec(dilation);
+    return below_autograd(conv_op(), x, weight, bias, stride, padding, dilation);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static auto input_op = find_op<ConvInputSig>("labops::conv2d_mm_backward_input");
+    static auto acc_op = find_op<ConvAccSig>("labops::conv2d_mm_acc_grad_parameters");
+    auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1];
+    auto& data = ctx->saved_data;
+    auto stride = data["stride"].toIntVector();
+    auto padding = data["padding"].toIntVector();
+    auto dilation = data["dilation"].toIntVector();
+    bool has_bias = data["has_bias"].toBool();
+    auto g = grads[0].contiguous();
+    at::Tensor grad_x, grad_w, grad_b;
+    if (ctx->needs_input_grad(0)) {  // updateGradInput
+      grad_x = input_op.call(g, weight, data["input_size"].toSymIntVector(), stride, padding, dilation);
+    }
+    if (ctx->needs_input_grad(1) || (has_bias && ctx->needs_input_grad(2))) {
+      // accGradParameters into zeroed buffers with scale 1 is exactly the gradient.
+      auto weight_size = data["weight_size"].toSymIntVector();
+      auto options = at::TensorOptions().dtype(data["dtype"].toScalarType()).device(data["device"].toDevice());
+      if (has_bias) grad_b = at::zeros_symint({weight_size[0]}, options);
+      if (ctx->needs_input_grad(1)) {
+        grad_w = at::zeros_symint(weight_size, options);
+        acc_op.call(g, x, grad_w, has_bias ? OptTensor(grad_b) : std::nullopt, stride, padding, dilation, 1.0);
+      } else {  // only the bias: sum grad_output over (N, oh, ow)
+        grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
+      }
+    }
+    return {grad_x, grad_w, grad_b, {}, {}, {}};
+  }
+};
+
+at::Tensor conv2d_mm_autograd(const at::Tensor& x, const at::Tensor& weight, const OptTensor& bias,
+                              IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
+  return graph_needed(x, weight, bias) ? Conv2dMM::apply(x, weight, bias, stride, padding, dilation)
+                                       : below_autograd(conv_op(), x, weight, bias, stride, padding, dilation);
+}
+
+// ---------------------------------------------------------------- upsample.py: upsample_bilinear2d
+
+using UpsampleSig = at::Tensor(const at::Tensor&, SymIntArrayRef, string_view, OptDouble, OptDouble);
+using UpsampleBackwardSig = at::Tensor(const at::Tensor&, SymIntArrayRef, string_view, OptDouble, OptDouble, bool);
+const auto& upsample_op() { static auto op = find_op<UpsampleSig>("labops::upsample_bilinear2d"); return op; }
+const auto& upsample_backward_op() {
+  static auto op = find_op<UpsampleBackwardSig>("labops::upsample_bilinear2d_backward");
+  return op;
+}
+
+void save_resize(AutogradContext* ctx, string_view mode, OptDouble scale_h, OptDouble scale_w) {
+  ctx->saved_data["mode"] = std::string(mode);
+  ctx->saved_data["scale_h"] = scale_h;
+  ctx->saved_data["scale_w"] = scale_w;
+}
+
+// The backward is the compiled deterministic gather.
+struct UpsampleBilinear2d : Function<UpsampleBilinear2d> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, SymIntArrayRef output_size,
+                            string_view mode, OptDouble scale_h, OptDouble scale_w) {
+    ctx->saved_data["input_size"] = x.sym_sizes();
+    save_resize(ctx, mode, scale_h, scale_w);
+    return below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto& data = ctx->saved_data;
+    return {upsample_backward_op().call(grads[0], data["input_size"].toSymIntVector(), data["mode"].toStringRef(),
+                                        data["scale_h"].toOptional<double>(), data["scale_w"].toOptional<double>(),
+                                        true),
+            {}, {}, {}, {}};
+  }
+};
+
+// The backward op is linear in grad_output (grad_in = A_h^T G A_w): its gradient is the forward.
+struct UpsampleBilinear2dBackward : Function<UpsampleBilinear2dBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad_output, SymIntArrayRef input_size,
+                            string_view mode, OptDouble scale_h, OptDouble scale_w, bool deterministic) {
+    ctx->saved_data["output_size"] = last2(grad_output.sym_sizes());
+    save_resize(ctx, mode, scale_h, scale_w);
+    return below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto& data = ctx->saved_data;
+    return {upsample_op().call(grads[0], data["output_size"].toSymIntVector(), data["mode"].toStringRef(),
+                               data["scale_h"].toOptional<double>(), data["scale_w"].toOptional<double>()),
+            {}, {}, {}, {}, {}};
+  }
+};
+
+at::Tensor upsample_autograd(const at::Tensor& x, SymIntArrayRef output_size, string_view mode, OptDouble scale_h,
+                             OptDouble scale_w) {
+  return graph_needed(x) ? UpsampleBilinear2d::apply(x, output_size, mode, scale_h, scale_w)
+                         : below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
+}
+at::Tensor upsample_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size, string_view mode,
+                                      OptDouble scale_h, OptDouble scale_w, bool deterministic) {
+  return graph_needed(grad_output)
+             ? UpsampleBilinear2dBackward::apply(grad_output, input_size, mode, scale_h, scale_w, deterministic)
+             : below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
+}
+
+// ---------------------------------------------------------------- softmax.py: softmax, cross_entropy
+
+using SoftmaxSig = at::Tensor(const at::Tensor&, int64_t);
+using SoftmaxBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
+const auto& softmax_op() { static auto op = find_op<SoftmaxSig>("labops::softmax"); return op; }
+
+struct Softmax : Function<Softmax> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t dim) {
+    auto y = below_autograd(softmax_op(), x, dim);
+    ctx->save_for_backward({y});  // the gradient needs y, not x
+    ctx->saved_data["dim"] = dim;
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static auto backward_op = find_op<SoftmaxBackwardSig>("labops::softmax_backward");
+    return {backward_op.call(grads[0], ctx->get_saved_variables()[0], ctx->saved_data["dim"].toInt()), {}};
+  }
+};
+
+at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) {
+  return graph_needed(x) ? Softmax::apply(x, dim) : below_autograd(softmax_op(), x, dim);
+}
+
+using CrossEntropySig = at::Tensor(const at::Tensor&, const at::Tensor&, string_view);
+using CrossEntropyBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, string_view);
+const auto& cross_entropy_op() { static auto op = find_op<CrossEntropySig>("labops::cross_entropy"); return op; }
+
+struct CrossEntropy : Function<CrossEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& target,
+                            string_view reduction) {
+    ctx->save_for_backward({logits, target});
+    ctx->saved_data["reduction"] = std::string(reduction);
+    return below_autograd(cross_entropy_op(), logits, target, reduction);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static auto backward_op = find_op<CrossEntropyBackwardSig>("labops::cross_entropy_backward");
+    auto saved = ctx->get_saved_variables();
+    return {backward_op.call(grads[0], saved[0], saved[1], ctx->saved_data["reduction"].toStringRef()), {}, {}};
+  }
+};
+
+at::Tensor cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& target, string_view reduction) {
+  return graph_needed(logits, target) ? CrossEntropy::apply(logits, target, reduction)
+                                      : below_autograd(cross_entropy_op(), logits, target, reduction);
+}
+
+// ---------------------------------------------------------------- reorg.py: a permutation and its inverse
+
+using ReorgSig = at::Tensor(const at::Tensor&, int64_t, string_view);
+const auto& reorg_op() { static auto op = find_op<ReorgSig>("labops::reorg"); return op; }
+const auto& reorg_backward_op() { static auto op = find_op<ReorgSig>("labops::reorg_backward"); return op; }
+
+// Forward is `op`, backward is `inverse`: reorg and reorg_backward are each other's gradient.
+template <bool IsBackward>
+struct Reorg : Function<Reorg<IsBackward>> {
+  static const c10::TypedOperatorHandle<ReorgSig>& op() { return IsBackward ? reorg_backward_op() : reorg_op(); }
+  static const c10::TypedOperatorHandle<ReorgSig>& inverse() { return IsBackward ? reorg_op() : reorg_backward_op(); }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t stride, string_view order) {
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["order"] = std::string(order);
+    return below_autograd(op(), x, stride, order);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {inverse().call(grads[0], ctx->saved_data["stride"].toInt(), ctx->saved_data["order"].toStringRef()),
+            {}, {}};
+  }
+  static at::Tensor kernel(const at::Tensor& x, int64_t stride, string_view order) {
+    return graph_needed(x) ? Reorg::apply(x, stride, order) : below_autograd(op(), x, stride, order);
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(labops, Autograd, m) {
+  m.impl("tanh", &tanh_autograd);
+  m.impl("gelu", &gelu_autograd);
+  m.impl("global_avg_pool2d", &pool_autograd);
+  m.impl("global_avg_pool2d_backward", &pool_backward_autograd);
+  m.impl("depthwise_conv2d", &depthwise_autograd);
+  m.impl("im2col", &im2col_autograd);
+  m.impl("col2im", &col2im_autograd);
+  m.impl("conv2d_mm", &conv2d_mm_autograd);
+  m.impl("upsample_bilinear2d", &upsample_autograd);
+  m.impl("upsample_bilinear2d_backward", &upsample_backward_autograd);
+  m.impl("softmax", &softmax_autograd);
+  m.impl("cross_entropy", &cross_entropy_autograd);
+  m.impl("reorg", &Reorg<false>::kernel);
+  m.impl("reorg_backward", &Reorg<true>::kernel);
+}

@@ -25,6 +25,7 @@ except ImportError:  # the GPU machine: a stub that prints what a cell displays
     display_module.display = lambda *objects, **_: print(*map(repr, objects))
     ipython = types.ModuleType("IPython")
     ipython.display, ipython.version_info = display_module, (9, 0)
+    ipython.get_ipython = lambda: None  # matplotlib asks whether it runs inside IPython
     sys.modules["IPython"], sys.modules["IPython.display"] = ipython, display_module
 
 root = Path(__file__).resolve().parent.parent

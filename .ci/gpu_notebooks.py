@@ -23,6 +23,7 @@ try:
 except ImportError:  # the GPU machine: a stub that prints what a cell displays
     display_module = types.ModuleType("IPython.display")
     display_module.display = lambda *objects, **_: print(*map(repr, objects))
+    display_module.Image = lambda data=None, **_: f"<PNG image, {len(data or b'')} bytes>"  # viz.explore
     ipython = types.ModuleType("IPython")
     ipython.display, ipython.version_info = display_module, (9, 0)
     ipython.get_ipython = lambda: None  # matplotlib asks whether it runs inside IPython

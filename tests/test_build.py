@@ -223,7 +223,7 @@ def test_bench_times_each_peer_and_reports_one_that_fails():
     assert peers["slow"]["ms"] > 0 and peers["slow"]["speedup"] == pytest.approx(peers["slow"]["ms"] / 1e-3)
     assert peers["slow"]["graph_ms"] is None
     assert peers["broken"] == {"error": peers["broken"]["error"]} and "RuntimeError" in peers["broken"]["error"]
-    assert "failed (RuntimeError" in bench._peer_text(peers["broken"])
+    assert "failed (RuntimeError" in bench.peer_text(peers["broken"])
 
 
 def test_bench_suites_name_their_peers():

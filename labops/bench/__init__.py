@@ -263,7 +263,7 @@ def _time_peers(case, device, pct, lab, lab_graph) -> dict:
     return out
 
 
-def _peer_text(p: dict) -> str:
+def peer_text(p: dict) -> str:
     """labops's speedup over one peer, eager / graph: '1.23x / 0.98x' (above 1: labops is faster)."""
     if "error" in p:
         return f"failed ({p['error']})"
@@ -302,7 +302,7 @@ def run(device="cuda", suites=None, size=None, json_path=None, print_table=True)
                 r = results[-1]
                 print(f"  {r.op:26s} {r.shape:22s} {r.dtype:8s} labops {r.labops_ms:8.3f} ms  "
                       f"native {r.native_ms:8.3f} ms  ({r.labops_pct_copy:.0f} % / {r.native_pct_copy:.0f} % of copy)"
-                      + "".join(f"  | {name} {_peer_text(p)}" for name, p in r.peers.items()),
+                      + "".join(f"  | {name} {peer_text(p)}" for name, p in r.peers.items()),
                       flush=True)
     if print_table:
         print(header)
@@ -339,7 +339,7 @@ def print_rows(result: dict, dtype: str | None = None, op: str | None = None) ->
               f"{pct(r.get('native_graph_pct_copy'))}   {times(r['speedup'])}x / {times(r.get('graph_speedup'))}x"
               f"  vs {r['native_name']}")
         for name, peer in (r.get("peers") or {}).items():
-            print(f"{'':58s} vs {name}: labops speedup {_peer_text(peer)} (eager / graph)")
+            print(f"{'':58s} vs {name}: labops speedup {peer_text(peer)} (eager / graph)")
 
 
 def print_roofline(result: dict, dtype: str = "float32", impls=("labops",), op: str | None = None) -> None:
@@ -380,7 +380,7 @@ def format_table(results) -> str:
             cell = lambda v, unit: "n/a" if v is None else f"{v:.0f} %" if unit else f"{v:.2f}x"  # noqa: E731
             line += (f" {cell(r.labops_graph_pct_copy, 1)} | {cell(r.native_graph_pct_copy, 1)} |"
                      f" {cell(r.graph_speedup, 0)} |")
-        peers = "; ".join(f"{name} {_peer_text(p)}" for name, p in r.peers.items())
+        peers = "; ".join(f"{name} {peer_text(p)}" for name, p in r.peers.items())
         lines.append(line + f" {r.native_name} |" + (f" {peers} |" if any_peers else ""))
     return "\n".join(lines)
 

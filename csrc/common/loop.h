@@ -27,8 +27,9 @@ namespace labops {
 
 // Threads per block for the simple one-element-per-iteration kernels.
 constexpr int kThreadsPerBlock = 256;
-// Caffe capped a 1-D grid at 65535 blocks (the old gridDim.x limit). We keep
-// the cap: it bounds launch size, and the grid-stride loop covers the rest.
+// At most 65535 blocks, gridDim.x's limit before compute capability 3.0.
+// Caffe's CAFFE_GET_BLOCKS has no cap (one thread per element, always); we
+// cap the grid to bound the launch, and the grid-stride loop covers the rest.
 constexpr int64_t kMaxBlocks = 65535;
 
 // GET_BLOCKS: enough blocks of `threads` to give every element a thread,

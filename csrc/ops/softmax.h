@@ -152,7 +152,7 @@ LABOPS_HOST_DEVICE T cross_entropy_loss(T row_max, T sum, T target_logit) {
   return row_max + log_of(sum) - target_logit;
 }
 // d loss / d x_j = softmax(x)_j - [j == t], times the incoming gradient
-// (divided by N for the mean): write-up 004's softmax_grad.
+// (divided by N for the mean): write-up 004's softmax_grad (notebooks/writeups.md).
 template <typename T>
 LABOPS_HOST_DEVICE T cross_entropy_grad(T x, T row_max, T inv_sum, T onehot, T scale) {
   return (softmax_output(x, row_max, inv_sum) - onehot) * scale;

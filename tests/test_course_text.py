@@ -139,3 +139,12 @@ def test_each_notebook_opens_with_objectives_and_an_honest_time(notebook):
         f"the Time line says {words} words and {code_cells} code cells; the notebook has {actual_words} and "
         f"{actual_cells}")
     assert abs(minutes - (actual_words / 100 + actual_cells)) <= 5
+
+
+def test_each_notebook_mark_names_a_test_file_and_a_notebook():
+    """`pytest -m nbNN` must not lose a test file to a rename."""
+    from conftest import NOTEBOOK_OF_TEST_FILE
+
+    for stem, mark in NOTEBOOK_OF_TEST_FILE.items():
+        assert (ROOT / "tests" / f"{stem}.py").exists(), stem
+        assert list(ROOT.glob(f"notebooks/{mark[2:]}_*.ipynb")), mark

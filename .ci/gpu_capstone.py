@@ -17,7 +17,6 @@ The two-GPU data-parallel run (NCCL) is separate:
 """
 
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from labops import capstone  # noqa: E402
+from labops.bench import time_ms  # noqa: E402
 from labops.ops import cross_entropy  # noqa: E402
 
 
@@ -63,8 +63,8 @@ def train_all(device):
     return result
 
 
-def step_ms(model, loss_fn, x, y, compile, steps_per_sample=20, samples=15):
-    """Median milliseconds of one training step, CUDA events around bursts of ``steps_per_sample`` steps."""
+def step_ms(model, loss_fn, x, y, compile):
+    """Median milliseconds of one training step (labops.bench.time_ms: CUDA events around bursts of steps)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
 
     def forward_loss(x, y):
@@ -81,17 +81,7 @@ def step_ms(model, loss_fn, x, y, compile, steps_per_sample=20, samples=15):
 
     for _ in range(10):  # warm-up: compilation, autotuning, the caching allocator
         step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(steps_per_sample):
-            step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / steps_per_sample)
-    return statistics.median(times)
+    return time_ms(step, "cuda")  # CUDA events around bursts of steps, the median of the samples
 
 
 def time_steps(device, batches=(32, 1024)):

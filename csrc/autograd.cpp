@@ -23,6 +23,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -141,6 +142,24 @@ at::Tensor pool_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef 
                                    : below_autograd(pool_backward_op(), grad_output, input_size);
 }
 
+// ---------------------------------------------------------------- the window of a convolution
+
+// stride, padding and dilation, kept from the forward for the backward (the convolutions, im2col, col2im).
+struct Window {
+  std::vector<int64_t> stride, padding, dilation;
+};
+
+void save_window(AutogradContext* ctx, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
+  ctx->saved_data["stride"] = vec(s);
+  ctx->saved_data["padding"] = vec(p);
+  ctx->saved_data["dilation"] = vec(d);
+}
+
+Window saved_window(AutogradContext* ctx) {
+  auto& data = ctx->saved_data;
+  return {data["stride"].toIntVector(), data["padding"].toIntVector(), data["dilation"].toIntVector()};
+}
+
 // ---------------------------------------------------------------- depthwise.py: depthwise_conv2d
 
 using DepthwiseSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
@@ -156,9 +175,7 @@ struct DepthwiseConv2d : Function<DepthwiseConv2d> {
                             const OptTensor& bias, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
     ctx->save_for_backward({x, weight});
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    ctx->saved_data["stride"] = vec(stride);
-    ctx->saved_data["padding"] = vec(padding);
-    ctx->saved_data["dilation"] = vec(dilation);
+    save_window(ctx, stride, padding, dilation);
     return below_autograd(depthwise_op(), x, weight, bias, stride, padding, dilation);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -167,15 +184,13 @@ struct DepthwiseConv2d : Function<DepthwiseConv2d> {
     static auto bias_op = find_op<DepthwiseBiasSig>("labops::depthwise_conv2d_backward_bias");
     auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &g = grads[0];
-    auto stride = ctx->saved_data["stride"].toIntVector();
-    auto padding = ctx->saved_data["padding"].toIntVector();
-    auto dilation = ctx->saved_data["dilation"].toIntVector();
+    const Window w = saved_window(ctx);
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) {  // updateGradInput
-      grad_x = input_op.call(g, weight, x.sym_sizes(), stride, padding, dilation);
+      grad_x = input_op.call(g, weight, x.sym_sizes(), w.stride, w.padding, w.dilation);
     }
     if (ctx->needs_input_grad(1)) {  // accGradParameters, weight
-      grad_w = weight_op.call(g, x, weight.sym_sizes(), stride, padding, dilation);
+      grad_w = weight_op.call(g, x, weight.sym_sizes(), w.stride, w.padding, w.dilation);
     }
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {  // accGradParameters, bias
       grad_b = bias_op.call(g);
@@ -199,9 +214,7 @@ const auto& col2im_op() { static auto op = find_op<Col2imSig>("labops::col2im");
 
 void save_window(AutogradContext* ctx, IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
   ctx->saved_data["kernel_size"] = vec(k);
-  ctx->saved_data["stride"] = vec(s);
-  ctx->saved_data["padding"] = vec(p);
-  ctx->saved_data["dilation"] = vec(d);
+  save_window(ctx, s, p, d);
 }
 
 // The adjoint of "copy each pixel into every column that sees it" is "sum those columns back".
@@ -214,9 +227,9 @@ struct Im2col : Function<Im2col> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto& data = ctx->saved_data;
+    const Window w = saved_window(ctx);
     return {col2im_op().call(grads[0], data["image_size"].toSymIntVector(), data["kernel_size"].toIntVector(),
-                             data["stride"].toIntVector(), data["padding"].toIntVector(),
-                             data["dilation"].toIntVector()),
+                             w.stride, w.padding, w.dilation),
             {}, {}, {}, {}};
   }
 };
@@ -228,9 +241,9 @@ struct Col2im : Function<Col2im> {
     return below_autograd(col2im_op(), cols, output_size, k, s, p, d);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& data = ctx->saved_data;
-    return {im2col_op().call(grads[0], data["kernel_size"].toIntVector(), data["stride"].toIntVector(),
-                             data["padding"].toIntVector(), data["dilation"].toIntVector()),
+    const Window w = saved_window(ctx);
+    return {im2col_op().call(grads[0], ctx->saved_data["kernel_size"].toIntVector(), w.stride, w.padding,
+                             w.dilation),
             {}, {}, {}, {}, {}};
   }
 };
@@ -261,9 +274,7 @@ struct Conv2dMM : Function<Conv2dMM> {
     ctx->saved_data["dtype"] = weight.scalar_type();
     ctx->saved_data["device"] = weight.device();
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    ctx->saved_data["stride"] = vec(stride);
-    ctx->saved_data["padding"] = vec(padding);
-    ctx->saved_data["dilation"] = vec(dilation);
+    save_window(ctx, stride, padding, dilation);
     return below_autograd(conv_op(), x, weight, bias, stride, padding, dilation);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -272,14 +283,12 @@ struct Conv2dMM : Function<Conv2dMM> {
     auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1];
     auto& data = ctx->saved_data;
-    auto stride = data["stride"].toIntVector();
-    auto padding = data["padding"].toIntVector();
-    auto dilation = data["dilation"].toIntVector();
+    const Window w = saved_window(ctx);
     bool has_bias = data["has_bias"].toBool();
     auto g = grads[0].contiguous();
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) {  // updateGradInput
-      grad_x = input_op.call(g, weight, data["input_size"].toSymIntVector(), stride, padding, dilation);
+      grad_x = input_op.call(g, weight, data["input_size"].toSymIntVector(), w.stride, w.padding, w.dilation);
     }
     if (ctx->needs_input_grad(1) || (has_bias && ctx->needs_input_grad(2))) {
       // accGradParameters into zeroed buffers with scale 1 is exactly the gradient.
@@ -288,7 +297,8 @@ struct Conv2dMM : Function<Conv2dMM> {
       if (has_bias) grad_b = at::zeros_symint({weight_size[0]}, options);
       if (ctx->needs_input_grad(1)) {
         grad_w = at::zeros_symint(weight_size, options);
-        acc_op.call(g, x, grad_w, has_bias ? OptTensor(grad_b) : std::nullopt, stride, padding, dilation, 1.0);
+        acc_op.call(g, x, grad_w, has_bias ? OptTensor(grad_b) : std::nullopt, w.stride, w.padding, w.dilation,
+                    1.0);
       } else {  // only the bias: sum grad_output over (N, oh, ow)
         grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
       }

@@ -27,10 +27,9 @@ import numbers
 import torch
 
 from .._checks import check_choice, check_enum, check_floating, check_tensor, shape_str
+from ..reference.upsample import COORDINATE_MODES  # the three modes, named once
 
-__all__ = ["COORDINATE_MODES", "upsample_bilinear2d", "upsample_bilinear2d_output_size"]
-
-COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric")
+__all__ = ["upsample_bilinear2d", "upsample_bilinear2d_output_size"]
 
 _OP = "upsample_bilinear2d"
 

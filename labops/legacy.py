@@ -281,9 +281,9 @@ class SpatialUpSamplingBilinear(Module):
         self.args = (size, scale_factor, align_corners, coordinate_mode)
 
     def _resolved(self, input):
-        from labops.ops.upsample import _resolve
+        from labops.ops.upsample import resolve_arguments
 
-        return _resolve(input, *self.args)
+        return resolve_arguments(input, *self.args)
 
     def updateOutput(self, input):
         size, mode, sh, sw = self._resolved(input)

@@ -3,12 +3,9 @@ import math
 import torch
 
 from labops import ops
+from labops._checks import pair
 
 __all__ = ["Conv2dMM"]
-
-
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
 
 
 class Conv2dMM(torch.nn.Module):
@@ -28,8 +25,9 @@ class Conv2dMM(torch.nn.Module):
                  device=None, dtype=None):
         super().__init__()
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
-        self.padding, self.dilation = _pair(padding), _pair(dilation)
+        self.kernel_size, self.stride, self.padding, self.dilation = (
+            tuple(pair(v, "Conv2dMM", name)) for name, v in
+            (("kernel_size", kernel_size), ("stride", stride), ("padding", padding), ("dilation", dilation)))
         if in_channels < 1 or out_channels < 1:
             raise ValueError(f"Conv2dMM: in_channels and out_channels must be >= 1, got {in_channels}, {out_channels}")
         factory = {"device": device, "dtype": dtype}

@@ -3,8 +3,8 @@ import math
 import torch
 
 from labops import ops
+from labops._checks import pair
 
-from .conv2d_mm import _pair
 
 __all__ = ["DepthwiseConv2d"]
 
@@ -35,8 +35,9 @@ class DepthwiseConv2d(torch.nn.Module):
             raise ValueError(f"DepthwiseConv2d: multiplier must be >= 1, got {multiplier}")
         self.in_channels = in_channels
         self.out_channels = in_channels * multiplier
-        self.kernel_size = _pair(kernel_size)
-        self.stride, self.padding, self.dilation = _pair(stride), _pair(padding), _pair(dilation)
+        self.kernel_size, self.stride, self.padding, self.dilation = (
+            tuple(pair(v, "DepthwiseConv2d", name)) for name, v in
+            (("kernel_size", kernel_size), ("stride", stride), ("padding", padding), ("dilation", dilation)))
         factory = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(self.out_channels, 1, *self.kernel_size, **factory))
         self.bias = torch.nn.Parameter(torch.empty(self.out_channels, **factory)) if bias else None

@@ -1,6 +1,7 @@
 import torch
 
 from labops import ops
+from labops.reference.upsample import COORDINATE_MODES
 
 __all__ = ["UpsampleBilinear2d"]
 
@@ -24,8 +25,8 @@ class UpsampleBilinear2d(torch.nn.Module):
         if (size is None) == (scale_factor is None):
             raise ValueError(f"UpsampleBilinear2d: give exactly one of size and scale_factor, got "
                              f"size={size!r}, scale_factor={scale_factor!r}")
-        if coordinate_mode is not None and coordinate_mode not in ops.COORDINATE_MODES:
-            raise ValueError(f"UpsampleBilinear2d: coordinate_mode must be one of {ops.COORDINATE_MODES} or None, "
+        if coordinate_mode is not None and coordinate_mode not in COORDINATE_MODES:
+            raise ValueError(f"UpsampleBilinear2d: coordinate_mode must be one of {COORDINATE_MODES} or None, "
                              f"got {coordinate_mode!r}")
         self.size = size
         self.scale_factor = scale_factor

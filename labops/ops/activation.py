@@ -1,8 +1,14 @@
-"""Tanh and GELU: Python face of the compiled ops in csrc/ops/activation.h."""
+"""Tanh and GELU: Python face of the compiled activation ops.
+
+The C++ a call reaches: csrc/ops/activation_ops.h (``ActivationOps``: argument
+checks, dtype dispatch), csrc/ops/activation.h (the math, one element per
+call), csrc/cpu/activation.cpp and csrc/cuda/activation.cu (the launchers);
+the gradient: csrc/autograd.cpp.
+"""
 
 import torch
 
-from ._checks import check_choice, check_floating
+from .._checks import check_choice, check_enum, check_floating, check_same_meta, check_tensor
 
 __all__ = ["GELU_APPROXIMATIONS", "gelu", "tanh"]
 
@@ -26,7 +32,7 @@ def tanh(x: torch.Tensor) -> torch.Tensor:
         >>> y.detach(), x.grad
         (tensor([0.0000, 0.7616]), tensor([1.0000, 0.4200]))
     """
-    check_floating(x, "tanh", "x")
+    check_tensor(x, "tanh", "x")
     return torch.ops.labops.tanh(x)
 
 
@@ -52,12 +58,13 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         >>> labops.gelu(x, approximate="sigmoid")
         tensor([-0.1542,  0.0000,  0.8458])
     """
-    check_floating(x, "gelu", "x")
+    check_tensor(x, "gelu", "x")
     check_choice(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")
     return torch.ops.labops.gelu(x, approximate)
 
 
-# ---- shapes for torch.compile: every output has its first input's shape ----
+# ---- the rules of csrc/ops/activation_ops.h, in its words, for the fakes (torch.compile) ----
+# Every output has its first input's shape.
 
 @torch.library.register_fake("labops::tanh")
 def _tanh_fake(x):
@@ -68,19 +75,23 @@ def _tanh_fake(x):
 @torch.library.register_fake("labops::tanh_backward")
 def _tanh_backward_fake(grad_output, output):
     check_floating(output, "tanh_backward", "output")
+    check_same_meta(grad_output, output, "tanh_backward", "grad_output", "output")
     return torch.empty_like(output, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("labops::gelu")
 def _gelu_fake(x, approximate="none"):
     check_floating(x, "gelu", "x")
-    check_choice(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")
+    check_enum(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("labops::gelu_backward")
 def _gelu_backward_fake(grad_output, x, approximate="none"):
     check_floating(x, "gelu_backward", "x")
+    check_same_meta(grad_output, x, "gelu_backward", "grad_output", "x")
+    # parse_gelu_approx names the forward op ("labops.gelu") for both ops.
+    check_enum(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 

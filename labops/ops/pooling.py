@@ -1,15 +1,16 @@
-"""Global average pooling: Python face of the compiled ops in csrc/ops/pooling.h."""
+"""Global average pooling: Python face of the compiled pooling ops.
+
+The C++ a call reaches: csrc/ops/pooling_ops.h (``PoolingOps``: argument
+checks, dtype dispatch), csrc/ops/pooling.h (the math: one plane's mean, one
+element's gradient), csrc/cpu/pooling.cpp and csrc/cuda/pooling.cu (the
+launchers); the gradient: csrc/autograd.cpp.
+"""
 
 import torch
 
-from ._checks import check_floating
+from .._checks import check_floating, check_tensor, shape_str
 
 __all__ = ["global_avg_pool2d"]
-
-
-def _check_rank(dim: int, op: str, arg: str) -> None:
-    if dim not in (3, 4):
-        raise ValueError(f"labops.{op}: {arg} must be a 3-D (C, H, W) or 4-D (N, C, H, W) tensor, got {dim}-D")
 
 
 def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
@@ -31,12 +32,16 @@ def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
         >>> labops.global_avg_pool2d(x).flatten()
         tensor([1.5000, 5.5000])
     """
-    check_floating(x, "global_avg_pool2d", "x")
-    _check_rank(x.dim(), "global_avg_pool2d", "x")
+    check_tensor(x, "global_avg_pool2d", "x")
     return torch.ops.labops.global_avg_pool2d(x)
 
 
-# ---- shapes for torch.compile ----
+# ---- the rules of csrc/ops/pooling_ops.h, in its words, for the fakes (torch.compile) ----
+
+def _check_rank(dim: int, op: str, arg: str) -> None:
+    if dim not in (3, 4):
+        raise ValueError(f"labops.{op}: {arg} must be a 3-D (C, H, W) or 4-D (N, C, H, W) tensor, got {dim}-D")
+
 
 @torch.library.register_fake("labops::global_avg_pool2d")
 def _global_avg_pool2d_fake(x):
@@ -49,10 +54,13 @@ def _global_avg_pool2d_fake(x):
 def _global_avg_pool2d_backward_fake(grad_output, input_size):
     check_floating(grad_output, "global_avg_pool2d_backward", "grad_output")
     _check_rank(len(input_size), "global_avg_pool2d_backward", "input_size")
+    if any(s < 0 for s in input_size):
+        raise ValueError(f"labops.global_avg_pool2d_backward: input_size must not be negative, got "
+                         f"{shape_str(input_size)}")
     expected = (*input_size[:-2], 1, 1)
     if tuple(grad_output.shape) != tuple(expected):
-        raise ValueError(f"labops.global_avg_pool2d_backward: grad_output must have shape {list(expected)} "
-                         f"(input_size with H and W set to 1), got {list(grad_output.shape)}")
+        raise ValueError(f"labops.global_avg_pool2d_backward: grad_output must have shape {shape_str(expected)} "
+                         f"(input_size with H and W set to 1), got {shape_str(grad_output.shape)}")
     return grad_output.new_empty(input_size)
 
 

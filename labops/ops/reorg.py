@@ -1,46 +1,20 @@
-"""Reorg (YOLOv2's passthrough layer): Python face of csrc/ops/reorg.h."""
+"""Reorg (YOLOv2's passthrough layer): Python face of the compiled reorg ops.
+
+The C++ a call reaches: csrc/ops/reorg_ops.h (``ReorgOps``: argument checks,
+dtype dispatch), csrc/ops/reorg.h (the three index maps, one element per
+call), csrc/cpu/reorg.cpp and csrc/cuda/reorg.cu (the launchers); the
+gradient: csrc/autograd.cpp.
+"""
 
 import torch
 
-from ._checks import check_choice, check_floating
+from .._checks import check_choice, check_enum, check_floating, check_tensor, shape_str
 
 __all__ = ["REORG_ORDERS", "reorg"]
 
 REORG_ORDERS = ("darknet", "dcr", "crd")
 
-
-def _check(t, stride, order, op, arg, darknet_channels=None):
-    check_floating(t, op, arg)
-    check_choice(order, REORG_ORDERS, op, "order")
-    if isinstance(stride, bool) or not isinstance(stride, int):
-        raise TypeError(f"labops.{op}: stride must be an int, got {type(stride).__name__}")
-    if stride < 1:
-        raise ValueError(f"labops.{op}: stride must be >= 1, got {stride}")
-    if t.dim() != 4:
-        raise ValueError(f"labops.{op}: {arg} must be a 4-D (N, C, H, W) tensor, got {t.dim()}-D")
-
-
-def _check_input_shape(shape, stride, order, op, arg):
-    _, c, h, w = shape
-    if h % stride != 0 or w % stride != 0:
-        raise ValueError(f"labops.{op}: {arg}'s height and width must be divisible by stride {stride}, "
-                         f"got {list(shape)}")
-    if order == "darknet" and c % (stride * stride) != 0:
-        raise ValueError(f"labops.{op}: {arg}'s channels must be divisible by stride^2 = {stride * stride} "
-                         f"for order 'darknet', got {list(shape)}")
-
-
-def _output_shape(shape, s):
-    n, c, h, w = shape
-    return (n, c * s * s, h // s, w // s)
-
-
-def _input_shape_of_grad(grad_output, s):
-    n, c_out, ho, wo = grad_output.shape
-    if c_out % (s * s) != 0:
-        raise ValueError(f"labops.reorg_backward: grad_output's channels must be divisible by stride^2 = {s * s}, "
-                         f"got {list(grad_output.shape)}")
-    return (n, c_out // (s * s), ho * s, wo * s)
+_INT64_MAX = 2**63 - 1
 
 
 def reorg(x: torch.Tensor, stride: int = 2, order: str = "darknet") -> torch.Tensor:
@@ -71,25 +45,58 @@ def reorg(x: torch.Tensor, stride: int = 2, order: str = "darknet") -> torch.Ten
         >>> torch.equal(labops.reorg(x, 2, "crd"), torch.nn.functional.pixel_unshuffle(x, 2))
         True
     """
-    _check(x, stride, order, "reorg", "x")
-    _check_input_shape(x.shape, stride, order, "reorg", "x")
+    check_tensor(x, "reorg", "x")
+    if isinstance(stride, bool) or not isinstance(stride, int):
+        raise TypeError(f"labops.reorg: stride must be an int, got {type(stride).__name__}")
+    check_choice(order, REORG_ORDERS, "reorg", "order")
     return torch.ops.labops.reorg(x, stride, order)
 
 
-# ---- shapes for torch.compile ----
+# ---- the rules of csrc/ops/reorg_ops.h, in its words, for the fakes (torch.compile) ----
+
+def _check_stride(stride, op):
+    if stride < 1:
+        raise ValueError(f"labops.{op}: stride must be >= 1, got {stride}")
+    if stride * stride > _INT64_MAX:
+        raise ValueError(f"labops.{op}: stride is too large, got {stride}")
+
+
+def _check_input_shape(op, t, arg, stride, order, c, h, w):
+    """ReorgOps::check on the input geometry (c, h, w); `t` is the tensor the message shows."""
+    _check_stride(stride, op)
+    if h % stride != 0 or w % stride != 0:
+        raise ValueError(f"labops.{op}: {arg}'s height and width must be divisible by stride {stride}, "
+                         f"got {shape_str(t.shape)}")
+    if order == "darknet" and c % (stride * stride) != 0:
+        raise ValueError(f"labops.{op}: {arg}'s channels must be divisible by stride^2 = {stride * stride} "
+                         f"for order 'darknet', got {shape_str(t.shape)}")
+
 
 @torch.library.register_fake("labops::reorg")
 def _reorg_fake(x, stride=2, order="darknet"):
-    _check(x, stride, order, "reorg", "x")
-    _check_input_shape(x.shape, stride, order, "reorg", "x")
-    return x.new_empty(_output_shape(x.shape, stride))
+    check_floating(x, "reorg", "x")
+    check_enum(order, REORG_ORDERS, "reorg", "order")
+    if x.dim() != 4:
+        raise ValueError(f"labops.reorg: x must be a 4-D (N, C, H, W) tensor, got {x.dim()}-D")
+    n, c, h, w = x.shape
+    _check_input_shape("reorg", x, "x", stride, order, c, h, w)
+    return x.new_empty((n, c * stride * stride, h // stride, w // stride))
 
 
 @torch.library.register_fake("labops::reorg_backward")
 def _reorg_backward_fake(grad_output, stride=2, order="darknet"):
-    _check(grad_output, stride, order, "reorg_backward", "grad_output")
-    shape = _input_shape_of_grad(grad_output, stride)
-    _check_input_shape(shape, stride, order, "reorg_backward", "grad_output")
+    op = "reorg_backward"
+    check_floating(grad_output, op, "grad_output")
+    check_enum(order, REORG_ORDERS, op, "order")
+    if grad_output.dim() != 4:
+        raise ValueError(f"labops.reorg_backward: grad_output must be a 4-D tensor, got {grad_output.dim()}-D")
+    _check_stride(stride, op)
+    n, c_out, h_out, w_out = grad_output.shape
+    if c_out % (stride * stride) != 0:
+        raise ValueError(f"labops.reorg_backward: grad_output's channels must be divisible by stride^2 = "
+                         f"{stride * stride}, got {shape_str(grad_output.shape)}")
+    shape = (n, c_out // (stride * stride), h_out * stride, w_out * stride)
+    _check_input_shape(op, grad_output, "grad_output", stride, order, *shape[1:])
     return grad_output.new_empty(shape)
 
 

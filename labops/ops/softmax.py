@@ -1,38 +1,18 @@
-"""Softmax and fused cross-entropy: Python face of the compiled ops in csrc/ops/softmax.h."""
+"""Softmax and fused cross-entropy: Python face of the compiled softmax ops.
+
+The C++ a call reaches: csrc/ops/softmax_ops.h (``SoftmaxOps``: argument
+checks, dtype dispatch, the final reduction of per-row losses),
+csrc/ops/softmax.h (the row bodies), csrc/cpu/softmax.cpp and
+csrc/cuda/softmax.cu (the launchers); the gradient: csrc/autograd.cpp.
+"""
 
 import torch
 
-from ._checks import check_choice, check_floating
+from .._checks import check_choice, check_enum, check_floating, check_same_meta, check_tensor, dtype_name, shape_str
 
 __all__ = ["CROSS_ENTROPY_REDUCTIONS", "cross_entropy", "softmax"]
 
 CROSS_ENTROPY_REDUCTIONS = ("mean", "sum", "none")
-
-
-def _check_dim(x, dim, op):
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"labops.{op}: dim must be an int, got {type(dim).__name__}")
-    rank = max(x.dim(), 1)
-    if not -rank <= dim < rank:
-        raise ValueError(f"labops.{op}: dim must be in [{-rank}, {rank - 1}] for a {x.dim()}-D tensor, got {dim}")
-
-
-def _check_logits_target(logits, target, op):
-    check_floating(logits, op, "logits")
-    if logits.dim() != 2:
-        raise ValueError(f"labops.{op}: logits must be 2-D (N, C), got a {logits.dim()}-D tensor of shape "
-                         f"{list(logits.shape)}")
-    if not isinstance(target, torch.Tensor):
-        raise TypeError(f"labops.{op}: target must be a torch.Tensor, got {type(target).__name__}")
-    if target.dtype != torch.int64:
-        raise ValueError(f"labops.{op}: target must be an int64 (torch.long) tensor of class indices, "
-                         f"got {target.dtype}")
-    if target.dim() != 1 or target.shape[0] != logits.shape[0]:
-        raise ValueError(f"labops.{op}: target must have shape (N,) = ({logits.shape[0]},), got "
-                         f"{list(target.shape)}")
-    if target.device != logits.device:
-        raise ValueError(f"labops.{op}: target must be on the device of logits ({logits.device}), "
-                         f"got {target.device}")
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -54,8 +34,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         tensor([[1.0000, 0.0000],
                 [0.5000, 0.5000]])
     """
-    check_floating(x, "softmax", "x")
-    _check_dim(x, dim, "softmax")
+    check_tensor(x, "softmax", "x")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"labops.softmax: dim must be an int, got {type(dim).__name__}")
     return torch.ops.labops.softmax(x, dim)
 
 
@@ -80,12 +61,37 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "
         >>> round(loss.item(), 4), logits.grad[0]  # log 4, and (softmax - onehot) / N
         (1.3863, tensor([-0.3750,  0.1250,  0.1250,  0.1250]))
     """
-    _check_logits_target(logits, target, "cross_entropy")
+    check_tensor(logits, "cross_entropy", "logits")
+    check_tensor(target, "cross_entropy", "target")
     check_choice(reduction, CROSS_ENTROPY_REDUCTIONS, "cross_entropy", "reduction")
     return torch.ops.labops.cross_entropy(logits, target, reduction)
 
 
-# ---- shapes for torch.compile ----
+# ---- the rules of csrc/ops/softmax_ops.h, in its words, for the fakes (torch.compile) ----
+# One rule a fake cannot state: cross_entropy's targets in [0, C) are values, which a fake tensor
+# does not have; only the eager op checks them.
+
+def _check_dim(x, dim, op):
+    rank = max(x.dim(), 1)  # a 0-d tensor is a row of one element, as in torch.softmax
+    if not -rank <= dim < rank:
+        raise ValueError(f"labops.{op}: dim must be in [{-rank}, {rank - 1}] for a {x.dim()}-D tensor, got {dim}")
+
+
+def _check_logits_target(logits, target, op):
+    check_floating(logits, op, "logits")
+    if logits.dim() != 2:
+        raise ValueError(f"labops.{op}: logits must be 2-D (N, C), got a {logits.dim()}-D tensor of shape "
+                         f"{shape_str(logits.shape)}")
+    if target.dtype != torch.int64:
+        raise ValueError(f"labops.{op}: target must be an int64 (torch.long) tensor of class indices, "
+                         f"got {dtype_name(target.dtype)}")
+    if target.dim() != 1 or target.shape[0] != logits.shape[0]:
+        raise ValueError(f"labops.{op}: target must have shape (N,) = ({logits.shape[0]},), got "
+                         f"{shape_str(target.shape)}")
+    if target.device != logits.device:
+        raise ValueError(f"labops.{op}: target must be on the device of logits ({logits.device}), "
+                         f"got {target.device}")
+
 
 @torch.library.register_fake("labops::softmax")
 def _softmax_fake(x, dim):
@@ -97,6 +103,7 @@ def _softmax_fake(x, dim):
 @torch.library.register_fake("labops::softmax_backward")
 def _softmax_backward_fake(grad_output, output, dim):
     check_floating(output, "softmax_backward", "output")
+    check_same_meta(grad_output, output, "softmax_backward", "grad_output", "output")
     _check_dim(output, dim, "softmax_backward")
     return torch.empty_like(output, memory_format=torch.contiguous_format)
 
@@ -104,15 +111,30 @@ def _softmax_backward_fake(grad_output, output, dim):
 @torch.library.register_fake("labops::cross_entropy")
 def _cross_entropy_fake(logits, target, reduction="mean"):
     _check_logits_target(logits, target, "cross_entropy")
-    check_choice(reduction, CROSS_ENTROPY_REDUCTIONS, "cross_entropy", "reduction")
+    check_enum(reduction, CROSS_ENTROPY_REDUCTIONS, "cross_entropy", "reduction")
     shape = (logits.shape[0],) if reduction == "none" else ()
     return logits.new_empty(shape)
 
 
 @torch.library.register_fake("labops::cross_entropy_backward")
 def _cross_entropy_backward_fake(grad_loss, logits, target, reduction):
-    _check_logits_target(logits, target, "cross_entropy_backward")
-    check_choice(reduction, CROSS_ENTROPY_REDUCTIONS, "cross_entropy_backward", "reduction")
+    op = "cross_entropy_backward"
+    _check_logits_target(logits, target, op)
+    check_enum(reduction, CROSS_ENTROPY_REDUCTIONS, op, "reduction")
+    check_floating(grad_loss, op, "grad_loss")
+    if grad_loss.dtype != logits.dtype:
+        raise ValueError(f"labops.{op}: grad_loss must have the dtype of logits ({dtype_name(logits.dtype)}), "
+                         f"got {dtype_name(grad_loss.dtype)}")
+    if grad_loss.device != logits.device:
+        raise ValueError(f"labops.{op}: grad_loss must be on the device of logits ({logits.device}), "
+                         f"got {grad_loss.device}")
+    if reduction == "none":
+        if grad_loss.dim() != 1 or grad_loss.shape[0] != logits.shape[0]:
+            raise ValueError(f"labops.{op}: grad_loss must have shape (N,) = ({logits.shape[0]},) for "
+                             f"reduction='none', got {shape_str(grad_loss.shape)}")
+    elif grad_loss.dim() != 0:
+        raise ValueError(f"labops.{op}: grad_loss must be 0-d for reduction='{reduction}', got shape "
+                         f"{shape_str(grad_loss.shape)}")
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 

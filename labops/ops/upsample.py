@@ -1,4 +1,4 @@
-"""Bilinear upsampling: Python face of the compiled ops in csrc/ops/upsample.h.
+"""Bilinear upsampling: Python face of the compiled upsample ops.
 
 Three coordinate modes (ONNX Resize's names) decide which source coordinate an
 output pixel reads, per dimension (``x`` the output index, ``scale`` the source
@@ -13,6 +13,12 @@ step per output step):
 ``scale`` is ``in / out``, except when the caller gives ``scale_factor``: then, like
 ``F.interpolate``, the output has ``floor(in * scale_factor)`` pixels and the step is
 ``1 / scale_factor``.
+
+The C++ a call reaches: csrc/ops/upsample_ops.h (``UpsampleOps``: argument
+checks, dtype dispatch), csrc/ops/upsample.h (``source_taps`` and the
+per-element bodies, shared by forward, scatter and gather),
+csrc/cpu/upsample.cpp and csrc/cuda/upsample.cu (the launchers); the gradient:
+csrc/autograd.cpp.
 """
 
 import math
@@ -20,17 +26,20 @@ import numbers
 
 import torch
 
-from ._checks import check_choice, check_floating
+from .._checks import check_choice, check_enum, check_floating, check_tensor, shape_str
+from ..reference.upsample import COORDINATE_MODES  # the three modes, named once
 
-__all__ = ["COORDINATE_MODES", "upsample_bilinear2d", "upsample_bilinear2d_output_size"]
-
-COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric")
+__all__ = ["upsample_bilinear2d", "upsample_bilinear2d_output_size"]
 
 _OP = "upsample_bilinear2d"
 
 
-def _pair(value, arg, kind):
-    """int/float or a pair of them -> a 2-tuple; `kind` is int or float."""
+def _positive_pair(value, arg, kind):
+    """``size`` (kind int) or ``scale_factor`` (kind float), a number or a pair -> a 2-tuple of numbers > 0.
+
+    Not ``labops._checks.pair``: these are F.interpolate's arguments, not the op's, and a scale factor
+    may be a float.
+    """
     items = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
     ok_type = numbers.Integral if kind is int else numbers.Real
     if len(items) != 2 or not all(isinstance(v, ok_type) and not isinstance(v, bool) for v in items):
@@ -41,18 +50,23 @@ def _pair(value, arg, kind):
     return tuple(kind(v) for v in items)
 
 
-def _check_x(x, op=_OP, arg="x"):
-    check_floating(x, op, arg)
-    if x.dim() != 4:
-        raise ValueError(f"labops.{op}: {arg} must be a 4-D (N, C, H, W) tensor, got {x.dim()}-D with shape "
-                         f"{tuple(x.shape)}")
+def resolve_arguments(x, size=None, scale_factor=None, align_corners=False, coordinate_mode=None):
+    """The compiled op's arguments for :func:`upsample_bilinear2d`'s: ``(output_size, coordinate_mode,
+    scale_h, scale_w)``.
+
+    ``size`` or ``scale_factor`` (exactly one) becomes the output size, F.interpolate's way
+    (``floor(in * scale_factor)``); the scales are the caller's scale factors (None with ``size``);
+    ``coordinate_mode`` None becomes ``"align_corners"`` or ``"half_pixel"`` from ``align_corners``.
+    ``labops.legacy.SpatialUpSamplingBilinear`` calls the ops with these.
+
+    Example:
+        >>> resolve_arguments(torch.zeros(1, 1, 5, 7), scale_factor=1.5)
+        ([7, 10], 'half_pixel', 1.5, 1.5)
+    """
+    check_tensor(x, _OP, "x")
+    _check_x(x, _OP, "x")
     if x.shape[2] == 0 or x.shape[3] == 0:
-        raise ValueError(f"labops.{op}: {arg}'s height and width must be between 1 and 2^24, got {tuple(x.shape)}")
-
-
-def _resolve(x, size, scale_factor, align_corners, coordinate_mode):
-    """The arguments of the compiled op: (output_size, coordinate_mode, scale_h, scale_w)."""
-    _check_x(x)
+        raise ValueError(f"labops.{_OP}: x's height and width must be between 1 and 2^24, got {tuple(x.shape)}")
     if (size is None) == (scale_factor is None):
         raise ValueError(f"labops.{_OP}: give exactly one of size and scale_factor, got "
                          f"size={size!r}, scale_factor={scale_factor!r}")
@@ -60,13 +74,13 @@ def _resolve(x, size, scale_factor, align_corners, coordinate_mode):
         coordinate_mode = "align_corners" if align_corners else "half_pixel"
     check_choice(coordinate_mode, COORDINATE_MODES, _OP, "coordinate_mode")
     if size is not None:
-        return _pair(size, "size", int), coordinate_mode, None, None
-    scales = _pair(scale_factor, "scale_factor", float)
+        return list(_positive_pair(size, "size", int)), coordinate_mode, None, None
+    scales = _positive_pair(scale_factor, "scale_factor", float)
     # F.interpolate's rule: floor(in * scale_factor), computed in double.
-    out = tuple(math.floor(float(x.shape[2 + i]) * scales[i]) for i in range(2))
+    out = [math.floor(float(x.shape[2 + i]) * scales[i]) for i in range(2)]
     if min(out) < 1:
         raise ValueError(f"labops.{_OP}: scale_factor {scale_factor!r} must leave at least one output pixel, "
-                         f"got output size {out} from input size {tuple(x.shape[2:])}")
+                         f"got output size {tuple(out)} from input size {tuple(x.shape[2:])}")
     return out, coordinate_mode, scales[0], scales[1]
 
 
@@ -83,7 +97,7 @@ def upsample_bilinear2d_output_size(x, size=None, scale_factor=None):
         >>> upsample_bilinear2d_output_size(torch.zeros(1, 1, 5, 7), scale_factor=1.5)
         (7, 10)
     """
-    return _resolve(x, size, scale_factor, False, None)[0]
+    return tuple(resolve_arguments(x, size, scale_factor)[0])
 
 
 def upsample_bilinear2d(x: torch.Tensor, size=None, scale_factor=None, align_corners: bool = False,
@@ -114,26 +128,44 @@ def upsample_bilinear2d(x: torch.Tensor, size=None, scale_factor=None, align_cor
         >>> labops.upsample_bilinear2d(x, size=(1, 4), coordinate_mode="asymmetric")
         tensor([[[[0.0000, 0.5000, 1.0000, 1.0000]]]])
     """
-    output_size, mode, scale_h, scale_w = _resolve(x, size, scale_factor, align_corners, coordinate_mode)
-    return torch.ops.labops.upsample_bilinear2d(x, list(output_size), mode, scale_h, scale_w)
+    return torch.ops.labops.upsample_bilinear2d(x, *resolve_arguments(x, size, scale_factor, align_corners,
+                                                                      coordinate_mode))
 
 
-# ---- shapes for torch.compile ----
+# ---- the rules of csrc/ops/upsample_ops.h, in its words, for the fakes (torch.compile) ----
+
+def _check_x(t, op, arg):
+    check_floating(t, op, arg)
+    if t.dim() != 4:
+        raise ValueError(f"labops.{op}: {arg} must be a 4-D (N, C, H, W) tensor, got {t.dim()}-D with shape "
+                         f"{shape_str(t.shape)}")
+
+
+def _check_spatial(size, op, what):
+    # Sizes go through float coordinates: kept where a float still counts every integer.
+    if not 0 < size <= 2**24:
+        raise ValueError(f"labops.{op}: {what} must be between 1 and 2^24, got {size}")
+
 
 def _check_scale(scale, op, arg):
     if scale is not None and not (scale > 0 and math.isfinite(scale)):
-        raise ValueError(f"labops.{op}: {arg} must be a positive finite number or None, got {scale}")
+        # {:f}: std::to_string's format, which the C++ message uses.
+        raise ValueError(f"labops.{op}: {arg} must be a positive finite number or None, got {scale:f}")
 
 
 @torch.library.register_fake("labops::upsample_bilinear2d")
 def _upsample_fake(x, output_size, coordinate_mode, scale_h, scale_w):
-    _check_x(x)
+    _check_x(x, _OP, "x")
     if len(output_size) != 2 or not all(s > 0 for s in output_size):
         raise ValueError(f"labops.{_OP}: output_size must be two positive integers (out_h, out_w), "
-                         f"got {list(output_size)}")
-    check_choice(coordinate_mode, COORDINATE_MODES, _OP, "coordinate_mode")
+                         f"got {shape_str(output_size)}")
+    _check_spatial(x.shape[2], _OP, "x's height")
+    _check_spatial(x.shape[3], _OP, "x's width")
+    _check_spatial(output_size[0], _OP, "output_size[0]")
+    _check_spatial(output_size[1], _OP, "output_size[1]")
     _check_scale(scale_h, _OP, "scale_h")
     _check_scale(scale_w, _OP, "scale_w")
+    check_enum(coordinate_mode, COORDINATE_MODES, _OP, "coordinate_mode")
     return x.new_empty((x.shape[0], x.shape[1], *output_size))
 
 
@@ -142,10 +174,19 @@ def _upsample_backward_fake(grad_output, input_size, coordinate_mode, scale_h, s
     op = "upsample_bilinear2d_backward"
     _check_x(grad_output, op, "grad_output")
     if len(input_size) != 4:
-        raise ValueError(f"labops.{op}: input_size must have 4 entries (N, C, H, W), got {list(input_size)}")
-    check_choice(coordinate_mode, COORDINATE_MODES, op, "coordinate_mode")
+        raise ValueError(f"labops.{op}: input_size must have 4 entries (N, C, H, W), got {shape_str(input_size)}")
+    if input_size[0] < 0 or input_size[1] < 0:
+        raise ValueError(f"labops.{op}: input_size must not be negative, got {shape_str(input_size)}")
+    if grad_output.shape[0] != input_size[0] or grad_output.shape[1] != input_size[1]:
+        raise ValueError(f"labops.{op}: grad_output must have input_size's N and C ({input_size[0]}, "
+                         f"{input_size[1]}), got shape {shape_str(grad_output.shape)}")
+    _check_spatial(input_size[2], op, "input_size[2]")
+    _check_spatial(input_size[3], op, "input_size[3]")
+    _check_spatial(grad_output.shape[2], op, "grad_output's height")
+    _check_spatial(grad_output.shape[3], op, "grad_output's width")
     _check_scale(scale_h, op, "scale_h")
     _check_scale(scale_w, op, "scale_w")
+    check_enum(coordinate_mode, COORDINATE_MODES, op, "coordinate_mode")
     return grad_output.new_empty(tuple(input_size))
 
 

@@ -22,6 +22,8 @@ Arrays are NumPy float64; shapes as in F.unfold / F.fold / F.conv2d.
 
 import numpy as np
 
+from labops._checks import conv_output_size, pair
+
 __all__ = [
     "col2im_loop",
     "conv2d_mm_acc_grad_parameters_loop",
@@ -29,27 +31,44 @@ __all__ = [
     "conv2d_mm_forward_loop",
     "conv_out_size",
     "im2col_loop",
+    "window_pixels",
 ]
 
 
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
+def _pairs(*values):
+    """(h, w) pairs from ints or pairs: every size argument of the loops below takes either."""
+    return [pair(v, "reference.conv2d_mm", "size") for v in values]
 
 
-def conv_out_size(size, kernel, stride, pad, dilation):
-    """Window positions along one axis: (size + 2 pad - dilation (kernel - 1) - 1) // stride + 1.
+# The output-size rule of every convolution (``labops._checks.conv_output_size``, the same formula the
+# C++ ops use): (size + 2 pad - dilation (kernel - 1) - 1) // stride + 1 window positions along one axis.
+conv_out_size = conv_output_size
 
-    Args:
-        size, kernel, stride, pad, dilation: ints along one axis.
 
-    Returns:
-        int, the output size along that axis.
+def window_pixels(channels, in_hw, kernel, stride, padding, dilation):
+    """Every (c, row, col, ih, iw) where column entry (row, col) of im2col is input pixel (c, ih, iw).
+
+    Row ``(c*kH + kh)*kW + kw`` is tap (kh, kw) of channel c; column ``oh*out_w + ow`` is window
+    (oh, ow); the tap reads ``ih = oh*stride_h - pad_h + kh*dilation_h`` (and the same for w).
+    Entries whose pixel lies in the zero padding are not listed. im2col copies along these pairs
+    and col2im adds along them: the two are adjoint because they share this one list.
 
     Example:
-        >>> conv_out_size(5, 3, stride=2, pad=1, dilation=1)
-        3
+        >>> list(window_pixels(1, (2, 2), (2, 2), (1, 1), (0, 0), (1, 1)))
+        [(0, 0, 0, 0, 0), (0, 1, 0, 0, 1), (0, 2, 0, 1, 0), (0, 3, 0, 1, 1)]
     """
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    (h_, w_), (kh_, kw_), (sh, sw), (ph, pw), (dh, dw) = in_hw, kernel, stride, padding, dilation
+    out_h, out_w = conv_out_size(h_, kh_, sh, ph, dh), conv_out_size(w_, kw_, sw, pw, dw)
+    for c in range(channels):
+        for kh in range(kh_):
+            for kw in range(kw_):
+                row = (c * kh_ + kh) * kw_ + kw
+                for oh in range(out_h):
+                    for ow in range(out_w):
+                        ih = oh * sh - ph + kh * dh
+                        iw = ow * sw - pw + kw * dw
+                        if 0 <= ih < h_ and 0 <= iw < w_:
+                            yield c, row, oh * out_w + ow, ih, iw
 
 
 def im2col_loop(x, kernel_size, stride=1, padding=0, dilation=1):
@@ -77,21 +96,12 @@ def im2col_loop(x, kernel_size, stride=1, padding=0, dilation=1):
                [4., 5., 7., 8.]])
     """
     x = np.asarray(x, dtype=np.float64)
-    (kh_, kw_), (sh, sw), (ph, pw), (dh, dw) = map(_pair, (kernel_size, stride, padding, dilation))
+    (kh_, kw_), (sh, sw), (ph, pw), (dh, dw) = _pairs(kernel_size, stride, padding, dilation)
     n_, c_, h_, w_ = x.shape
     out_h, out_w = conv_out_size(h_, kh_, sh, ph, dh), conv_out_size(w_, kw_, sw, pw, dw)
     cols = np.zeros((n_, c_ * kh_ * kw_, out_h * out_w))
-    for n in range(n_):
-        for c in range(c_):
-            for kh in range(kh_):
-                for kw in range(kw_):
-                    row = (c * kh_ + kh) * kw_ + kw
-                    for oh in range(out_h):
-                        for ow in range(out_w):
-                            ih = oh * sh - ph + kh * dh
-                            iw = ow * sw - pw + kw * dw
-                            if 0 <= ih < h_ and 0 <= iw < w_:
-                                cols[n, row, oh * out_w + ow] = x[n, c, ih, iw]
+    for c, row, col, ih, iw in window_pixels(c_, (h_, w_), (kh_, kw_), (sh, sw), (ph, pw), (dh, dw)):
+        cols[:, row, col] = x[:, c, ih, iw]  # a copy: each column entry is one input pixel
     return cols
 
 
@@ -119,23 +129,13 @@ def col2im_loop(cols, output_size, kernel_size, stride=1, padding=0, dilation=1)
                [1., 2., 1.]])
     """
     cols = np.asarray(cols, dtype=np.float64)
-    (h_, w_), (kh_, kw_), (sh, sw), (ph, pw), (dh, dw) = map(
-        _pair, (output_size, kernel_size, stride, padding, dilation))
+    (h_, w_), (kh_, kw_), (sh, sw), (ph, pw), (dh, dw) = _pairs(
+        output_size, kernel_size, stride, padding, dilation)
     n_, rows, _ = cols.shape
     c_ = rows // (kh_ * kw_)
-    out_h, out_w = conv_out_size(h_, kh_, sh, ph, dh), conv_out_size(w_, kw_, sw, pw, dw)
     image = np.zeros((n_, c_, h_, w_))
-    for n in range(n_):
-        for c in range(c_):
-            for kh in range(kh_):
-                for kw in range(kw_):
-                    row = (c * kh_ + kh) * kw_ + kw
-                    for oh in range(out_h):
-                        for ow in range(out_w):
-                            ih = oh * sh - ph + kh * dh
-                            iw = ow * sw - pw + kw * dw
-                            if 0 <= ih < h_ and 0 <= iw < w_:
-                                image[n, c, ih, iw] += cols[n, row, oh * out_w + ow]
+    for c, row, col, ih, iw in window_pixels(c_, (h_, w_), (kh_, kw_), (sh, sw), (ph, pw), (dh, dw)):
+        image[:, c, ih, iw] += cols[:, row, col]  # a sum: a pixel in k windows gets k entries
     return image
 
 
@@ -160,7 +160,7 @@ def conv2d_mm_forward_loop(x, weight, bias=None, stride=1, padding=0, dilation=1
     weight = np.asarray(weight, dtype=np.float64)
     o_, c_, kh_, kw_ = weight.shape
     n_, _, h_, w_ = x.shape
-    (sh, sw), (ph, pw), (dh, dw) = map(_pair, (stride, padding, dilation))
+    (sh, sw), (ph, pw), (dh, dw) = _pairs(stride, padding, dilation)
     out_h, out_w = conv_out_size(h_, kh_, sh, ph, dh), conv_out_size(w_, kw_, sw, pw, dw)
     columns = im2col_loop(x, (kh_, kw_), stride, padding, dilation)  # (N, C*kH*kW, L)
     w2 = weight.reshape(o_, c_ * kh_ * kw_)                           # (O, C*kH*kW)

@@ -12,7 +12,7 @@ stride, padding, dilation are (h, w) pairs.
 
 import numpy as np
 
-from .conv2d_mm import _pair, conv_out_size
+from .conv2d_mm import _pairs, conv_out_size
 
 __all__ = [
     "depthwise_backward_bias_loop",
@@ -47,7 +47,7 @@ def depthwise_forward_loop(x, weight, bias=None, stride=1, padding=0, dilation=1
         ((1, 4, 3, 3), 9.0, 4.0)
     """
     x, weight = np.asarray(x, np.float64), np.asarray(weight, np.float64)
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    (sh, sw), (ph, pw), (dh, dw) = _pairs(stride, padding, dilation)
     n_, c_in, h, w = x.shape
     c_out, _, kh_, kw_ = weight.shape
     m = c_out // c_in
@@ -91,7 +91,7 @@ def depthwise_backward_input_loop(grad_out, weight, input_shape, stride=1, paddi
                [1., 2., 1.]])
     """
     grad_out, weight = np.asarray(grad_out, np.float64), np.asarray(weight, np.float64)
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    (sh, sw), (ph, pw), (dh, dw) = _pairs(stride, padding, dilation)
     n_, c_in, h, w = input_shape
     c_out, _, kh_, kw_ = weight.shape
     m = c_out // c_in
@@ -136,7 +136,7 @@ def depthwise_backward_weight_loop(grad_out, x, weight_shape, stride=1, padding=
                [8., 8.]])
     """
     grad_out, x = np.asarray(grad_out, np.float64), np.asarray(x, np.float64)
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    (sh, sw), (ph, pw), (dh, dw) = _pairs(stride, padding, dilation)
     n_, c_in, h, w = x.shape
     c_out, _, kh_, kw_ = weight_shape
     m = c_out // c_in

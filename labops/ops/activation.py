@@ -2,7 +2,7 @@
 
 import torch
 
-from ._checks import check_choice, check_floating
+from .._checks import check_choice, check_floating
 
 __all__ = ["GELU_APPROXIMATIONS", "gelu", "tanh"]
 

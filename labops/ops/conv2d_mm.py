@@ -10,7 +10,7 @@ The layer contract maps onto the ops like this:
 
 import torch
 
-from ._checks import check_floating
+from .._checks import check_floating
 
 __all__ = ["col2im", "conv2d_mm", "im2col"]
 

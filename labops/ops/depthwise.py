@@ -14,7 +14,7 @@ accGradParameters): ``depthwise_conv2d_backward_input`` (a gather),
 
 import torch
 
-from ._checks import check_floating
+from .._checks import check_floating
 
 __all__ = ["depthwise_conv2d"]
 

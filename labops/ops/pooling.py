@@ -2,7 +2,7 @@
 
 import torch
 
-from ._checks import check_floating
+from .._checks import check_floating
 
 __all__ = ["global_avg_pool2d"]
 

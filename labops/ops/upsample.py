@@ -20,7 +20,7 @@ import numbers
 
 import torch
 
-from ._checks import check_choice, check_floating
+from .._checks import check_choice, check_floating
 
 __all__ = ["COORDINATE_MODES", "upsample_bilinear2d", "upsample_bilinear2d_output_size"]
 

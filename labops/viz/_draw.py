@@ -102,10 +102,3 @@ def _png(figure):
     buf = io.BytesIO()
     figure.savefig(buf, format="png", dpi=90)
     return Image(data=buf.getvalue(), format="png")
-
-
-
-def _pair(v):
-    """(h, w) from an int or a pair; a few figures take sizes either way."""
-    # TODO(issue 15): use labops._checks.pair once helper C's commit (the one Python vocabulary) lands.
-    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))

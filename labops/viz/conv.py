@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from labops._checks import pair
 from labops.reference.conv2d_mm import conv_out_size, im2col_loop
-from labops.viz._draw import _pair, draw_matrix
+from labops.viz._draw import draw_matrix
 
 def im2col_numpy(x, kernel_size, stride=1, padding=0, dilation=1):
     """The columns matrix of one image x (C, H, W): shape (C*kH*kW, outH*outW), as F.unfold lays it out.
@@ -28,7 +29,11 @@ def im2col_figure(x, kernel_size, stride=1, padding=0, dilation=1, highlight=(0,
     the matrix.
     """
     x = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=np.float64)
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = map(_pair, (kernel_size, stride, padding, dilation))
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
+        pair(value, "viz.im2col_figure", arg, min=least)
+        for value, arg, least in ((kernel_size, "kernel_size", 1), (stride, "stride", 1), (padding, "padding", 0),
+                                (dilation, "dilation", 1))
+    )
     c_in, h, w = x.shape
     if columns is None:
         columns = im2col_numpy(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from labops.viz._draw import _HIGHLIGHT, _pair, draw_matrix, new_figure
+from labops._checks import pair
+from labops.viz._draw import _HIGHLIGHT, draw_matrix, new_figure
 
 _MODE_COLOURS = {"half_pixel": "#4e79a7", "align_corners": "#59a14f", "asymmetric": "#e15759"}
 
@@ -82,7 +83,8 @@ def upsample_gradient_flow(in_hw=(4, 4), out_hw=(8, 8), mode="half_pixel", outpu
 
     from labops import ops, reference  # noqa: F401  (ops loads the compiled library)
 
-    (h, w), (oh, ow) = _pair(in_hw), _pair(out_hw)
+    (h, w) = pair(in_hw, "viz.upsample_gradient_flow", "in_hw", min=1)
+    (oh, ow) = pair(out_hw, "viz.upsample_gradient_flow", "out_hw", min=1)
     oy, ox = output_pixel
     if not (0 <= oy < oh and 0 <= ox < ow):
         raise ValueError(f"viz.upsample_gradient_flow: output_pixel must be inside the {oh}x{ow} output, "
@@ -154,8 +156,9 @@ def upsample_mode_difference(x, out_hw, modes=("half_pixel", "asymmetric"), scal
         raise ValueError(f"viz.upsample_mode_difference: modes must name two coordinate modes, got {modes!r}")
     scale_h = None if scale_factors[0] is None else float(scale_factors[0])
     scale_w = None if scale_factors[1] is None else float(scale_factors[1])
-    outs = [torch.ops.labops.upsample_bilinear2d(img[None, None], list(_pair(out_hw)), m, scale_h,
-                                                 scale_w)[0, 0].numpy() for m in modes]
+    out_size = pair(out_hw, "viz.upsample_mode_difference", "out_hw", min=1)
+    outs = [torch.ops.labops.upsample_bilinear2d(img[None, None], out_size, m, scale_h, scale_w)[0, 0].numpy()
+            for m in modes]
     diff = outs[0] - outs[1]
     fig, axes = new_figure(ncols=3, width=14.0, height=4.4)
     lo, hi = min(o.min() for o in outs), max(o.max() for o in outs)

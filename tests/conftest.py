@@ -69,6 +69,17 @@ def assert_compiled_matches_eager(fn, *inputs, params=(), loss=torch.sum, backen
         torch.testing.assert_close(got, want)
 
 
+def opcheck_every(samples):
+    """``torch.library.opcheck`` on every (op, args) of ``samples``: schema, autograd registration, the
+    fake kernel and tracing under AOT autograd with dynamic shapes, each against the eager op.
+
+    Each test file's ``op_samples`` builds them from its ``sample_inputs``, every op of the layer,
+    as pytorch/extension-cpp's test/test_extension.py does.
+    """
+    for op, args in samples:
+        torch.library.opcheck(op, args)
+
+
 def tolerances(dtype):
     """(rtol, atol) for comparing a dtype's result with a float64 oracle."""
     return {

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, tolerances
 
 import labops
 from labops import reference
@@ -111,8 +111,7 @@ def op_samples(name, approximate, device):
 
 @pytest.mark.parametrize("name,approximate", OPS, ids=OP_IDS)
 def test_opcheck(device, name, approximate):
-    for op, args in op_samples(name, approximate, device):
-        torch.library.opcheck(op, args)
+    opcheck_every(op_samples(name, approximate, device))
 
 
 def test_torch_compile_fullgraph(device):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, tolerances
 
 import labops
 from labops import reference
@@ -188,8 +188,7 @@ def op_samples(device):
 
 
 def test_opcheck(device):
-    for op, args in op_samples(device):
-        torch.library.opcheck(op, args)
+    opcheck_every(op_samples(device))
 
 
 def test_torch_compile_fullgraph(device):

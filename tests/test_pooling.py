@@ -4,7 +4,7 @@ opcheck, torch.compile, and bad input."""
 import numpy as np
 import pytest
 import torch
-from conftest import Seeded, assert_compiled_matches_eager, poison_allocator, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
 
 import labops
 from labops import reference
@@ -107,8 +107,7 @@ def op_samples(device):
 
 
 def test_opcheck(device):
-    for op, args in op_samples(device):
-        torch.library.opcheck(op, args)
+    opcheck_every(op_samples(device))
 
 
 def test_torch_compile_fullgraph(device):

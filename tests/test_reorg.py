@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, poison_allocator
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator
 
 import labops
 from labops import reference
@@ -159,8 +159,7 @@ def op_samples(order, device):
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_opcheck(device, order):
-    for op, args in op_samples(order, device):
-        torch.library.opcheck(op, args)
+    opcheck_every(op_samples(order, device))
 
 
 def test_torch_compile_fullgraph(device):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, poison_allocator, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
 
 import labops
 from labops import reference
@@ -242,8 +242,7 @@ def op_samples(mode, device):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_opcheck(device, mode):
-    for op, args in op_samples(mode, device):
-        torch.library.opcheck(op, args)
+    opcheck_every(op_samples(mode, device))
 
 
 def test_torch_compile_fullgraph(device):

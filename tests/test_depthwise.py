@@ -161,10 +161,10 @@ def test_reference_loops_match_oracle_and_ops():
 
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
 def test_gradcheck_float64(device, with_bias):
-    g = torch.Generator().manual_seed(3)
-    x = torch.randn(2, 2, 7, 6, dtype=torch.float64, generator=g).to(device).requires_grad_()
-    w = torch.randn(4, 1, 3, 2, dtype=torch.float64, generator=g).to(device).requires_grad_()
-    b = torch.randn(4, dtype=torch.float64, generator=g).to(device).requires_grad_() if with_bias else None
+    randn = Seeded(device, torch.float64, seed=3).randn
+    x = randn(2, 2, 7, 6).requires_grad_()
+    w = randn(4, 1, 3, 2).requires_grad_()
+    b = randn(4).requires_grad_() if with_bias else None
     for s, p, d in [(1, 1, 1), ((2, 1), (1, 0), (1, 2))]:
         inputs = (x, w, b) if with_bias else (x, w)
         fn = (lambda a, c, e: labops.depthwise_conv2d(a, c, e, s, p, d)) if with_bias else \

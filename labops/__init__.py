@@ -18,7 +18,10 @@ import sys as _sys
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("ops", "nn", "reference", "legacy", "testing", "bench", "simt", "viz", "exercises", "rtc")
+_SUBMODULES = ("ops", "nn", "reference", "legacy", "testing", "bench", "simt", "viz", "exercises", "rtc", "source")
+
+# Helpers that are not ops but that the notebooks call as labops.<name>: name -> the submodule defining it.
+_HELPERS = {"show_source": "labops.source"}
 
 
 def _public_ops() -> dict:
@@ -70,6 +73,8 @@ def __getattr__(name):
     # `labops.gelu(...)`.
     if name in _SUBMODULES:
         value = _importlib.import_module(f"labops.{name}")
+    elif name in _HELPERS:
+        value = getattr(_importlib.import_module(_HELPERS[name]), name)
     elif name in _OPS:
         kind, payload = _OPS[name]
         if "labops.ops" in _sys.modules:
@@ -88,7 +93,7 @@ def __getattr__(name):
 def __dir__():
     # The ops and what is loaded already; not the submodules, whose import would build
     # the ops (help() lists them under PACKAGE CONTENTS anyway).
-    return sorted({n for n in globals() if not n.startswith("_")} | set(_OPS))
+    return sorted({n for n in globals() if not n.startswith("_")} | set(_OPS) | set(_HELPERS))
 
 
 def _load_if_built() -> None:

@@ -9,6 +9,77 @@ def device(request):
     return request.param
 
 
+class Seeded:
+    """The tests' one random-input factory: float64 draws from a CPU generator seeded with ``seed``
+    (the same numbers on every device), cast to ``dtype`` on ``device``.
+
+    Each ``sample_inputs`` builds its tensors from one of these, in a fixed order, so a case is the
+    same tensor wherever and whenever it runs. ``generator`` is there for other draws
+    (``torch.randint``) that must come from the same sequence.
+    """
+
+    def __init__(self, device, dtype=torch.float32, seed=0):
+        self.device, self.dtype = device, dtype
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def randn(self, *shape, scale=1.0, shift=0.0):
+        """Normal values times ``scale`` plus ``shift`` (a shift keeps sums away from cancelling)."""
+        return (torch.randn(shape, generator=self.generator, dtype=torch.float64) * scale + shift).to(
+            self.device, self.dtype)
+
+    def rand(self, *shape, low=0.0, high=1.0):
+        """Uniform values in [low, high)."""
+        u = torch.rand(shape, generator=self.generator, dtype=torch.float64)
+        return (low + (high - low) * u).to(self.device, self.dtype)
+
+
+def poison_allocator(device, nbytes=64 * 2**20):
+    """Leave NaN in the CUDA caching allocator's free memory, so an output element a kernel forgets to
+    write shows up as NaN instead of a lucky zero. Nothing to do on the CPU.
+
+    Pass about the output's size: the allocator serves requests under 1 MiB from a pool of small
+    blocks apart from the large ones, and the poison must land in the pool the output comes from.
+    """
+    if device == "cuda":
+        junk = torch.full((nbytes // 4 + 4096,), float("nan"), device=device)
+        del junk
+
+
+def assert_compiled_matches_eager(fn, *inputs, params=(), loss=torch.sum, backend="aot_eager"):
+    """``torch.compile(fn, fullgraph=True)`` gives eager's output and eager's gradients.
+
+    Runs the compiled ``fn(*inputs)`` then the eager one, each followed by ``loss(out).backward()``,
+    and compares the outputs and the gradients of every input and every tensor of ``params`` (the
+    weights of a module ``fn`` calls) that requires grad. ``fullgraph`` makes a graph break an error:
+    the ops must trace through their fake kernels.
+    """
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    leaves = [t for t in (*inputs, *params) if isinstance(t, torch.Tensor) and t.requires_grad]
+    runs = []
+    for run in (compiled, fn):
+        for t in leaves:
+            t.grad = None
+        out = run(*inputs)
+        loss(out).backward()
+        runs.append((out.detach(), [t.grad for t in leaves]))
+    (out, grads), (expected, expected_grads) = runs
+    torch.testing.assert_close(out, expected)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def opcheck_every(samples):
+    """``torch.library.opcheck`` on every (op, args) of ``samples``: schema, autograd registration, the
+    fake kernel and tracing under AOT autograd with dynamic shapes, each against the eager op.
+
+    Each test file's ``op_samples`` builds them from its ``sample_inputs``, every op of the layer,
+    as pytorch/extension-cpp's test/test_extension.py does.
+    """
+    for op, args in samples:
+        torch.library.opcheck(op, args)
+
+
 def tolerances(dtype):
     """(rtol, atol) for comparing a dtype's result with a float64 oracle."""
     return {

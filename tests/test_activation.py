@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, tolerances
 
 import labops
 from labops import reference
@@ -17,12 +17,12 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 def sample_inputs(device, dtype=torch.float32, seed=0):
     """Random inputs of many shapes, contiguous or not, never all zeros."""
-    g = torch.Generator().manual_seed(seed)
+    make = Seeded(device, dtype, seed)
 
     def randn(*shape, scale=3.0):
-        return (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).to(device, dtype)
+        return make.randn(*shape, scale=scale)
 
-    yield "scalar", randn(())
+    yield "scalar", randn()
     yield "empty", randn(0)
     yield "empty-2d", randn(4, 0)
     yield "odd-1d", randn(7)
@@ -94,33 +94,32 @@ def test_gradcheck_float64(device, name, approximate):
     assert torch.autograd.gradcheck(lambda t: labops_forward(name, t, approximate), (x,))
 
 
+def op_samples(name, approximate, device):
+    """(op, args) for the forward and the backward op, over every sample input (float32, forward
+    input requiring grad so opcheck also checks the autograd registration)."""
+    grads = Seeded(device, seed=1)
+    for _, x in sample_inputs(device):
+        x = x.requires_grad_()
+        g = grads.randn(*x.shape)
+        if name == "tanh":
+            yield torch.ops.labops.tanh.default, (x,)
+            yield torch.ops.labops.tanh_backward.default, (g, torch.tanh(x).detach())
+        else:
+            yield torch.ops.labops.gelu.default, (x, approximate)
+            yield torch.ops.labops.gelu_backward.default, (g, x.detach(), approximate)
+
+
 @pytest.mark.parametrize("name,approximate", OPS, ids=OP_IDS)
 def test_opcheck(device, name, approximate):
-    x = torch.randn(3, 9, device=device, requires_grad=True)
-    g = torch.randn(3, 9, device=device)
-    if name == "tanh":
-        torch.library.opcheck(torch.ops.labops.tanh.default, (x,))
-        torch.library.opcheck(torch.ops.labops.tanh_backward.default, (g, torch.tanh(x).detach()))
-    else:
-        torch.library.opcheck(torch.ops.labops.gelu.default, (x, approximate))
-        torch.library.opcheck(torch.ops.labops.gelu_backward.default, (g, x.detach(), approximate))
+    opcheck_every(op_samples(name, approximate, device))
 
 
 def test_torch_compile_fullgraph(device):
-    torch._dynamo.reset()
-
     def block(x):
         return labops.tanh(labops.gelu(x * 2.0, "tanh")) + labops.gelu(x, "sigmoid")
 
-    compiled = torch.compile(block, fullgraph=True, backend="inductor")
     x = torch.randn(64, 33, device=device, requires_grad=True)
-    out = compiled(x)
-    out.sum().backward()
-    x2 = x.detach().requires_grad_()
-    expected = block(x2)
-    expected.sum().backward()
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(x.grad, x2.grad)
+    assert_compiled_matches_eager(block, x, backend="inductor")
 
 
 def test_reference_loops_agree_with_numpy_and_ops():

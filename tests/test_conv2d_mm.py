@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, tolerances
 
 import labops
 from labops import reference
@@ -21,10 +21,7 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     L = out_h * out_w is a multiple of 8 in some cases (the CUDA im2col then
     stores 16-byte vectors) and odd in others (one element per store).
     """
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64).to(device, dtype)
+    randn = Seeded(device, dtype, seed).randn
 
     yield "3x3-pad1", randn(2, 3, 7, 9), ((3, 3), (1, 1), (1, 1), (1, 1))
     yield "3x3-pad1-L64", randn(2, 4, 8, 8), ((3, 3), (1, 1), (1, 1), (1, 1))
@@ -47,11 +44,11 @@ def unfold_args(params):
 
 
 def conv_weight(x, params, out_channels=4, seed=1, device=None):
-    g = torch.Generator().manual_seed(seed)
+    randn = Seeded("cpu", torch.float64, seed).randn
     k = params[0]
     c = x.shape[-3]
-    w = torch.randn(out_channels, c, *k, generator=g, dtype=torch.float64) / (c * k[0] * k[1]) ** 0.5
-    b = torch.randn(out_channels, generator=g, dtype=torch.float64)
+    w = randn(out_channels, c, *k) / (c * k[0] * k[1]) ** 0.5
+    b = randn(out_channels)
     return w.to(x.device, x.dtype), b.to(x.device, x.dtype)
 
 
@@ -79,11 +76,11 @@ def test_im2col_matches_unfold(device, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_col2im_matches_fold(device, dtype):
-    g = torch.Generator().manual_seed(2)
+    randn = Seeded(device, dtype, seed=2).randn
     for case, x, params in sample_inputs(device, dtype):
         k, s, p, d = params
         shape = F.unfold(x.double(), **unfold_args(params)).shape
-        cols = torch.randn(shape, generator=g, dtype=torch.float64).to(device, dtype)
+        cols = randn(*shape)
         if case == "non-contiguous":
             cols = cols.transpose(-1, -2).contiguous().transpose(-1, -2)
         out = labops.col2im(cols, x.shape[-2:], k, s, p, d)
@@ -122,14 +119,14 @@ def test_conv2d_mm_matches_conv2d(device, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_conv2d_mm_backward_matches_conv2d(device, dtype):
-    g = torch.Generator().manual_seed(3)
+    randn = Seeded(device, dtype, seed=3).randn
     for case, x, params in sample_inputs(device, dtype, seed=4):
         _, s, p, d = params
         w, b = conv_weight(x, params)
         ours = [t.detach().clone().requires_grad_() for t in (x, w, b)]
         theirs = [t.detach().double().requires_grad_() for t in (x, w, b)]
         out = labops.conv2d_mm(*ours, s, p, d)
-        grad_out = torch.randn(out.shape, generator=g, dtype=torch.float64).to(device, dtype)
+        grad_out = randn(*out.shape)
         out.backward(grad_out)
         F.conv2d(*theirs, s, p, d).backward(grad_out.double())
         for name, mine, ref in zip(("x", "weight", "bias"), ours, theirs):
@@ -166,45 +163,40 @@ def test_gradcheck_im2col_col2im_float64(device):
     assert torch.autograd.gradgradcheck(lambda t: labops.im2col(t, *args), (x,))
 
 
+def op_samples(device):
+    """(op, args) for im2col, col2im, conv2d_mm, its backward_input and acc_grad_parameters, over every
+    sample input (float32); every other sample without bias (and without a bias gradient)."""
+    grads = Seeded(device, seed=1)
+    for i, (_, x, (k, s, p, d)) in enumerate(sample_inputs(device)):
+        k, s, p, d = list(k), list(s), list(p), list(d)
+        x.requires_grad_()
+        yield torch.ops.labops.im2col.default, (x, k, s, p, d)
+        cols = grads.randn(*labops.im2col(x.detach(), k, s, p, d).shape).requires_grad_()
+        yield torch.ops.labops.col2im.default, (cols, list(x.shape[-2:]), k, s, p, d)
+        w, b = (t.requires_grad_() for t in conv_weight(x, (k, s, p, d)))
+        with_bias = i % 2 == 0
+        yield torch.ops.labops.conv2d_mm.default, (x, w, b if with_bias else None, s, p, d)
+        g = grads.randn(*labops.conv2d_mm(x.detach(), w.detach(), None, s, p, d).shape)
+        yield torch.ops.labops.conv2d_mm_backward_input.default, (g, w.detach(), list(x.shape), s, p, d)
+        gw, gb = grads.randn(*w.shape), grads.randn(*b.shape)
+        yield (torch.ops.labops.conv2d_mm_acc_grad_parameters.default,
+               (g, x.detach(), gw, gb if with_bias else None, s, p, d, 0.5 if with_bias else 1.0))
+
+
 def test_opcheck(device):
-    x = torch.randn(2, 3, 6, 5, device=device, requires_grad=True)
-    w = torch.randn(4, 3, 3, 2, device=device, requires_grad=True)
-    b = torch.randn(4, device=device, requires_grad=True)
-    s, p, d = [2, 1], [1, 0], [1, 2]
-    torch.library.opcheck(torch.ops.labops.im2col.default, (x, [3, 2], s, p, d))
-    cols = labops.im2col(x.detach(), (3, 2), s, p, d).requires_grad_()
-    torch.library.opcheck(torch.ops.labops.col2im.default, (cols, [6, 5], [3, 2], s, p, d))
-    torch.library.opcheck(torch.ops.labops.conv2d_mm.default, (x, w, b, s, p, d))
-    torch.library.opcheck(torch.ops.labops.conv2d_mm.default, (x, w, None, s, p, d))
-    g = torch.randn(labops.conv2d_mm(x, w, b, s, p, d).shape, device=device)
-    torch.library.opcheck(torch.ops.labops.conv2d_mm_backward_input.default, (g, w.detach(), list(x.shape), s, p, d))
-    gw, gb = torch.randn_like(w).detach(), torch.randn_like(b).detach()
-    torch.library.opcheck(torch.ops.labops.conv2d_mm_acc_grad_parameters.default,
-                          (g, x.detach(), gw, gb, s, p, d, 0.5))
-    torch.library.opcheck(torch.ops.labops.conv2d_mm_acc_grad_parameters.default,
-                          (g, x.detach(), gw, None, s, p, d, 1.0))
+    opcheck_every(op_samples(device))
 
 
 def test_torch_compile_fullgraph(device):
-    torch._dynamo.reset()
-
     def block(x, w, b):
         y = labops.conv2d_mm(x, w, b, 1, 1)
         cols = labops.im2col(y, 2, stride=2)
         return labops.col2im(cols * 2.0, y.shape[-2:], 2, stride=2)
 
-    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
     x = torch.randn(2, 3, 8, 8, device=device, requires_grad=True)
     w = torch.randn(4, 3, 3, 3, device=device, requires_grad=True)
     b = torch.randn(4, device=device, requires_grad=True)
-    out = compiled(x, w, b)
-    out.square().sum().backward()
-    refs = [t.detach().clone().requires_grad_() for t in (x, w, b)]
-    expected = block(*refs)
-    expected.square().sum().backward()
-    torch.testing.assert_close(out, expected)
-    for mine, ref in zip((x, w, b), refs):
-        torch.testing.assert_close(mine.grad, ref.grad)
+    assert_compiled_matches_eager(block, x, w, b, loss=lambda out: out.square().sum())
 
 
 # ---- the layer contract: updateGradInput and accGradParameters as ops ----

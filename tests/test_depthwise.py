@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, tolerances
 
 import labops
 from labops import reference
+from labops._checks import pair
 from labops.testing import rel_error
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -41,10 +42,7 @@ CASES = [
 def sample_inputs(device, dtype=torch.float32, seed=0):
     """(name, x, weight, bias, stride, padding, dilation) over CASES, plus non-contiguous
     x: channels_last and a slice. Random normal values, never all zeros."""
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64).to(device, dtype)
+    randn = Seeded(device, dtype, seed).randn
 
     for name, (n, c, h, w), m, (kh, kw), stride, padding, dilation, has_bias in CASES:
         x = randn(n, c, h, w)
@@ -84,8 +82,7 @@ def test_backward_matches_oracle(device, dtype):
     for case, x, w, b, s, p, d in sample_inputs(device, dtype, seed=1):
         leaves = [t.detach().requires_grad_() for t in (x, w) + ((b,) if b is not None else ())]
         out = labops.depthwise_conv2d(leaves[0], leaves[1], leaves[2] if b is not None else None, s, p, d)
-        grad_out = torch.randn(out.shape, dtype=torch.float64,
-                               generator=torch.Generator().manual_seed(7)).to(device, dtype)
+        grad_out = Seeded(device, dtype, seed=7).randn(*out.shape)
         grads = torch.autograd.grad(out, leaves, grad_out)
 
         def oracle_grads(leaves, grad):
@@ -164,10 +161,10 @@ def test_reference_loops_match_oracle_and_ops():
 
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
 def test_gradcheck_float64(device, with_bias):
-    g = torch.Generator().manual_seed(3)
-    x = torch.randn(2, 2, 7, 6, dtype=torch.float64, generator=g).to(device).requires_grad_()
-    w = torch.randn(4, 1, 3, 2, dtype=torch.float64, generator=g).to(device).requires_grad_()
-    b = torch.randn(4, dtype=torch.float64, generator=g).to(device).requires_grad_() if with_bias else None
+    randn = Seeded(device, torch.float64, seed=3).randn
+    x = randn(2, 2, 7, 6).requires_grad_()
+    w = randn(4, 1, 3, 2).requires_grad_()
+    b = randn(4).requires_grad_() if with_bias else None
     for s, p, d in [(1, 1, 1), ((2, 1), (1, 0), (1, 2))]:
         inputs = (x, w, b) if with_bias else (x, w)
         fn = (lambda a, c, e: labops.depthwise_conv2d(a, c, e, s, p, d)) if with_bias else \
@@ -175,37 +172,33 @@ def test_gradcheck_float64(device, with_bias):
         assert torch.autograd.gradcheck(fn, inputs)
 
 
+def op_samples(device):
+    """(op, args) for the forward and its three backward ops (input, weight, bias), over every sample
+    input (float32; the samples without bias run the forward without one)."""
+    grads = Seeded(device, seed=4)
+    for _, x, w, b, *window in sample_inputs(device):
+        s, p, d = (pair(v, "depthwise_conv2d", arg) for v, arg in zip(window, ("stride", "padding", "dilation")))
+        x, w = x.requires_grad_(), w.requires_grad_()
+        b = None if b is None else b.requires_grad_()
+        yield L.depthwise_conv2d.default, (x, w, b, s, p, d)
+        go = grads.randn(*L.depthwise_conv2d(x, w, b, s, p, d).shape)
+        yield L.depthwise_conv2d_backward_input.default, (go, w.detach(), list(x.shape), s, p, d)
+        yield L.depthwise_conv2d_backward_weight.default, (go, x.detach(), list(w.shape), s, p, d)
+        yield L.depthwise_conv2d_backward_bias.default, (go,)
+
+
 def test_opcheck(device):
-    g = torch.Generator().manual_seed(4)
-    x = torch.randn(2, 3, 8, 9, generator=g).to(device).requires_grad_()
-    w = torch.randn(6, 1, 3, 3, generator=g).to(device).requires_grad_()
-    b = torch.randn(6, generator=g).to(device).requires_grad_()
-    args = ([2, 1], [1, 1], [1, 2])
-    torch.library.opcheck(L.depthwise_conv2d.default, (x, w, b, *args))
-    torch.library.opcheck(L.depthwise_conv2d.default, (x, w, None, *args))
-    out = L.depthwise_conv2d(x, w, b, *args).detach()
-    go = torch.randn(out.shape, generator=g).to(device)
-    torch.library.opcheck(L.depthwise_conv2d_backward_input.default, (go, w.detach(), list(x.shape), *args))
-    torch.library.opcheck(L.depthwise_conv2d_backward_weight.default, (go, x.detach(), list(w.shape), *args))
-    torch.library.opcheck(L.depthwise_conv2d_backward_bias.default, (go,))
+    opcheck_every(op_samples(device))
 
 
 def test_torch_compile_fullgraph(device):
-    torch._dynamo.reset()
     layer = labops.nn.DepthwiseConv2d(4, 3, stride=2, padding=1, multiplier=2).to(device)
 
     def block(x):
         return labops.depthwise_conv2d(layer(x), layer.weight, None, 1, 1).sum()  # a second layer, 8 channels
 
-    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
     x = torch.randn(2, 4, 11, 10, device=device, requires_grad=True)
-    compiled(x).backward()
-    got = (x.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone())
-    x.grad = None
-    layer.zero_grad()
-    block(x).backward()
-    for a, e in zip(got, (x.grad, layer.weight.grad, layer.bias.grad)):
-        torch.testing.assert_close(a, e)
+    assert_compiled_matches_eager(block, x, params=(layer.weight, layer.bias))
 
 
 def test_module_matches_conv2d(device):

@@ -4,7 +4,7 @@ opcheck, torch.compile, and bad input."""
 import numpy as np
 import pytest
 import torch
-from conftest import tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
 
 import labops
 from labops import reference
@@ -13,20 +13,12 @@ from labops.testing import rel_error
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
-def poison_allocator(device, nbytes=64 * 2**20):
-    """Fill memory the CUDA caching allocator will hand out next with NaN, so
-    an output element a kernel forgets to write shows up as NaN."""
-    if device == "cuda":
-        junk = torch.full((nbytes // 4,), float("nan"), device=device)
-        del junk
-
-
 def sample_inputs(device, dtype=torch.float32, seed=0):
     """Random inputs (mean away from zero, so sums do not cancel), many shapes, contiguous or not."""
-    g = torch.Generator().manual_seed(seed)
+    make = Seeded(device, dtype, seed)
 
     def rand(*shape):
-        return (1.0 + torch.randn(*shape, generator=g, dtype=torch.float64)).to(device, dtype)
+        return make.randn(*shape, shift=1.0)
 
     yield "7x7", rand(2, 3, 7, 7)
     yield "3-d", rand(5, 6, 6)
@@ -104,29 +96,26 @@ def test_gradcheck_float64(device, shape):
     assert torch.autograd.gradgradcheck(labops.global_avg_pool2d, (x,))
 
 
+def op_samples(device):
+    """(op, args) for the forward and the backward op, over every sample input (float32)."""
+    grads = Seeded(device, seed=1)
+    for _, x in sample_inputs(device):
+        x = x.requires_grad_()
+        yield torch.ops.labops.global_avg_pool2d.default, (x,)
+        g = grads.randn(*x.shape[:-2], 1, 1).requires_grad_()
+        yield torch.ops.labops.global_avg_pool2d_backward.default, (g, list(x.shape))
+
+
 def test_opcheck(device):
-    x = torch.randn(2, 3, 5, 7, device=device, requires_grad=True)
-    torch.library.opcheck(torch.ops.labops.global_avg_pool2d.default, (x,))
-    torch.library.opcheck(torch.ops.labops.global_avg_pool2d.default, (torch.randn(3, 4, 4, device=device),))
-    g = torch.randn(2, 3, 1, 1, device=device, requires_grad=True)
-    torch.library.opcheck(torch.ops.labops.global_avg_pool2d_backward.default, (g, [2, 3, 5, 7]))
+    opcheck_every(op_samples(device))
 
 
 def test_torch_compile_fullgraph(device):
-    torch._dynamo.reset()
-
     def head(x):
         return labops.global_avg_pool2d(x * 2.0).flatten(1) * 3.0
 
-    compiled = torch.compile(head, fullgraph=True, backend="aot_eager")
     x = torch.randn(4, 6, 7, 7, device=device, requires_grad=True)
-    out = compiled(x)
-    out.sum().backward()
-    x2 = x.detach().requires_grad_()
-    expected = head(x2)
-    expected.sum().backward()
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(x.grad, x2.grad)
+    assert_compiled_matches_eager(head, x)
 
 
 def test_module_and_reference():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
 
 import labops
 from labops import reference
@@ -18,10 +18,6 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 REDUCTIONS = ["mean", "sum", "none"]
 
 
-def _randn(g, *shape, scale=3.0, shift=0.0):
-    return scale * torch.randn(shape, generator=g, dtype=torch.float64) + shift
-
-
 def sample_inputs(device, dtype=torch.float32, seed=0):
     """(case, x, dim): many shapes and dims, contiguous or not, never all zeros.
 
@@ -29,36 +25,36 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     block rows (2048, 5000), rows too long for registers (40000; 9001 unaligned),
     16-byte-aligned and not (odd lengths, an offset view), and dim != -1
     (strided rows: few are moved last first on CUDA, many take the strided kernel)."""
-    g = torch.Generator().manual_seed(seed)
+    make = Seeded(device, dtype, seed)
 
-    def t(x):
-        return x.to(device, dtype)
+    def randn(*shape):
+        return make.randn(*shape, scale=3.0)
 
-    yield "scalar", t(_randn(g)), 0
-    yield "1d-odd", t(_randn(g, 7)), 0
-    yield "1d-neg-dim", t(_randn(g, 130)), -1
+    yield "scalar", randn(), 0
+    yield "1d-odd", randn(7), 0
+    yield "1d-neg-dim", randn(130), -1
     for dim in (0, 1, -1):
-        yield f"2d-dim{dim}", t(_randn(g, 33, 65)), dim
+        yield f"2d-dim{dim}", randn(33, 65), dim
     for dim in (0, 1, -1):
-        yield f"3d-dim{dim}", t(_randn(g, 2, 3, 1029)), dim
+        yield f"3d-dim{dim}", randn(2, 3, 1029), dim
     for dim in (0, 1, 2, -1, -3):
-        yield f"4d-dim{dim}", t(_randn(g, 2, 3, 4, 5)), dim
-    yield "tiny-rows", t(_randn(g, 100, 3)), -1
-    yield "rows-128", t(_randn(g, 40, 128)), -1
-    yield "rows-1000", t(_randn(g, 9, 1000)), 1
-    yield "rows-2048", t(_randn(g, 5, 2048)), -1
-    yield "rows-5000", t(_randn(g, 3, 5000)), -1
-    yield "rows-1001", t(_randn(g, 17, 1001)), -1
-    yield "rows-9001", t(_randn(g, 2, 9001)), -1
-    yield "rows-40000", t(_randn(g, 2, 40000)), -1
-    yield "strided-many-rows", t(_randn(g, 2, 5, 16400)), 1  # enough strided rows for CUDA's strided kernel
-    yield "transposed-dim0", t(_randn(g, 65, 33)).t(), 0
-    yield "transposed-dim1", t(_randn(g, 65, 33)).t(), 1
-    yield "strided", t(_randn(g, 4, 300))[:, ::3], -1
-    yield "offset", t(_randn(g, 4, 1025)).reshape(-1)[1:4097].reshape(4, 1024), -1  # not 16-byte aligned
-    yield "empty-rows", t(_randn(g, 0, 5)), -1
-    yield "empty-dim", t(_randn(g, 4, 0)), -1
-    yield "empty-dim0", t(_randn(g, 0, 5)), 0
+        yield f"4d-dim{dim}", randn(2, 3, 4, 5), dim
+    yield "tiny-rows", randn(100, 3), -1
+    yield "rows-128", randn(40, 128), -1
+    yield "rows-1000", randn(9, 1000), 1
+    yield "rows-2048", randn(5, 2048), -1
+    yield "rows-5000", randn(3, 5000), -1
+    yield "rows-1001", randn(17, 1001), -1
+    yield "rows-9001", randn(2, 9001), -1
+    yield "rows-40000", randn(2, 40000), -1
+    yield "strided-many-rows", randn(2, 5, 16400), 1  # enough strided rows for CUDA's strided kernel
+    yield "transposed-dim0", randn(65, 33).t(), 0
+    yield "transposed-dim1", randn(65, 33).t(), 1
+    yield "strided", randn(4, 300)[:, ::3], -1
+    yield "offset", randn(4, 1025).reshape(-1)[1:4097].reshape(4, 1024), -1  # not 16-byte aligned
+    yield "empty-rows", randn(0, 5), -1
+    yield "empty-dim", randn(4, 0), -1
+    yield "empty-dim0", randn(0, 5), 0
 
 
 def huge_inputs(device, dtype):
@@ -68,13 +64,6 @@ def huge_inputs(device, dtype):
                       [500.0, -500.0, 1000.0, 1000.0],
                       [3.0, float("-inf"), 1.0, float("-inf")]], dtype=torch.float64)
     return x.to(device, dtype)
-
-
-def poison_allocator(device, numel):
-    """On CUDA, fill a freed block with NaN so an output that reuses it shows unwritten elements."""
-    if device == "cuda":
-        junk = torch.full((max(numel, 1) + 4096,), float("nan"), device=device)
-        del junk
 
 
 def backward_tolerances(dtype):
@@ -89,7 +78,7 @@ def backward_tolerances(dtype):
 def test_softmax_forward_matches_oracle(device, dtype):
     rtol, atol = tolerances(dtype)
     for case, x, dim in sample_inputs(device, dtype):
-        poison_allocator(device, x.numel())
+        poison_allocator(device, x.numel() * x.element_size())
         y = labops.softmax(x, dim)
         assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device, case
         assert y.is_contiguous(), case
@@ -106,7 +95,7 @@ def test_softmax_forward_many_block_rows_cuda(dtype):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     n = {torch.float32: 20000, torch.float64: 4000}.get(dtype, 30000)  # 1024 threads per row, every dtype
     x = torch.randn(2 * sms + 37, n, device="cuda", dtype=torch.float64).to(dtype) * 4
-    poison_allocator("cuda", x.numel())
+    poison_allocator("cuda", x.numel() * x.element_size())
     y = labops.softmax(x, -1)
     rtol, atol = tolerances(dtype)
     torch.testing.assert_close(y.double(), torch.softmax(x.double(), -1), rtol=rtol, atol=atol)
@@ -132,7 +121,7 @@ def test_softmax_backward_op_matches_formula(device, dtype):
     for case, x, dim in sample_inputs(device, dtype, seed=2):
         y = torch.softmax(x.double(), dim).to(dtype)
         g = torch.randn(x.shape, dtype=torch.float64).to(device, dtype)
-        poison_allocator(device, x.numel())
+        poison_allocator(device, x.numel() * x.element_size())
         dx = torch.ops.labops.softmax_backward(g, y, dim)
         expected = torch._softmax_backward_data(g.double(), y.double(), dim if x.dim() else 0, torch.float64)
         scale = 1.0 + (g.double().abs().max().item() if g.numel() else 0.0)
@@ -168,13 +157,17 @@ def test_softmax_gradcheck_float64(device, dim):
     assert torch.autograd.gradcheck(lambda t: labops.softmax(t, dim), (x,))
 
 
-def test_softmax_opcheck(device):
-    x = torch.randn(3, 9, 5, device=device, requires_grad=True)
-    g = torch.randn(3, 9, 5, device=device)
-    for dim in (1, -1):
-        torch.library.opcheck(torch.ops.labops.softmax.default, (x, dim))
+def softmax_op_samples(device):
+    """(op, args) for softmax and its backward, over every sample input (float32)."""
+    grads = Seeded(device, seed=1)
+    for _, x, dim in sample_inputs(device):
+        yield torch.ops.labops.softmax.default, (x.requires_grad_(), dim)
         y = torch.softmax(x, dim).detach()
-        torch.library.opcheck(torch.ops.labops.softmax_backward.default, (g, y, dim))
+        yield torch.ops.labops.softmax_backward.default, (grads.randn(*x.shape), y, dim)
+
+
+def test_softmax_opcheck(device):
+    opcheck_every(softmax_op_samples(device))
 
 
 def test_softmax_bad_arguments(device):
@@ -202,14 +195,14 @@ def test_softmax_bad_arguments(device):
 
 def ce_inputs(device, dtype, seed=0):
     """(case, logits, target): row lengths for every CUDA path, odd sizes, non-contiguous, empty."""
-    g = torch.Generator().manual_seed(seed)
+    make = Seeded(device, dtype, seed)
     for case, n, c in [("1x1", 1, 1), ("7x3", 7, 3), ("40x128", 40, 128), ("9x1000", 9, 1000),
                        ("17x1001", 17, 1001), ("5x5000", 5, 5000), ("3x40000", 3, 40000), ("2x9001", 2, 9001)]:
-        logits = _randn(g, n, c).to(device, dtype)
-        target = torch.randint(0, c, (n,), generator=g).to(device)
+        logits = make.randn(n, c, scale=3.0)
+        target = torch.randint(0, c, (n,), generator=make.generator).to(device)
         yield case, logits, target
-    logits = _randn(g, 33, 12).to(device, dtype).t()  # (12, 33), not contiguous
-    target = torch.randint(0, 33, (24,), generator=g).to(device)[::2]  # not contiguous either
+    logits = make.randn(33, 12, scale=3.0).t()  # (12, 33), not contiguous
+    target = torch.randint(0, 33, (24,), generator=make.generator).to(device)[::2]  # not contiguous either
     yield "non-contiguous", logits, target
     yield "huge", huge_inputs(device, dtype), torch.tensor([0, 1, 3, 2], device=device)
     yield "empty", torch.zeros(0, 5, device=device, dtype=dtype), torch.zeros(0, dtype=torch.long, device=device)
@@ -264,14 +257,21 @@ def test_cross_entropy_gradcheck_float64(device, reduction):
     assert torch.autograd.gradcheck(lambda t: labops.cross_entropy(t, target, reduction), (logits,))
 
 
+def cross_entropy_op_samples(device):
+    """(op, args) for cross_entropy and its backward, every reduction, over every ce_inputs case (float32)."""
+    grads = Seeded(device, seed=1)
+    for _, logits, target in ce_inputs(device, torch.float32):
+        for reduction in REDUCTIONS:
+            # The mean over no rows is NaN (0/0, as F.cross_entropy gives), and opcheck compares outputs
+            # without equal_nan: that one case is checked by test_cross_entropy_forward_matches_oracle.
+            if not (reduction == "mean" and target.numel() == 0):
+                yield torch.ops.labops.cross_entropy.default, (logits.requires_grad_(), target, reduction)
+            g = grads.rand(*(target.shape if reduction == "none" else ()), low=0.5, high=1.5)
+            yield torch.ops.labops.cross_entropy_backward.default, (g, logits.detach(), target, reduction)
+
+
 def test_cross_entropy_opcheck(device):
-    logits = torch.randn(6, 11, device=device, requires_grad=True)
-    target = torch.randint(0, 11, (6,), device=device)
-    for reduction in REDUCTIONS:
-        torch.library.opcheck(torch.ops.labops.cross_entropy.default, (logits, target, reduction))
-        g = torch.rand((6,) if reduction == "none" else (), device=device) + 0.5
-        torch.library.opcheck(torch.ops.labops.cross_entropy_backward.default,
-                              (g, logits.detach(), target, reduction))
+    opcheck_every(cross_entropy_op_samples(device))
 
 
 @pytest.mark.parametrize("bad", [-1, 10, 2**40])
@@ -330,22 +330,13 @@ def test_cross_entropy_bad_arguments(device):
 # ---------------------------------------------------------------- together
 
 def test_torch_compile_fullgraph(device):
-    torch._dynamo.reset()
-
     def step(x, t):
         p = labops.softmax(x * 2.0, 0)
         return labops.cross_entropy(x + p, t, "sum") + labops.cross_entropy(x, t, "none").max()
 
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     x = torch.randn(16, 10, device=device, requires_grad=True)
     t = torch.randint(0, 10, (16,), device=device)
-    out = compiled(x, t)
-    out.backward()
-    x2 = x.detach().requires_grad_()
-    expected = step(x2, t)
-    expected.backward()
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(x.grad, x2.grad)
+    assert_compiled_matches_eager(step, x, t)
 
 
 def test_nn_modules(device):

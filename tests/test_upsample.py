@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
 
 import labops
 from labops import reference
@@ -29,10 +29,7 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     is and is not a multiple of the GPU's vector width, and an output row too
     wide for the GPU gather's shared memory.
     """
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64).to(device, dtype)
+    randn = Seeded(device, dtype, seed).randn
 
     yield "x2", randn(2, 3, 8, 8), dict(scale_factor=2)
     yield "x2-wide-rows", randn(1, 2, 3, 32), dict(scale_factor=2)
@@ -133,21 +130,13 @@ def coordinate_atol(x, out_hw, dtype, g=None):
     return 2 * d_src * reads * g.abs().max().item()
 
 
-def poison_cuda_allocator(device, nbytes):
-    """Leave NaN in the caching allocator's free blocks, so an output element the
-    kernel forgets to write shows up as NaN instead of a lucky zero."""
-    if device == "cuda":
-        junk = torch.full((nbytes // 4 + 1024,), float("nan"), device=device)
-        del junk
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("mode", MODES)
 def test_forward_matches_oracle(device, dtype, mode):
     rtol, atol = tolerances(dtype)
     for case, x, kw in sample_inputs(device, dtype):
         out_hw, _ = _resolve(x, kw)
-        poison_cuda_allocator(device, x.shape[0] * x.shape[1] * out_hw[0] * out_hw[1] * x.element_size())
+        poison_allocator(device, x.shape[0] * x.shape[1] * out_hw[0] * out_hw[1] * x.element_size())
         y = labops_upsample(x, mode, **kw)
         assert y.shape == (x.shape[0], x.shape[1], *out_hw) and y.dtype == dtype and y.device == x.device, case
         assert y.is_contiguous(), case
@@ -238,33 +227,31 @@ def test_gradcheck_float64(device, mode):
         assert torch.autograd.gradgradcheck(fn, (x,))  # the backward op's own gradient is the forward
 
 
+def op_samples(mode, device):
+    """(op, args) for the forward and both backward ops (gather and scatter), over every sample input."""
+    grads = Seeded(device, seed=1)
+    for _, x, kw in sample_inputs(device):
+        out_hw, scales = _resolve(x, kw)
+        scale_h, scale_w = (None if s is None else float(s) for s in scales)
+        yield torch.ops.labops.upsample_bilinear2d.default, (x.requires_grad_(), list(out_hw), mode, scale_h, scale_w)
+        g = grads.randn(*x.shape[:2], *out_hw)
+        for deterministic in (True, False):
+            yield (torch.ops.labops.upsample_bilinear2d_backward.default,
+                   (g, list(x.shape), mode, scale_h, scale_w, deterministic))
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_opcheck(device, mode):
-    x = torch.randn(2, 3, 5, 4, device=device, requires_grad=True)
-    g = torch.randn(2, 3, 8, 7, device=device)
-    torch.library.opcheck(torch.ops.labops.upsample_bilinear2d.default, (x, [8, 7], mode, None, None))
-    torch.library.opcheck(torch.ops.labops.upsample_bilinear2d.default, (x, [8, 6], mode, 1.7, 1.5))
-    for deterministic in (True, False):
-        torch.library.opcheck(torch.ops.labops.upsample_bilinear2d_backward.default,
-                              (g, [2, 3, 5, 4], mode, None, None, deterministic))
+    opcheck_every(op_samples(mode, device))
 
 
 def test_torch_compile_fullgraph(device):
-    torch._dynamo.reset()
-
     def block(x):
         up = labops.upsample_bilinear2d(x * 2.0, scale_factor=2)
         return up.sin() + labops.upsample_bilinear2d(x, size=(5, 9), coordinate_mode="asymmetric").sum()
 
-    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
     x = torch.randn(2, 3, 4, 6, device=device, requires_grad=True)
-    out = compiled(x)
-    out.sum().backward()
-    x2 = x.detach().requires_grad_()
-    expected = block(x2)
-    expected.sum().backward()
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(x.grad, x2.grad)
+    assert_compiled_matches_eager(block, x)
 
 
 def test_module_matches_nn_upsample(device):

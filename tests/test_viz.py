@@ -159,6 +159,11 @@ def test_im2col_figure():
         viz.im2col_figure(x, 3, padding=1, highlight=(4, 0))
     with pytest.raises(ValueError, match="columns must have shape"):
         viz.im2col_figure(x, 3, padding=1, columns=cols[:, :3])
+    # Sizes are read by labops._checks.pair, with the ops' own words.
+    with pytest.raises(ValueError, match=r"labops\.viz\.im2col_figure: stride must be >= 1, got \[0, 1\]"):
+        viz.im2col_figure(x, 3, stride=(0, 1))
+    with pytest.raises(TypeError, match="padding must be an int or a pair of ints"):
+        viz.im2col_figure(x, 3, padding=1.5)
 
 
 def test_draw_matrix_and_new_figure():
@@ -234,6 +239,8 @@ def test_upsample_gradient_flow_bad_pixels():
         viz.upsample_gradient_flow((4, 4), (8, 8), output_pixel=(8, 0))
     with pytest.raises(ValueError, match="input_pixel must be inside"):
         viz.upsample_gradient_flow((4, 4), (8, 8), input_pixel=(0, 4))
+    with pytest.raises(ValueError, match=r"out_hw must have 2 entries \(h, w\), got 3"):
+        viz.upsample_gradient_flow((4, 4), (8, 8, 8))
 
 
 def test_upsample_mode_difference():
@@ -344,7 +351,7 @@ def test_print_roofline_names_the_bound_and_the_share_of_it(capsys):
 
 
 def test_the_committed_roofline_covers_every_suite_with_flops():
-    data = json.loads((Path(viz.__file__).parents[1] / "docs" / "roofline_cuda.json").read_text())
+    data = json.loads((Path(__file__).resolve().parents[1] / "docs" / "roofline_cuda.json").read_text())
     layers = {p["op"].split(" ")[0].split("(")[0] for p in data["points"] if p["impl"] == "labops"}
     assert {"tanh", "gelu", "bilinear", "depthwise3x3", "im2col", "col2im", "conv2d_mm", "global_avg_pool2d",
             "reorg", "softmax", "cross_entropy"} <= layers

@@ -380,18 +380,23 @@ def _pool_case(shape, seed):
     return Case(f"input {tuple(shape)}", (x,), x.mean((-2, -1), keepdim=True), ("output",))
 
 
-def _pool_checks(hidden):
-    return [
-        Check("random (N, C, H, W)", _shapes(81, [(2, 3, 4, 5)], _pool_case, hidden, [(3, 2, 6, 6)])),
-        Check("odd sizes, batch of 1", _shapes(83, [(1, 5, 7, 3)], _pool_case, hidden, [(1, 1, 9, 2)])),
-        Check("1x1 planes", [_pool_case((2, 3, 1, 1), 85)]),
-    ]
+def _pooling_checks(make_case, seed):
+    """The checks of both pooling exercises: the same input shapes, cases from ``make_case``, seeds from ``seed``."""
+
+    def checks(hidden):
+        return [
+            Check("random (N, C, H, W)", _shapes(seed, [(2, 3, 4, 5)], make_case, hidden, [(3, 2, 6, 6)])),
+            Check("odd sizes, batch of 1", _shapes(seed + 2, [(1, 5, 7, 3)], make_case, hidden, [(1, 1, 9, 2)])),
+            Check("1x1 planes", [make_case((2, 3, 1, 1), seed + 4)]),
+        ]
+
+    return checks
 
 
 GLOBAL_AVG_POOL_FORWARD = Exercise(
     "global_avg_pool_forward", "Global average pooling's updateOutput as loops",
     "fn(x) -> output   (x: (N, C, H, W); output: (N, C, 1, 1))",
-    _pool_checks,
+    _pooling_checks(_pool_case, seed=81),
     mistakes=[
         Mistake("Summed instead of averaged: divide each plane's sum by H*W.",
                 wrong=lambda x: x.sum((-2, -1), keepdim=True)),
@@ -412,18 +417,10 @@ def _pool_back_case(shape, seed):
     return Case(f"input {tuple(shape)}", (g, shape), (g / (h * w)).expand(shape).clone(), ("grad_input",))
 
 
-def _pool_back_checks(hidden):
-    return [
-        Check("random (N, C, H, W)", _shapes(91, [(2, 3, 4, 5)], _pool_back_case, hidden, [(3, 2, 6, 6)])),
-        Check("odd sizes, batch of 1", _shapes(93, [(1, 5, 7, 3)], _pool_back_case, hidden, [(1, 1, 9, 2)])),
-        Check("1x1 planes", [_pool_back_case((2, 3, 1, 1), 95)]),
-    ]
-
-
 GLOBAL_AVG_POOL_BACKWARD = Exercise(
     "global_avg_pool_backward", "Global average pooling's updateGradInput as loops",
     "fn(grad_output, input_shape) -> grad_input   (grad_output: (N, C, 1, 1))",
-    _pool_back_checks,
+    _pooling_checks(_pool_back_case, seed=91),
     mistakes=[
         Mistake("Forgot to divide by H*W: each input was 1/(H*W) of the mean, so it gets grad_output / (H*W).",
                 wrong=lambda g, shape: g.expand(tuple(shape)).clone()),

@@ -65,19 +65,25 @@ __device__ __forceinline__ T warp_sum(T v, int width = kWarpSize) {
   return warp_allreduce(v, Plus<T>{}, width);
 }
 
-// op over the whole block (blockDim.x a multiple of 32); every thread gets the
-// result. `smem` holds blockDim.x / 32 values; `identity` fills the lanes past
-// the last warp. Every thread of the block must call it; it may be called
-// again at once with the same smem (it syncs before reusing it).
+// op over the whole block (blockDim.x a multiple of 32) of values already
+// reduced over each warp (by warp_allreduce); every thread gets the result.
+// `smem` holds blockDim.x / 32 values; `identity` fills the lanes past the
+// last warp. Every thread of the block must call it; it may be called again at
+// once with the same smem (it syncs before reusing it).
 template <typename T, typename Op>
-__device__ __forceinline__ T block_allreduce(T v, Op op, T identity, T* smem) {
-  v = warp_allreduce(v, op);
+__device__ __forceinline__ T block_allreduce_warps(T v, Op op, T identity, T* smem) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   __syncthreads();  // readers of the previous reduction are done with smem
   if (lane == 0) smem[warp] = v;
   __syncthreads();
   v = lane < static_cast<int>(blockDim.x / kWarpSize) ? smem[lane] : identity;
   return warp_allreduce(v, op);
+}
+
+// op over the whole block: block_allreduce_warps after each warp's own reduction.
+template <typename T, typename Op>
+__device__ __forceinline__ T block_allreduce(T v, Op op, T identity, T* smem) {
+  return block_allreduce_warps(warp_allreduce(v, op), op, identity, smem);
 }
 
 // Sum of `v` over each group of G consecutive threads (G a power of two, the

@@ -47,6 +47,18 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& pack) {
   *reinterpret_cast<Pack<T, V>*>(p) = pack;
 }
 
+// The same, addressed by pack: pack number `pack` of p is p[pack * V .. pack *
+// V + V - 1]. Kernels that count in packs index this way, which keeps a 32-bit
+// pack count from being widened before the multiply.
+template <int V, typename T, typename I>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p, I pack) {
+  return reinterpret_cast<const Pack<T, V>*>(p)[pack];
+}
+template <int V, typename T, typename I>
+__device__ __forceinline__ void store_pack(T* p, I pack, const Pack<T, V>& value) {
+  reinterpret_cast<Pack<T, V>*>(p)[pack] = value;
+}
+
 // Note [evict-first accesses]
 // A kernel that reads a row for the last time, or writes an output nobody
 // reads soon, can mark the access "evict first" (ld.global.cs / st.global.cs,
@@ -79,6 +91,16 @@ __device__ __forceinline__ void store_pack_evict_first(T* p, const Pack<T, V>& p
   } else {
     store_pack<V>(p, pack);
   }
+}
+
+// The same, addressed by pack (as load_pack(p, pack) / store_pack(p, pack, value)).
+template <int V, typename T, typename I>
+__device__ __forceinline__ Pack<T, V> load_pack_evict_first(const T* p, I pack) {
+  return load_pack_evict_first<V>(reinterpret_cast<const T*>(reinterpret_cast<const Pack<T, V>*>(p) + pack));
+}
+template <int V, typename T, typename I>
+__device__ __forceinline__ void store_pack_evict_first(T* p, I pack, const Pack<T, V>& value) {
+  store_pack_evict_first<V>(reinterpret_cast<T*>(reinterpret_cast<Pack<T, V>*>(p) + pack), value);
 }
 
 // a / b rounded up, for non-negative a and positive b: blocks for a grid,

@@ -25,7 +25,11 @@
 
 namespace labops {
 
-// Threads per block for the simple one-element-per-iteration kernels.
+// Threads per block: the one block size of every labops kernel, except where
+// a kernel's shape asks for another (softmax's rows of a whole block,
+// pooling's groups of up to 512 threads). 256 threads are 8 warps, and 8 such
+// blocks fill the 2048 thread slots of an H100 multiprocessor when registers
+// allow.
 constexpr int kThreadsPerBlock = 256;
 // At most 65535 blocks, gridDim.x's limit before compute capability 3.0.
 // Caffe's CAFFE_GET_BLOCKS has no cap (one thread per element, always); we

@@ -4,6 +4,10 @@
 #include "../ops/activation_ops.h"
 #include "elementwise.h"
 
+namespace labops::cpu {
+using ActivationLauncher = ElementwiseLauncher;
+}  // namespace labops::cpu
+
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::ops::ActivationOps<labops::cpu::Launcher>::register_kernels(m);
+  labops::ops::activation::ActivationOps<labops::cpu::ActivationLauncher>::register_kernels(m);
 }

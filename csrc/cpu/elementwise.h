@@ -13,16 +13,15 @@
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
 
-namespace labops::cpu {
+#include "parallel.h"
 
-// Elements per parallel_for task: small tensors stay on one thread.
-constexpr int64_t kGrainSize = 32768;
+namespace labops::cpu {
 
 template <typename scalar_t, size_t N, typename Body>
 void map_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body) {
   static_assert(N == 1 || N == 2, "bodies take one or two inputs");
   using opmath_t = at::opmath_type<scalar_t>;
-  at::parallel_for(0, n, kGrainSize, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, kGrainElements, [&](int64_t begin, int64_t end) {
     int64_t i = begin;
     if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
       using Vec = at::vec::Vectorized<scalar_t>;
@@ -49,7 +48,7 @@ void map_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n
 }
 
 // The launcher policy handed to run_elementwise (common/elementwise_op.h).
-struct Launcher {
+struct ElementwiseLauncher {
   template <typename scalar_t, size_t N, typename Body>
   static void run(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body) {
     map_elementwise(in, out, n, body);

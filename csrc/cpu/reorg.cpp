@@ -1,34 +1,33 @@
 // CPU kernels for reorg: at::parallel_for over output rows. One row is Wo
-// consecutive tasks (ops/reorg.h): the row's task gives where its inputs
-// start and where its s output rows start; the inner loops walk w.
+// consecutive tasks (see Note [reorg tasks] in ops/reorg.h): the row's task
+// gives where its inputs start and where its s output rows start; the inner
+// loops walk w.
 // Forward reads each input row once, contiguously, and writes s output rows;
 // backward reads the s grad_output rows and writes the grad_input row.
-#include <algorithm>
-
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include "../ops/reorg.h"
+#include "../ops/reorg_ops.h"
+#include "parallel.h"
 
 namespace labops::cpu {
 namespace {
 
-constexpr int64_t kGrainElements = 32768;
+namespace reorg = ops::reorg;
 
 // One row of tasks. kS > 0 is the stride known at compile time (the common
 // s = 2 unrolls into two streams); kS == 0 reads it from the geometry.
 template <int kS, bool kBackward, typename scalar_t>
-void reorg_rows(const scalar_t* src, scalar_t* dst, int64_t numel, const ops::ReorgShape& shape) {
-  const ops::ReorgGeometry<ops::PlainDivider> g(shape);
+void reorg_rows(const scalar_t* src, scalar_t* dst, int64_t numel, const reorg::ReorgShape& shape) {
+  const reorg::ReorgGeometry<PlainDivider> g(shape);
   const int64_t s = kS > 0 ? kS : g.s;
   const int64_t rows = numel / (s * g.Wo);
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / (s * g.Wo));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, grain_for(s * g.Wo), [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
-      const auto task = ops::reorg_task(g, row * g.Wo);
+      const auto task = reorg::reorg_task(g, row * g.Wo);
       for (int64_t w = 0; w < g.Wo; ++w) {
         for (int64_t dx = 0; dx < s; ++dx) {
-          const int64_t xi = ops::reorg_x_element(g, task, w, dx), yi = ops::reorg_y_element(g, task, w, dx);
+          const int64_t xi = reorg::reorg_x_element(g, task, w, dx), yi = reorg::reorg_y_element(g, task, w, dx);
           if constexpr (kBackward) {
             dst[xi] = src[yi];
           } else {
@@ -42,7 +41,7 @@ void reorg_rows(const scalar_t* src, scalar_t* dst, int64_t numel, const ops::Re
 
 struct ReorgLauncher {
   template <typename scalar_t>
-  static void run(const scalar_t* src, scalar_t* dst, int64_t numel, const ops::ReorgShape& shape, bool backward) {
+  static void run(const scalar_t* src, scalar_t* dst, int64_t numel, const reorg::ReorgShape& shape, bool backward) {
     if (shape.s == 2) {
       backward ? reorg_rows<2, true>(src, dst, numel, shape) : reorg_rows<2, false>(src, dst, numel, shape);
     } else {
@@ -55,5 +54,5 @@ struct ReorgLauncher {
 }  // namespace labops::cpu
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::ops::ReorgOps<labops::cpu::ReorgLauncher>::register_kernels(m);
+  labops::ops::reorg::ReorgOps<labops::cpu::ReorgLauncher>::register_kernels(m);
 }

@@ -20,18 +20,12 @@
 #include <torch/library.h>
 
 #include "../ops/softmax_ops.h"
+#include "parallel.h"
 
 namespace labops::cpu {
 namespace {
 
 using namespace labops::ops::softmax;
-
-// Elements per parallel_for task: small tensors stay on one thread.
-constexpr int64_t kGrainElements = 32768;
-
-inline int64_t grain_rows(int64_t row_length) {
-  return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, row_length));
-}
 
 template <typename scalar_t>
 constexpr bool kSimd = std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>;
@@ -207,14 +201,14 @@ void softmax_backward_strided_rows(const scalar_t* g, const scalar_t* y, scalar_
 template <typename scalar_t, typename VecBody, typename OneBody>
 void for_each_row(const RowGeometry& geo, VecBody vec_body, OneBody one_body) {
   if (geo.inner == 1) {
-    at::parallel_for(0, geo.rows(), grain_rows(geo.size), [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, geo.rows(), grain_for(geo.size), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) one_body(r);
     });
     return;
   }
   constexpr int64_t W = kSimd<scalar_t> ? at::vec::Vectorized<scalar_t>::size() : 1;
   const int64_t stripes = (geo.inner + W - 1) / W;  // per outer index
-  at::parallel_for(0, geo.outer * stripes, grain_rows(geo.size * W), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, geo.outer * stripes, grain_for(geo.size * W), [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const int64_t o = u / stripes, i0 = (u - o * stripes) * W;
       if constexpr (W > 1) {
@@ -274,7 +268,7 @@ struct SoftmaxLauncher {
                                     int64_t n, int64_t c) {
     const RowGeometry geo{n, c, 1};
     std::atomic<bool> valid{true};
-    at::parallel_for(0, n, grain_rows(c), [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, n, grain_for(c), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const scalar_t* x = logits + geo.row_start(r);
         const int64_t t = target[r];
@@ -298,7 +292,7 @@ struct SoftmaxLauncher {
                                      const scalar_t* logits, const int64_t* target,
                                      scalar_t* grad, int64_t n, int64_t c) {
     const RowGeometry geo{n, c, 1};
-    at::parallel_for(0, n, grain_rows(c), [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, n, grain_for(c), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const scalar_t* x = logits + geo.row_start(r);
         scalar_t* dx = grad + geo.row_start(r);
@@ -328,5 +322,5 @@ struct SoftmaxLauncher {
 }  // namespace labops::cpu
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::ops::SoftmaxOps<labops::cpu::SoftmaxLauncher>::register_kernels(m);
+  labops::ops::softmax::SoftmaxOps<labops::cpu::SoftmaxLauncher>::register_kernels(m);
 }

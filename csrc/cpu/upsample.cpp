@@ -13,32 +13,27 @@
 #include <torch/library.h>
 
 #include "../ops/upsample_ops.h"
+#include "parallel.h"
 
 namespace labops::cpu {
 
-using ops::Axis;
-using ops::Range;
-using ops::Taps;
+namespace upsample = ops::upsample;
+using upsample::Axis;
+using upsample::Range;
+using upsample::Taps;
 
 struct UpsampleLauncher {
-  // Work per parallel_for task, in output elements: small inputs stay on one thread.
-  static constexpr int64_t kGrainElements = 32768;
-
-  static int64_t grain(int64_t per_item) {
-    return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, per_item));
-  }
-
   template <typename scalar_t, typename T>
   static void forward(const scalar_t* x, scalar_t* y, int64_t planes, const Axis<T>& ah, const Axis<T>& aw) {
     std::vector<Taps<T>> cols(aw.out);
-    for (int64_t ox = 0; ox < aw.out; ++ox) cols[ox] = ops::source_taps(ox, aw);
-    at::parallel_for(0, planes * ah.out, grain(aw.out), [&](int64_t begin, int64_t end) {
+    for (int64_t ox = 0; ox < aw.out; ++ox) cols[ox] = upsample::source_taps(ox, aw);
+    at::parallel_for(0, planes * ah.out, grain_for(aw.out), [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const scalar_t* plane = x + (row / ah.out) * ah.in * aw.in;
-        Taps<T> th = ops::source_taps(row % ah.out, ah);
+        Taps<T> th = upsample::source_taps(row % ah.out, ah);
         scalar_t* out = y + row * aw.out;
         for (int64_t ox = 0; ox < aw.out; ++ox) {
-          out[ox] = static_cast<scalar_t>(ops::bilinear_at(plane, aw.in, th, cols[ox]));
+          out[ox] = static_cast<scalar_t>(upsample::bilinear_at(plane, aw.in, th, cols[ox]));
         }
       }
     });
@@ -48,22 +43,22 @@ struct UpsampleLauncher {
   static void backward_gather(const scalar_t* g, scalar_t* grad_in, int64_t planes, const Axis<T>& ah,
                               const Axis<T>& aw) {
     std::vector<Range> row_ranges(ah.in);
-    for (int64_t h = 0; h < ah.in; ++h) row_ranges[h] = ops::outputs_reading(h, ah);
-    at::parallel_for(0, planes * ah.in, grain(2 * aw.out), [&](int64_t begin, int64_t end) {
+    for (int64_t h = 0; h < ah.in; ++h) row_ranges[h] = upsample::outputs_reading(h, ah);
+    at::parallel_for(0, planes * ah.in, grain_for(2 * aw.out), [&](int64_t begin, int64_t end) {
       std::vector<T> t(aw.out);  // A_h[:, h]^T G for the current input row
       for (int64_t row = begin; row < end; ++row) {
         const int64_t h = row % ah.in;
         const scalar_t* gp = g + (row / ah.in) * ah.out * aw.out;
         std::fill(t.begin(), t.end(), T(0));
         for (int64_t oy = row_ranges[h].begin; oy < row_ranges[h].end; ++oy) {
-          const T wy = ops::tap_weight(ops::source_taps(oy, ah), h);
+          const T wy = upsample::tap_weight(upsample::source_taps(oy, ah), h);
           if (wy == T(0)) continue;
           const scalar_t* grow = gp + oy * aw.out;
           T* tp = t.data();
           for (int64_t ox = 0; ox < aw.out; ++ox) tp[ox] += wy * static_cast<T>(grow[ox]);
         }
         scalar_t* out = grad_in + row * aw.in;
-        for (int64_t w = 0; w < aw.in; ++w) out[w] = static_cast<scalar_t>(ops::column_gather(w, t.data(), aw));
+        for (int64_t w = 0; w < aw.in; ++w) out[w] = static_cast<scalar_t>(upsample::column_gather(w, t.data(), aw));
       }
     });
   }
@@ -71,16 +66,16 @@ struct UpsampleLauncher {
   template <typename scalar_t, typename T>
   static void backward_scatter(const scalar_t* g, T* acc, int64_t planes, const Axis<T>& ah, const Axis<T>& aw) {
     std::vector<Taps<T>> cols(aw.out);
-    for (int64_t ox = 0; ox < aw.out; ++ox) cols[ox] = ops::source_taps(ox, aw);
+    for (int64_t ox = 0; ox < aw.out; ++ox) cols[ox] = upsample::source_taps(ox, aw);
     const int64_t plane_in = ah.in * aw.in;
-    at::parallel_for(0, planes, grain(ah.out * aw.out), [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, planes, grain_for(ah.out * aw.out), [&](int64_t begin, int64_t end) {
       auto add = [acc](int64_t offset, T value) { acc[offset] += value; };
       for (int64_t p = begin; p < end; ++p) {
         for (int64_t oy = 0; oy < ah.out; ++oy) {
-          const Taps<T> th = ops::source_taps(oy, ah);
+          const Taps<T> th = upsample::source_taps(oy, ah);
           const scalar_t* grow = g + (p * ah.out + oy) * aw.out;
           for (int64_t ox = 0; ox < aw.out; ++ox) {
-            ops::scatter_to_taps(static_cast<T>(grow[ox]), th, cols[ox], p * plane_in, aw.in, add);
+            upsample::scatter_to_taps(static_cast<T>(grow[ox]), th, cols[ox], p * plane_in, aw.in, add);
           }
         }
       }
@@ -91,5 +86,5 @@ struct UpsampleLauncher {
 }  // namespace labops::cpu
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::ops::UpsampleOps<labops::cpu::UpsampleLauncher>::register_kernels(m);
+  labops::ops::upsample::UpsampleOps<labops::cpu::UpsampleLauncher>::register_kernels(m);
 }

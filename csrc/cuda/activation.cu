@@ -4,6 +4,10 @@
 #include "../ops/activation_ops.h"
 #include "elementwise.cuh"
 
+namespace labops::cuda {
+using ActivationLauncher = ElementwiseLauncher;
+}  // namespace labops::cuda
+
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::ops::ActivationOps<labops::cuda::Launcher>::register_kernels(m);
+  labops::ops::activation::ActivationOps<labops::cuda::ActivationLauncher>::register_kernels(m);
 }

@@ -19,6 +19,7 @@
 
 #include "../common/loop.h"
 #include "device.cuh"
+#include "vec.cuh"
 
 namespace labops::cuda {
 
@@ -48,18 +49,11 @@ __global__ void elementwise_kernel(Pointers<scalar_t, N> p, scalar_t* __restrict
   }
 }
 
-constexpr int kVecBytes = 16;
-
-template <typename scalar_t, int kVec>
-struct alignas(kVecBytes) Pack {
-  scalar_t val[kVec];
-};
-
 template <int kThreads, int kUnroll, typename scalar_t, size_t N, typename Body>
 __global__ void __launch_bounds__(kThreads)
     elementwise_vec_kernel(Pointers<scalar_t, N> p, scalar_t* __restrict__ out, int64_t n, Body body) {
   using opmath_t = at::opmath_type<scalar_t>;
-  constexpr int kVec = kVecBytes / sizeof(scalar_t);
+  constexpr int kVec = vec_width<scalar_t>();
   using P = Pack<scalar_t, kVec>;
   const int64_t n_packs = n / kVec;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
@@ -74,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
       int64_t pack = base + u * stride;
       if (pack < n_packs) {
 #pragma unroll
-        for (size_t k = 0; k < N; ++k) loaded[u][k] = reinterpret_cast<const P*>(p.in[k])[pack];
+        for (size_t k = 0; k < N; ++k) loaded[u][k] = load_pack<kVec>(p.in[k], pack);
       }
     }
 #pragma unroll
@@ -89,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
           for (size_t k = 0; k < N; ++k) v[k] = loaded[u][k].val[j];
           result.val[j] = static_cast<scalar_t>(apply_body<opmath_t, N>(body, v));
         }
-        reinterpret_cast<P*>(out)[pack] = result;
+        store_pack<kVec>(out, pack, result);
       }
     }
   }
@@ -109,9 +103,8 @@ constexpr int64_t kMaxGridX = 2147483647;
 template <int kThreads, int kUnroll, typename scalar_t, size_t N, typename Body>
 void launch_vec(const Pointers<scalar_t, N>& p, scalar_t* out, int64_t n, Body body, int64_t max_blocks,
                 cudaStream_t stream) {
-  constexpr int kVec = kVecBytes / sizeof(scalar_t);
-  const int64_t packs_per_block = int64_t(kThreads) * kUnroll;
-  const int64_t want = (n / kVec + packs_per_block - 1) / packs_per_block;
+  constexpr int kVec = vec_width<scalar_t>();
+  const int64_t want = ceil_div<int64_t>(n / kVec, int64_t(kThreads) * kUnroll);
   const int64_t blocks = std::max<int64_t>(1, std::min(want, max_blocks));
   elementwise_vec_kernel<kThreads, kUnroll, scalar_t, N><<<blocks, kThreads, 0, stream>>>(p, out, n, body);
 }
@@ -125,7 +118,7 @@ void launch_vec(const Pointers<scalar_t, N>& p, scalar_t* out, int64_t n, Body b
 // blocks, each looping over the data, reached 77-88 % of copy bandwidth;
 // launching every block up front, 256 threads with 2 packs each, 90-98 %
 // (fp16 GELU-erf stays near 75 %: there the erf arithmetic is the limit).
-template <int kThreads = 256, int kUnroll = 2, typename scalar_t, size_t N, typename Body>
+template <int kThreads = kThreadsPerBlock, int kUnroll = 2, typename scalar_t, size_t N, typename Body>
 void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body,
                         int64_t max_blocks = kMaxGridX) {
   if (n == 0) return;
@@ -145,7 +138,7 @@ void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_
 }
 
 // The launcher policy handed to run_elementwise (common/elementwise_op.h).
-struct Launcher {
+struct ElementwiseLauncher {
   template <typename scalar_t, size_t N, typename Body>
   static void run(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body) {
     launch_elementwise(in, out, n, body);

@@ -1,28 +1,8 @@
 // CUDA kernels for softmax and cross-entropy: the row bodies of ops/softmax.h
-// in three kinds of kernel, picked per call from the row length.
-//
-//  * Rows in registers (rows along the innermost dim, up to 32K floats): a row
-//    is handled by 1..32 lanes of a warp (short rows: several rows per warp,
-//    no shared memory) or by a whole block of up to 1024 threads (long rows).
-//    Each thread loads its slice with 16-byte loads, all issued before the
-//    first use, and keeps it in registers: the max, the sum of exps and the
-//    output are computed from that one read (the input is read once). When
-//    rows need a whole 1024-thread block and there are many of them, the
-//    forward keeps one block per multiprocessor resident, each copying its
-//    next row into shared memory (cp.async) while it works on the current one.
-//  * Rows too long for registers: one block per row, an online (max, sum)
-//    pass, then a write pass that reads the row again (mostly from L2, since a
-//    block finishes its row before starting another).
-//  * Strided rows (softmax along a dim that is not the last): one thread per
-//    row; neighbouring threads read neighbouring addresses, so loads coalesce.
-//
-// Cross-entropy validates targets without a device-side assert: a kernel that
-// meets a target outside [0, C) writes NaN for that row and sets a flag; the
-// host reads the flag after the kernel and raises ValueError. The CUDA context
-// stays usable. Logits are never read at an out-of-range target.
+// in three kinds of kernel, picked per call from the row length (see Note
+// [softmax kernels]); the entry points are ops/softmax_ops.h's.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -37,14 +17,14 @@
 
 #include "../ops/softmax_ops.h"
 #include "device.cuh"
+#include "reduce.cuh"
+#include "vec.cuh"
 
 namespace labops::cuda {
 namespace {
 
 using namespace labops::ops::softmax;
 
-constexpr int kVecBytes = 16;
-constexpr int kWarp = 32;
 constexpr int kMaxThreads = 1024;
 constexpr int kRowsPerWarpBlock = 128;  // threads per block when rows are a warp or less
 
@@ -72,89 +52,27 @@ constexpr int long_unroll() {
   return sizeof(scalar_t) == 4 ? 4 : sizeof(scalar_t) == 2 ? 2 : 1;
 }
 
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Vec {
-  T v[V];
-};
-
-// The second pass of the long-row kernels reads a row for the last time and
-// writes an output nobody reads soon: mark both "evict first" (ld/st.global.cs)
-// so they do not push the rows that other blocks are about to reread out of L2.
-template <typename T, int V>
-__device__ __forceinline__ Vec<T, V> load_last_use(const Vec<T, V>* p) {
-  if constexpr (sizeof(Vec<T, V>) == 16) {
-    const int4 bits = __ldcs(reinterpret_cast<const int4*>(p));
-    Vec<T, V> out;
-    memcpy(&out, &bits, sizeof(out));
-    return out;
-  } else {
-    return *p;
-  }
-}
-template <typename T, int V>
-__device__ __forceinline__ void store_streaming(Vec<T, V>* p, const Vec<T, V>& v) {
-  if constexpr (sizeof(Vec<T, V>) == 16) {
-    int4 bits;
-    memcpy(&bits, &v, sizeof(bits));
-    __stcs(reinterpret_cast<int4*>(p), bits);
-  } else {
-    *p = v;
-  }
-}
-
-template <typename scalar_t>
-constexpr int vec_width() {
-  return kVecBytes / static_cast<int>(sizeof(scalar_t));
-}
-
 // ---- reductions across the threads of one row ----
 
 template <typename T>
 struct MaxOp {
   __device__ __forceinline__ T operator()(T a, T b) const { return row_max_step(a, b); }
 };
+// The merge of two threads' running (max, sum of exps).
 template <typename T>
-struct SumOp {
-  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+struct MergeOp {
+  __device__ __forceinline__ MaxSumExp<T> operator()(MaxSumExp<T> a, MaxSumExp<T> b) const {
+    return online_merge(a, b);
+  }
 };
-
-template <typename T, typename Op>
-__device__ __forceinline__ T warp_allreduce(T v, int width, Op op) {
-  for (int offset = width >> 1; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
 
 // Every thread of a row gets the row's reduction. A row is `tpr` consecutive
 // threads: part of a warp (tpr <= 32: shuffles only) or the whole block.
 template <typename T, typename Op>
 __device__ __forceinline__ T row_allreduce(T v, int tpr, Op op, T identity, T* smem) {
-  v = warp_allreduce(v, tpr < kWarp ? tpr : kWarp, op);
-  if (tpr <= kWarp) return v;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  __syncthreads();  // readers of the previous reduction are done with smem
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / kWarp) ? smem[lane] : identity;
-  return warp_allreduce(v, kWarp, op);
-}
-
-template <typename T>
-__device__ __forceinline__ MaxSumExp<T> block_allreduce(MaxSumExp<T> s, T* smem_max, T* smem_sum) {
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
-    s = online_merge(s, {__shfl_xor_sync(0xffffffffu, s.max, offset), __shfl_xor_sync(0xffffffffu, s.sum, offset)});
-  }
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  __syncthreads();
-  if (lane == 0) {
-    smem_max[warp] = s.max;
-    smem_sum[warp] = s.sum;
-  }
-  __syncthreads();
-  s = lane < static_cast<int>(blockDim.x / kWarp) ? MaxSumExp<T>{smem_max[lane], smem_sum[lane]} : empty_max_sum<T>();
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
-    s = online_merge(s, {__shfl_xor_sync(0xffffffffu, s.max, offset), __shfl_xor_sync(0xffffffffu, s.sum, offset)});
-  }
-  return s;
+  v = warp_allreduce(v, op, tpr < kWarpSize ? tpr : kWarpSize);
+  if (tpr <= kWarpSize) return v;
+  return block_allreduce_warps(v, op, identity, smem);
 }
 
 // ---- rows in registers ----
@@ -182,16 +100,16 @@ struct RowThreads {
 };
 
 template <int kLoads, int V, typename scalar_t>
-__device__ __forceinline__ void load_slice(Vec<scalar_t, V> (&v)[kLoads], const scalar_t* row_ptr, int64_t n,
+__device__ __forceinline__ void load_slice(Pack<scalar_t, V> (&v)[kLoads], const scalar_t* row_ptr, int64_t n,
                                            bool active, const RowThreads& rt, scalar_t pad) {
 #pragma unroll
   for (int l = 0; l < kLoads; ++l) {
     const int64_t c = rt.col<V>(l);
     if (active && c < n) {
-      v[l] = *reinterpret_cast<const Vec<scalar_t, V>*>(row_ptr + c);
+      v[l] = load_pack<V>(row_ptr + c);
     } else {
 #pragma unroll
-      for (int e = 0; e < V; ++e) v[l].v[e] = pad;
+      for (int e = 0; e < V; ++e) v[l].val[e] = pad;
     }
   }
 }
@@ -205,10 +123,10 @@ __device__ __forceinline__ void store_slice(scalar_t* row_ptr, int64_t n, bool a
   for (int l = 0; l < kLoads; ++l) {
     const int64_t c = rt.col<V>(l);
     if (active && c < n) {
-      Vec<scalar_t, V> out;
+      Pack<scalar_t, V> out;
 #pragma unroll
-      for (int e = 0; e < V; ++e) out.v[e] = static_cast<scalar_t>(value(l, e, c + e));
-      *reinterpret_cast<Vec<scalar_t, V>*>(row_ptr + c) = out;
+      for (int e = 0; e < V; ++e) out.val[e] = static_cast<scalar_t>(value(l, e, c + e));
+      store_pack<V>(row_ptr + c, out);
     }
   }
 }
@@ -218,36 +136,36 @@ __device__ __forceinline__ void store_slice(scalar_t* row_ptr, int64_t n, bool a
 // is replaced by its exp (float and double rows: the output then needs no
 // second exp, and has the same bits).
 template <bool kKeepExp, int kLoads, int V, typename scalar_t, typename acc_t>
-__device__ __forceinline__ MaxSumExp<acc_t> slice_max_sum(Vec<scalar_t, V> (&v)[kLoads], const RowThreads& rt,
+__device__ __forceinline__ MaxSumExp<acc_t> slice_max_sum(Pack<scalar_t, V> (&v)[kLoads], const RowThreads& rt,
                                                           acc_t* smem) {
   acc_t m = neg_inf<acc_t>();
 #pragma unroll
   for (int l = 0; l < kLoads; ++l)
 #pragma unroll
-    for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].v[e]));
+    for (int e = 0; e < V; ++e) m = row_max_step(m, static_cast<acc_t>(v[l].val[e]));
   m = row_allreduce(m, rt.tpr, MaxOp<acc_t>{}, neg_inf<acc_t>(), smem);
   acc_t s = 0;
 #pragma unroll
   for (int l = 0; l < kLoads; ++l)
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const acc_t ex = exp_shifted(static_cast<acc_t>(v[l].v[e]), m);
-      if constexpr (kKeepExp) v[l].v[e] = ex;
+      const acc_t ex = exp_shifted(static_cast<acc_t>(v[l].val[e]), m);
+      if constexpr (kKeepExp) v[l].val[e] = ex;
       s += ex;
     }
-  return {m, row_allreduce(s, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem)};
+  return {m, row_allreduce(s, rt.tpr, Plus<acc_t>{}, acc_t(0), smem)};
 }
 
 template <typename scalar_t, int V, int kLoads>
 __global__ void __launch_bounds__(kMaxThreads)
     softmax_forward_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo, int tpr_log2) {
   using acc_t = at::opmath_type<scalar_t>;
-  __shared__ acc_t smem[kWarp];
+  __shared__ acc_t smem[kWarpSize];
   const int64_t rows = geo.rows(), n = geo.size;
   for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
     const bool active = rt.row() < rows;
     const int64_t start = geo.row_start(active ? rt.row() : 0);
-    Vec<scalar_t, V> v[kLoads];
+    Pack<scalar_t, V> v[kLoads];
     load_slice(v, x + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
     // Float and double rows keep each exp in place of its input: one exp per
     // element instead of two. (Half inputs would round the exp to half, so
@@ -257,7 +175,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     const acc_t m = stats.max, s = stats.sum;
     const acc_t inv = acc_t(1) / s;
     store_slice<kLoads, V>(y + start, n, active, rt, [&](int l, int e, int64_t) {
-      const acc_t value = static_cast<acc_t>(v[l].v[e]);
+      const acc_t value = static_cast<acc_t>(v[l].val[e]);
       return kKeepExp ? normalize(value, inv) : softmax_output(value, m, inv);
     });
   }
@@ -276,16 +194,16 @@ __global__ void __launch_bounds__(kMaxThreads)
     softmax_forward_rows_prefetch(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo,
                                   int tpr_log2) {
   using acc_t = at::opmath_type<scalar_t>;
-  using VecT = Vec<scalar_t, V>;
+  using PackT = Pack<scalar_t, V>;
   extern __shared__ __align__(16) unsigned char next_raw[];
-  VecT* next = reinterpret_cast<VecT*>(next_raw);  // slot l * blockDim.x + threadIdx.x
-  __shared__ acc_t smem[kWarp];
+  PackT* next = reinterpret_cast<PackT*>(next_raw);  // slot l * blockDim.x + threadIdx.x
+  __shared__ acc_t smem[kWarpSize];
   const int64_t rows = geo.rows(), n = geo.size;
   auto prefetch = [&](int64_t row, const RowThreads& rt) {
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
       const int64_t c = rt.col<V>(l);
-      if (c < n) __pipeline_memcpy_async(next + l * blockDim.x + threadIdx.x, x + geo.row_start(row) + c, sizeof(VecT));
+      if (c < n) __pipeline_memcpy_async(next + l * blockDim.x + threadIdx.x, x + geo.row_start(row) + c, sizeof(PackT));
     }
     __pipeline_commit();
   };
@@ -294,14 +212,14 @@ __global__ void __launch_bounds__(kMaxThreads)
   for (; rt.first_row < rows; rt.next()) {
     const int64_t start = geo.row_start(rt.row());
     __pipeline_wait_prior(0);
-    Vec<scalar_t, V> v[kLoads];
+    Pack<scalar_t, V> v[kLoads];
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
       if (rt.col<V>(l) < n) {
         v[l] = next[l * blockDim.x + threadIdx.x];
       } else {
 #pragma unroll
-        for (int e = 0; e < V; ++e) v[l].v[e] = scalar_t(neg_inf<acc_t>());
+        for (int e = 0; e < V; ++e) v[l].val[e] = scalar_t(neg_inf<acc_t>());
       }
     }
     // The copy of the following row rewrites the slots just read: let the
@@ -314,7 +232,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     const MaxSumExp<acc_t> stats = slice_max_sum<kKeepExp>(v, rt, smem);
     const acc_t m = stats.max, inv = acc_t(1) / stats.sum;
     store_slice<kLoads, V>(y + start, n, true, rt, [&](int l, int e, int64_t) {
-      const acc_t value = static_cast<acc_t>(v[l].v[e]);
+      const acc_t value = static_cast<acc_t>(v[l].val[e]);
       return kKeepExp ? normalize(value, inv) : softmax_output(value, m, inv);
     });
   }
@@ -325,22 +243,22 @@ __global__ void __launch_bounds__(kMaxThreads)
     softmax_backward_rows(const scalar_t* __restrict__ g, const scalar_t* __restrict__ y, scalar_t* __restrict__ dx,
                           RowGeometry geo, int tpr_log2) {
   using acc_t = at::opmath_type<scalar_t>;
-  __shared__ acc_t smem[kWarp];
+  __shared__ acc_t smem[kWarpSize];
   const int64_t rows = geo.rows(), n = geo.size;
   for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
     const bool active = rt.row() < rows;
     const int64_t start = geo.row_start(active ? rt.row() : 0);
-    Vec<scalar_t, V> gv[kLoads], yv[kLoads];
+    Pack<scalar_t, V> gv[kLoads], yv[kLoads];
     load_slice(gv, g + start, n, active, rt, scalar_t(0));
     load_slice(yv, y + start, n, active, rt, scalar_t(0));
     acc_t dot = 0;
 #pragma unroll
     for (int l = 0; l < kLoads; ++l)
 #pragma unroll
-      for (int e = 0; e < V; ++e) dot = dot_step(dot, static_cast<acc_t>(gv[l].v[e]), static_cast<acc_t>(yv[l].v[e]));
-    dot = row_allreduce(dot, rt.tpr, SumOp<acc_t>{}, acc_t(0), smem);
+      for (int e = 0; e < V; ++e) dot = dot_step(dot, static_cast<acc_t>(gv[l].val[e]), static_cast<acc_t>(yv[l].val[e]));
+    dot = row_allreduce(dot, rt.tpr, Plus<acc_t>{}, acc_t(0), smem);
     store_slice<kLoads, V>(dx + start, n, active, rt, [&](int l, int e, int64_t) {
-      return softmax_grad(static_cast<acc_t>(gv[l].v[e]), static_cast<acc_t>(yv[l].v[e]), dot);
+      return softmax_grad(static_cast<acc_t>(gv[l].val[e]), static_cast<acc_t>(yv[l].val[e]), dot);
     });
   }
 }
@@ -349,13 +267,13 @@ template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type
 __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_forward_rows(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
                                acc_t* __restrict__ loss, RowGeometry geo, int tpr_log2, int* bad_target) {
-  __shared__ acc_t smem[kWarp];
+  __shared__ acc_t smem[kWarpSize];
   const int64_t rows = geo.rows(), n = geo.size;
   for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
     const bool active = rt.row() < rows;
     const int64_t row = active ? rt.row() : 0, start = geo.row_start(row);
     const int64_t t = target[row];
-    Vec<scalar_t, V> v[kLoads];
+    Pack<scalar_t, V> v[kLoads];
     load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
     const MaxSumExp<acc_t> stats = slice_max_sum<false>(v, rt, smem);
     const acc_t m = stats.max, s = stats.sum;
@@ -375,14 +293,14 @@ __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_backward_rows(const scalar_t* __restrict__ grad_loss, int64_t grad_stride, acc_t scale,
                                 const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
                                 scalar_t* __restrict__ grad, RowGeometry geo, int tpr_log2) {
-  __shared__ acc_t smem[kWarp];
+  __shared__ acc_t smem[kWarpSize];
   const int64_t rows = geo.rows(), n = geo.size;
   for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
     const bool active = rt.row() < rows;
     const int64_t row = active ? rt.row() : 0, start = geo.row_start(row);
     const int64_t t = target[row];
     const acc_t row_scale = static_cast<acc_t>(grad_loss[row * grad_stride]) * scale;
-    Vec<scalar_t, V> v[kLoads];
+    Pack<scalar_t, V> v[kLoads];
     load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
     const MaxSumExp<acc_t> stats = slice_max_sum<false>(v, rt, smem);
     const acc_t m = stats.max, s = stats.sum;
@@ -392,7 +310,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     const acc_t nan_if_bad = target_in_range(t, n) ? acc_t(0) : std::numeric_limits<acc_t>::quiet_NaN();
     store_slice<kLoads, V>(grad + start, n, active, rt, [&](int l, int e, int64_t col) {
       const acc_t onehot = col == t ? acc_t(1) : acc_t(0);
-      return cross_entropy_grad(static_cast<acc_t>(v[l].v[e]), m, inv, onehot, row_scale) + nan_if_bad;
+      return cross_entropy_grad(static_cast<acc_t>(v[l].val[e]), m, inv, onehot, row_scale) + nan_if_bad;
     });
   }
 }
@@ -403,21 +321,21 @@ __global__ void __launch_bounds__(kMaxThreads)
 // loads in flight.
 template <typename scalar_t, int V, typename acc_t = at::opmath_type<scalar_t>>
 __device__ MaxSumExp<acc_t> online_row(const scalar_t* row_ptr, int64_t n) {
-  using VecT = Vec<scalar_t, V>;
+  using PackT = Pack<scalar_t, V>;
   constexpr int kLongUnroll = long_unroll<scalar_t>();
   const int64_t nv = n / V, step = blockDim.x;
   MaxSumExp<acc_t> st = empty_max_sum<acc_t>();
   for (int64_t q = threadIdx.x; q < nv; q += step * kLongUnroll) {
-    VecT v[kLongUnroll];
+    PackT v[kLongUnroll];
 #pragma unroll
     for (int u = 0; u < kLongUnroll; ++u) {
-      if (q + u * step < nv) v[u] = reinterpret_cast<const VecT*>(row_ptr)[q + u * step];
+      if (q + u * step < nv) v[u] = load_pack<V>(row_ptr, q + u * step);
     }
 #pragma unroll
     for (int u = 0; u < kLongUnroll; ++u) {
       if (q + u * step < nv) {
 #pragma unroll
-        for (int e = 0; e < V; ++e) st = online_update(st, static_cast<acc_t>(v[u].v[e]));
+        for (int e = 0; e < V; ++e) st = online_update(st, static_cast<acc_t>(v[u].val[e]));
       }
     }
   }
@@ -428,20 +346,21 @@ template <typename scalar_t, int V>
 __global__ void __launch_bounds__(long_threads<scalar_t>())
     softmax_forward_long(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo) {
   using acc_t = at::opmath_type<scalar_t>;
-  using VecT = Vec<scalar_t, V>;
-  __shared__ acc_t smem_max[kWarp], smem_sum[kWarp];
+  using PackT = Pack<scalar_t, V>;
+  __shared__ MaxSumExp<acc_t> smem[kWarpSize];
   const int64_t nv = geo.size / V;
   for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
     const int64_t start = geo.row_start(row);
-    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(x + start, geo.size), smem_max, smem_sum);
+    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(x + start, geo.size), MergeOp<acc_t>{},
+                                                         empty_max_sum<acc_t>(), smem);
     const acc_t inv = acc_t(1) / st.sum;
 #pragma unroll long_unroll<scalar_t>()
     for (int64_t q = threadIdx.x; q < nv; q += blockDim.x) {
-      const VecT in = load_last_use(reinterpret_cast<const VecT*>(x + start) + q);
-      VecT out;
+      const PackT in = load_pack_evict_first<V>(x + start, q);
+      PackT out;
 #pragma unroll
-      for (int e = 0; e < V; ++e) out.v[e] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(in.v[e]), st.max, inv));
-      store_streaming(reinterpret_cast<VecT*>(y + start) + q, out);
+      for (int e = 0; e < V; ++e) out.val[e] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(in.val[e]), st.max, inv));
+      store_pack_evict_first<V>(y + start, q, out);
     }
   }
 }
@@ -451,40 +370,38 @@ __global__ void __launch_bounds__(long_threads<scalar_t>())
     softmax_backward_long(const scalar_t* __restrict__ g, const scalar_t* __restrict__ y, scalar_t* __restrict__ dx,
                           RowGeometry geo) {
   using acc_t = at::opmath_type<scalar_t>;
-  using VecT = Vec<scalar_t, V>;
+  using PackT = Pack<scalar_t, V>;
   constexpr int kLongUnroll = long_unroll<scalar_t>();
-  __shared__ acc_t smem[kWarp];
+  __shared__ acc_t smem[kWarpSize];
   const int64_t nv = geo.size / V, step = blockDim.x;
   for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
     const int64_t start = geo.row_start(row);
-    const VecT* gr = reinterpret_cast<const VecT*>(g + start);
-    const VecT* yr = reinterpret_cast<const VecT*>(y + start);
     acc_t dot = 0;
     for (int64_t q = threadIdx.x; q < nv; q += step * kLongUnroll) {
-      VecT gv[kLongUnroll], yv[kLongUnroll];
+      PackT gv[kLongUnroll], yv[kLongUnroll];
 #pragma unroll
       for (int u = 0; u < kLongUnroll; ++u) {
         if (q + u * step < nv) {
-          gv[u] = gr[q + u * step];
-          yv[u] = yr[q + u * step];
+          gv[u] = load_pack<V>(g + start, q + u * step);
+          yv[u] = load_pack<V>(y + start, q + u * step);
         }
       }
 #pragma unroll
       for (int u = 0; u < kLongUnroll; ++u) {
         if (q + u * step < nv) {
 #pragma unroll
-          for (int e = 0; e < V; ++e) dot = dot_step(dot, static_cast<acc_t>(gv[u].v[e]), static_cast<acc_t>(yv[u].v[e]));
+          for (int e = 0; e < V; ++e) dot = dot_step(dot, static_cast<acc_t>(gv[u].val[e]), static_cast<acc_t>(yv[u].val[e]));
         }
       }
     }
-    dot = row_allreduce(dot, static_cast<int>(blockDim.x), SumOp<acc_t>{}, acc_t(0), smem);
+    dot = row_allreduce(dot, static_cast<int>(blockDim.x), Plus<acc_t>{}, acc_t(0), smem);
 #pragma unroll long_unroll<scalar_t>()
     for (int64_t q = threadIdx.x; q < nv; q += step) {
-      const VecT gq = load_last_use(gr + q), yq = load_last_use(yr + q);
-      VecT out;
+      const PackT gq = load_pack_evict_first<V>(g + start, q), yq = load_pack_evict_first<V>(y + start, q);
+      PackT out;
 #pragma unroll
-      for (int e = 0; e < V; ++e) out.v[e] = static_cast<scalar_t>(softmax_grad(static_cast<acc_t>(gq.v[e]), static_cast<acc_t>(yq.v[e]), dot));
-      store_streaming(reinterpret_cast<VecT*>(dx + start) + q, out);
+      for (int e = 0; e < V; ++e) out.val[e] = static_cast<scalar_t>(softmax_grad(static_cast<acc_t>(gq.val[e]), static_cast<acc_t>(yq.val[e]), dot));
+      store_pack_evict_first<V>(dx + start, q, out);
     }
   }
 }
@@ -493,10 +410,11 @@ template <typename scalar_t, int V, typename acc_t = at::opmath_type<scalar_t>>
 __global__ void __launch_bounds__(long_threads<scalar_t>())
     cross_entropy_forward_long(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
                                acc_t* __restrict__ loss, RowGeometry geo, int* bad_target) {
-  __shared__ acc_t smem_max[kWarp], smem_sum[kWarp];
+  __shared__ MaxSumExp<acc_t> smem[kWarpSize];
   for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
     const int64_t start = geo.row_start(row);
-    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(logits + start, geo.size), smem_max, smem_sum);
+    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(logits + start, geo.size), MergeOp<acc_t>{},
+                                                         empty_max_sum<acc_t>(), smem);
     if (threadIdx.x == 0) {
       const int64_t t = target[row];
       if (target_in_range(t, geo.size)) {
@@ -514,26 +432,27 @@ __global__ void __launch_bounds__(long_threads<scalar_t>())
     cross_entropy_backward_long(const scalar_t* __restrict__ grad_loss, int64_t grad_stride, acc_t scale,
                                 const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
                                 scalar_t* __restrict__ grad, RowGeometry geo) {
-  using VecT = Vec<scalar_t, V>;
-  __shared__ acc_t smem_max[kWarp], smem_sum[kWarp];
+  using PackT = Pack<scalar_t, V>;
+  __shared__ MaxSumExp<acc_t> smem[kWarpSize];
   const int64_t nv = geo.size / V;
   for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
     const int64_t start = geo.row_start(row);
     const int64_t t = target[row];
     const acc_t row_scale = static_cast<acc_t>(grad_loss[row * grad_stride]) * scale;
-    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(logits + start, geo.size), smem_max, smem_sum);
+    const MaxSumExp<acc_t> st = block_allreduce(online_row<scalar_t, V>(logits + start, geo.size), MergeOp<acc_t>{},
+                                                         empty_max_sum<acc_t>(), smem);
     const acc_t inv = acc_t(1) / st.sum;
     const acc_t nan_if_bad = target_in_range(t, geo.size) ? acc_t(0) : std::numeric_limits<acc_t>::quiet_NaN();
 #pragma unroll long_unroll<scalar_t>()
     for (int64_t q = threadIdx.x; q < nv; q += blockDim.x) {
-      const VecT in = load_last_use(reinterpret_cast<const VecT*>(logits + start) + q);
-      VecT out;
+      const PackT in = load_pack_evict_first<V>(logits + start, q);
+      PackT out;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const acc_t onehot = q * V + e == t ? acc_t(1) : acc_t(0);
-        out.v[e] = static_cast<scalar_t>(cross_entropy_grad(static_cast<acc_t>(in.v[e]), st.max, inv, onehot, row_scale) + nan_if_bad);
+        out.val[e] = static_cast<scalar_t>(cross_entropy_grad(static_cast<acc_t>(in.val[e]), st.max, inv, onehot, row_scale) + nan_if_bad);
       }
-      store_streaming(reinterpret_cast<VecT*>(grad + start) + q, out);
+      store_pack_evict_first<V>(grad + start, q, out);
     }
   }
 }
@@ -575,6 +494,24 @@ __global__ void softmax_backward_strided(const scalar_t* __restrict__ g, const s
 
 // ---- choosing a kernel ----
 
+// Note [softmax kernels]
+//  * Rows in registers (rows along the innermost dim, up to 32K floats): a row
+//    is handled by 1..32 lanes of a warp (short rows: several rows per warp,
+//    no shared memory) or by a whole block of up to 1024 threads (long rows).
+//    Each thread loads its slice with 16-byte loads, all issued before the
+//    first use, and keeps it in registers: the max, the sum of exps and the
+//    output are computed from that one read (the input is read once). When
+//    rows need a whole 1024-thread block and there are many of them, the
+//    forward keeps one block per multiprocessor resident, each copying its
+//    next row into shared memory (cp.async) while it works on the current
+//    one (softmax_forward_rows_prefetch).
+//  * Rows too long for registers (the *_long kernels): one block per row, an
+//    online (max, sum) pass, then a write pass that reads the row again
+//    (mostly from L2, since a block finishes its row before starting another;
+//    see Note [evict-first accesses] in vec.cuh).
+//  * Strided rows (softmax along a dim that is not the last): one thread per
+//    row; neighbouring threads read neighbouring addresses, so loads coalesce.
+
 
 inline int ceil_log2(int64_t v) {
   int l = 0;
@@ -603,7 +540,7 @@ RowPlan plan_rows(int64_t n, bool aligned, int load_cap) {
   RowPlan p;
   p.vec = aligned && n % kVec == 0 ? kVec : 1;
   const int64_t nv = (n + p.vec - 1) / p.vec;  // loads per row
-  if (nv <= int64_t(kWarp) * load_cap) {       // a warp or less per row
+  if (nv <= int64_t(kWarpSize) * load_cap) {       // a warp or less per row
     p.tpr_log2 = std::min(5, ceil_log2(nv));
     p.threads = kRowsPerWarpBlock;
   } else if (nv <= int64_t(kMaxThreads) * load_cap) {  // a block per row, up to 4 loads per thread
@@ -674,7 +611,7 @@ struct SoftmaxLauncher {
       with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
         constexpr int V = decltype(vec)::value, L = decltype(loads)::value;
         auto kernel = softmax_forward_rows_prefetch<scalar_t, V, L>;
-        const int smem = p.threads * L * kVecBytes;
+        const int smem = p.threads * L * kPackBytes;
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         kernel<<<sms, p.threads, smem, stream>>>(x, y, geo, p.tpr_log2);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -721,6 +658,11 @@ struct SoftmaxLauncher {
     }
   }
 
+  // Note [cross-entropy target check]
+  // Targets are validated without a device-side assert: a kernel that meets a
+  // target outside [0, C) writes NaN for that row and sets a flag; the host
+  // reads the flag after the kernel and raises ValueError, and the CUDA
+  // context stays usable. Logits are never read at an out-of-range target.
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
   static bool cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss, int64_t n,
                                     int64_t c) {
@@ -779,5 +721,5 @@ struct SoftmaxLauncher {
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::ops::SoftmaxOps<labops::cuda::SoftmaxLauncher>::register_kernels(m);
+  labops::ops::softmax::SoftmaxOps<labops::cuda::SoftmaxLauncher>::register_kernels(m);
 }

@@ -1,33 +1,13 @@
 // CUDA kernels for bilinear upsampling. The coordinate math (which pixels an
 // output reads, with which weights, which outputs read an input) is
-// ops/upsample.h's; this file only decides how threads share the work.
-//
-// The fast kernels give each thread a fixed set of columns and let it walk
-// down many rows: a column's taps (which input columns, which weights) are
-// the same in every row of every plane, so the thread computes them once and
-// each row then costs a few loads, multiply-adds and a store.
-//
-//  * forward_rows_kernel: a thread owns V consecutive output columns (16
-//    bytes: 4 floats, 8 halves), written with one vector store per row; it
-//    loads each input column its outputs share once (a x2 upsample loads 3
-//    columns of each of the two input rows for 4 outputs). forward_kernel is
-//    the textbook grid-stride loop over forward_at(), for rows whose width is
-//    not a multiple of V.
-//  * gather_columns_kernel (deterministic backward): a thread owns one input
-//    column w; the output columns that read it are a short contiguous range
-//    (4 for x2) whose weights it keeps in registers. Per input row it sums
-//    those columns of the few output rows that read the row (from a table
-//    the block builds once in shared memory). No atomics: every grad_in value
-//    is a fixed sum, the same on every run.
-//    gather_rows_kernel serves large upsampling factors (more than 8 outputs
-//    read each input): one block per input row contracts the output rows that
-//    read it in shared memory first. gather_direct_kernel (gather_at per element)
-//    serves rows too wide for shared memory.
-//  * scatter_kernel (the lesson's non-deterministic backward): one thread per
-//    output, four atomicAdds into a zeroed opmath buffer.
+// ops/upsample.h's; this file only decides how threads share the work:
+//  * forward: forward_rows_kernel (see Note [column-owning threads]), or
+//    forward_kernel, the textbook grid-stride loop over forward_at();
+//  * deterministic backward: gather_columns_kernel, gather_rows_kernel or
+//    gather_direct_kernel (see Note [deterministic gather]);
+//  * non-deterministic backward: scatter_kernel (atomics), the lesson's.
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
@@ -39,31 +19,26 @@
 #include "../common/loop.h"
 #include "../ops/upsample_ops.h"
 #include "device.cuh"
+#include "vec.cuh"
 
-namespace labops::cuda::upsample {
+namespace labops::cuda {
+namespace {
 
-using ops::Axis;
-using ops::Range;
-using ops::Taps;
+namespace upsample = ops::upsample;
+using upsample::Axis;
+using upsample::Range;
+using upsample::Taps;
 
-constexpr int kVecBytes = 16;
-constexpr int kThreads = 256;
 // Shared memory for one contracted output row in the gather kernel (the
 // default per-block limit, no opt-in needed).
 constexpr int64_t kSmemBytes = 48 * 1024;
-
-template <typename scalar_t, int V>
-struct alignas(sizeof(scalar_t) * V) Pack {
-  scalar_t val[V];
-};
-
 
 // ---- forward ----
 
 template <typename scalar_t, typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     forward_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, int64_t n, Axis<T> ah, Axis<T> aw) {
-  LABOPS_KERNEL_LOOP(i, n) { y[i] = static_cast<scalar_t>(ops::forward_at(i, x, ah, aw)); }
+  LABOPS_KERNEL_LOOP(i, n) { y[i] = static_cast<scalar_t>(upsample::forward_at(i, x, ah, aw)); }
 }
 
 // V consecutive outputs of one output row, whose input row pair is (top,
@@ -94,61 +69,93 @@ __device__ __forceinline__ Pack<scalar_t, V> blend_columns(const scalar_t* __res
     } else {
       tb = static_cast<T>(top[tw[k].i1]), bb = static_cast<T>(bottom[tw[k].i1]);
     }
-    out.val[k] = static_cast<scalar_t>(ops::bilinear_blend(ta, tb, ba, bb, lambda_h, tw[k].lambda));
+    out.val[k] = static_cast<scalar_t>(upsample::bilinear_blend(ta, tb, ba, bb, lambda_h, tw[k].lambda));
     col0 = tw[k].i0, top0 = ta, bottom0 = ba;
     col1 = tw[k].i1, top1 = tb, bottom1 = bb;
   }
   return out;
 }
 
+// Note [column-owning threads]
+// The fast kernels give each thread a fixed set of columns and let it walk
+// down many rows: a column's taps (which input columns, which weights) are
+// the same in every row of every plane, so the thread computes them once and
+// each row then costs a few loads, multiply-adds and a store. In the forward
+// a thread owns V consecutive output columns (16 bytes: 4 floats, 8 halves),
+// written with one vector store per row, and loads each input column its
+// outputs share once (blend_columns: a x2 upsample loads 3 columns of each of
+// the two input rows for 4 outputs). forward_kernel serves rows whose width
+// is not a multiple of V.
+//
 // Thread (x, y) of block (bx, by) owns output columns [V*c, V*c + V) with
 // c = by * blockDim.x + x, and visits rows (plane * out_h + oy) threadIdx.y +
 // blockDim.y * bx, then every blockDim.y * gridDim.x rows. index_t is 32-bit
 // when the row count allows it (its divisions are several times cheaper).
 template <typename scalar_t, typename T, int V, typename index_t>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     forward_rows_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, index_t rows,
                         Axis<T> ah, Axis<T> aw) {
   const int64_t first_col = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * V;
   if (first_col >= aw.out) return;  // no barrier below, so idle threads may leave
   Taps<T> tw[V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) tw[k] = ops::source_taps(first_col + k, aw);
+  for (int k = 0; k < V; ++k) tw[k] = upsample::source_taps(first_col + k, aw);
   const index_t out_h = static_cast<index_t>(ah.out);
   const index_t step = static_cast<index_t>(blockDim.y) * gridDim.x;
   for (index_t row = static_cast<index_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += step) {
-    const Taps<T> th = ops::source_taps(static_cast<int64_t>(row % out_h), ah);
+    const Taps<T> th = upsample::source_taps(static_cast<int64_t>(row % out_h), ah);
     const scalar_t* plane = x + static_cast<int64_t>(row / out_h) * ah.in * aw.in;
-    *reinterpret_cast<Pack<scalar_t, V>*>(y + static_cast<int64_t>(row) * aw.out + first_col) =
-        blend_columns<scalar_t, T, V>(plane + th.i0 * aw.in, plane + th.i1 * aw.in, tw, th.lambda);
+    store_pack<V>(y + static_cast<int64_t>(row) * aw.out + first_col,
+                  blend_columns<scalar_t, T, V>(plane + th.i0 * aw.in, plane + th.i1 * aw.in, tw, th.lambda));
   }
 }
 
-// Blocks of kThreads threads: blockDim.x threads across the row's column
-// chunks (at most kThreads; a warp spans several rows when rows are short),
+// Blocks of kThreadsPerBlock threads: blockDim.x threads across the row's
+// column chunks (at most all of them; a warp spans several rows when rows are short),
 // the rest of the block on further rows; enough blocks along x to fill the
 // GPU about twice, so each thread walks many rows with the taps it computed
 // once.
 struct RowsGrid {
   dim3 blocks;
   dim3 threads;
+
+  // Whether the kernels' row index may be 32-bit for `rows` rows: the last
+  // grid-stride step passes `rows` by up to one grid's rows.
+  bool fits_int32_rows(int64_t rows) const {
+    return fits_int32(rows + int64_t(blocks.x) * threads.y);
+  }
 };
 
 inline RowsGrid rows_grid(int64_t chunks_per_row, int64_t rows) {
-  const int64_t tx = std::min<int64_t>(kThreads, chunks_per_row);
-  const int64_t ty = kThreads / tx;
-  const int64_t blocks_y = (chunks_per_row + tx - 1) / tx;
-  const int64_t resident = int64_t(multiprocessor_count()) * (2048 / kThreads) * 2;  // two waves
+  const int64_t tx = std::min<int64_t>(kThreadsPerBlock, chunks_per_row);
+  const int64_t ty = kThreadsPerBlock / tx;
+  const int64_t blocks_y = ceil_div(chunks_per_row, tx);
+  const int64_t resident = int64_t(multiprocessor_count()) * (2048 / kThreadsPerBlock) * 2;  // two waves
   const int64_t blocks_x = std::max<int64_t>(
-      1, std::min<int64_t>((rows + ty - 1) / ty, std::max<int64_t>(1, resident / blocks_y)));
+      1, std::min<int64_t>(ceil_div(rows, ty), std::max<int64_t>(1, resident / blocks_y)));
   return RowsGrid{dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
                   dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty))};
 }
 
 // ---- deterministic backward: gather ----
 
+// Note [deterministic gather]
+// The backward is a gather: each thread sums the outputs that read the input
+// pixels it owns, in a fixed order, so every grad_in value is the same on
+// every run (no atomics). Three kernels, by shape:
+//  * gather_columns_kernel (the common case): a thread owns one input column
+//    w; the output columns that read it are a short contiguous range (4 for
+//    x2) whose weights it keeps in registers. Per input row it sums those
+//    columns of the few output rows that read the row, from a table the block
+//    builds once in shared memory.
+//  * gather_rows_kernel serves large upsampling factors (more than 8 outputs
+//    read each input): one block per input row contracts the output rows that
+//    read it in shared memory first.
+//  * gather_direct_kernel (gather_at per element) serves rows too wide for
+//    shared memory.
+
 template <typename scalar_t, typename T, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     gather_rows_kernel(const scalar_t* __restrict__ g, scalar_t* __restrict__ grad_in, int64_t rows,
                        Axis<T> ah, Axis<T> aw) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -157,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {  // row = plane * in_h + h
     const int64_t h = row % ah.in;
     const scalar_t* gp = g + (row / ah.in) * ah.out * aw.out;
-    const Range r = ops::outputs_reading(h, ah);
+    const Range r = upsample::outputs_reading(h, ah);
     // 1. t[x] = sum over the output rows y reading h of A_h[y, h] * G[y, x].
     for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
       T acc[V];
@@ -165,8 +172,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < V; ++k) acc[k] = T(0);
 #pragma unroll 4
       for (int64_t oy = r.begin; oy < r.end; ++oy) {
-        const T wy = ops::tap_weight(ops::source_taps(oy, ah), h);
-        const Pack<scalar_t, V> v = *reinterpret_cast<const Pack<scalar_t, V>*>(gp + oy * aw.out + c * V);
+        const T wy = upsample::tap_weight(upsample::source_taps(oy, ah), h);
+        const Pack<scalar_t, V> v = load_pack<V>(gp + oy * aw.out + c * V);
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[k] += wy * static_cast<T>(v.val[k]);
       }
@@ -177,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
     // 2. grad_in[h, w] = sum over the output columns x reading w of A_w[x, w] * t[x].
     scalar_t* out = grad_in + row * aw.in;
     for (int64_t w = threadIdx.x; w < aw.in; w += blockDim.x) {
-      out[w] = static_cast<scalar_t>(ops::column_gather(w, t, aw));
+      out[w] = static_cast<scalar_t>(upsample::column_gather(w, t, aw));
     }
     __syncthreads();  // t is rewritten for the next row
   }
@@ -199,18 +206,18 @@ struct RowsReading {
 // column and every plane: the block computes it once per h into a shared
 // table (in_h entries) instead of once per row and warp.
 template <typename scalar_t, typename T, int kMaxCols, int kMaxRows, typename index_t>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     gather_columns_kernel(const scalar_t* __restrict__ g, scalar_t* __restrict__ grad_in, index_t rows,
                           Axis<T> ah, Axis<T> aw) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* table = reinterpret_cast<RowsReading<T, kMaxRows>*>(smem_raw);
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   for (int64_t h = tid; h < ah.in; h += blockDim.x * blockDim.y) {
-    const ops::Range r = ops::outputs_reading(h, ah);
+    const upsample::Range r = upsample::outputs_reading(h, ah);
     RowsReading<T, kMaxRows> entry{r.begin, static_cast<int>(r.end - r.begin), {}};
 #pragma unroll
     for (int k = 0; k < kMaxRows; ++k) {
-      entry.weight[k] = k < entry.count ? ops::tap_weight(ops::source_taps(r.begin + k, ah), h) : T(0);
+      entry.weight[k] = k < entry.count ? upsample::tap_weight(upsample::source_taps(r.begin + k, ah), h) : T(0);
     }
     table[h] = entry;
   }
@@ -218,16 +225,16 @@ __global__ void __launch_bounds__(kThreads)
 
   const int64_t w = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (w >= aw.in) return;  // no barrier below
-  const ops::Range cols = ops::outputs_reading(w, aw);
+  const upsample::Range cols = upsample::outputs_reading(w, aw);
   const int count = static_cast<int>(cols.end - cols.begin);
   T weight_x[kMaxCols];
 #pragma unroll
   for (int k = 0; k < kMaxCols; ++k) {
-    weight_x[k] = k < count ? ops::tap_weight(ops::source_taps(cols.begin + k, aw), w) : T(0);
+    weight_x[k] = k < count ? upsample::tap_weight(upsample::source_taps(cols.begin + k, aw), w) : T(0);
   }
   // sum over the output columns reading w of A_w[x, w] * g_row[x]
   auto along_w = [&](const scalar_t* g_row) {
-    if (count > kMaxCols) return ops::column_gather(w, g_row, aw);  // only if the launcher's bound fails
+    if (count > kMaxCols) return upsample::column_gather(w, g_row, aw);  // only if the launcher's bound fails
     T sum = T(0);
 #pragma unroll
     for (int k = 0; k < kMaxCols; ++k) {
@@ -248,7 +255,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < entry.count; ++k) acc += entry.weight[k] * along_w(plane + (entry.begin + k) * aw.out);
     } else {  // only if the launcher's bound fails: correct, and slow
       for (int64_t oy = entry.begin; oy < entry.begin + entry.count; ++oy) {
-        acc += ops::tap_weight(ops::source_taps(oy, ah), h) * along_w(plane + oy * aw.out);
+        acc += upsample::tap_weight(upsample::source_taps(oy, ah), h) * along_w(plane + oy * aw.out);
       }
     }
     grad_in[static_cast<int64_t>(row) * aw.in + w] = static_cast<scalar_t>(acc);
@@ -271,10 +278,12 @@ template <typename scalar_t, typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     gather_direct_kernel(const scalar_t* __restrict__ g, scalar_t* __restrict__ grad_in, int64_t n,
                          Axis<T> ah, Axis<T> aw) {
-  LABOPS_KERNEL_LOOP(i, n) { grad_in[i] = static_cast<scalar_t>(ops::gather_at(i, g, ah, aw)); }
+  LABOPS_KERNEL_LOOP(i, n) { grad_in[i] = static_cast<scalar_t>(upsample::gather_at(i, g, ah, aw)); }
 }
 
 // ---- non-deterministic backward: scatter with atomics ----
+// The lesson's version: one thread per output, four atomicAdds into a zeroed
+// opmath buffer; the order of the adds, so the rounding, varies run to run.
 
 template <typename T>
 struct AtomicAdd {
@@ -286,7 +295,7 @@ template <typename scalar_t, typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     scatter_kernel(const scalar_t* __restrict__ g, T* __restrict__ acc, int64_t n, Axis<T> ah, Axis<T> aw) {
   AtomicAdd<T> add{acc};
-  LABOPS_KERNEL_LOOP(i, n) { ops::scatter_at(i, static_cast<T>(g[i]), ah, aw, add); }
+  LABOPS_KERNEL_LOOP(i, n) { upsample::scatter_at(i, static_cast<T>(g[i]), ah, aw, add); }
 }
 
 template <typename scalar_t, typename T, int V>
@@ -295,7 +304,7 @@ void launch_gather_rows(const scalar_t* g, scalar_t* grad_in, int64_t rows, cons
   const size_t smem = static_cast<size_t>(aw.out) * sizeof(T);
   // Enough threads for the wider of the two phases, in whole warps.
   const int64_t work = std::max<int64_t>(aw.out / V, aw.in);
-  const int threads = static_cast<int>(std::min<int64_t>(kThreads, std::max<int64_t>(32, (work + 31) / 32 * 32)));
+  const int threads = static_cast<int>(std::min<int64_t>(kThreadsPerBlock, std::max<int64_t>(32, ceil_div<int64_t>(work, 32) * 32)));
   int per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, gather_rows_kernel<scalar_t, T, V>, threads, smem));
@@ -305,22 +314,16 @@ void launch_gather_rows(const scalar_t* g, scalar_t* grad_in, int64_t rows, cons
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-}  // namespace labops::cuda::upsample
-
-namespace labops::cuda {
-
 struct UpsampleLauncher {
   template <typename scalar_t, typename T>
-  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, const ops::Axis<T>& ah,
-                      const ops::Axis<T>& aw) {
-    using namespace upsample;
-    constexpr int V = kVecBytes / sizeof(scalar_t);
+  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, const Axis<T>& ah, const Axis<T>& aw) {
+    constexpr int V = vec_width<scalar_t>();
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const int64_t n = planes * ah.out * aw.out;
     const int64_t rows = planes * ah.out;
     if (aw.out % V == 0 && is_aligned(y)) {
       const RowsGrid grid = rows_grid(aw.out / V, rows);
-      if (rows + int64_t(grid.blocks.x) * grid.threads.y <= std::numeric_limits<int32_t>::max()) {
+      if (grid.fits_int32_rows(rows)) {
         forward_rows_kernel<scalar_t, T, V, uint32_t><<<grid.blocks, grid.threads, 0, stream>>>(
             x, y, static_cast<uint32_t>(rows), ah, aw);
       } else {
@@ -334,17 +337,16 @@ struct UpsampleLauncher {
   }
 
   template <typename scalar_t, typename T>
-  static void backward_gather(const scalar_t* g, scalar_t* grad_in, int64_t planes, const ops::Axis<T>& ah,
-                              const ops::Axis<T>& aw) {
-    using namespace upsample;
-    constexpr int V = kVecBytes / sizeof(scalar_t);
+  static void backward_gather(const scalar_t* g, scalar_t* grad_in, int64_t planes, const Axis<T>& ah,
+                              const Axis<T>& aw) {
+    constexpr int V = vec_width<scalar_t>();
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const int64_t rows = planes * ah.in;
     const int64_t table_bytes = ah.in * static_cast<int64_t>(sizeof(RowsReading<T, 8>));
     const int64_t cols = max_outputs_per_input(aw);
     if (cols <= 8 && max_outputs_per_input(ah) <= 8 && table_bytes <= kSmemBytes) {
       const RowsGrid grid = rows_grid(aw.in, rows);
-      const bool small = rows + int64_t(grid.blocks.x) * grid.threads.y <= std::numeric_limits<int32_t>::max();
+      const bool small = grid.fits_int32_rows(rows);
       // The column loop is unrolled (its weights live in registers): as few
       // trips as the scale allows, 6 up to x2.
       auto launch = [&](auto max_cols, auto index) {
@@ -372,9 +374,7 @@ struct UpsampleLauncher {
   }
 
   template <typename scalar_t, typename T>
-  static void backward_scatter(const scalar_t* g, T* acc, int64_t planes, const ops::Axis<T>& ah,
-                               const ops::Axis<T>& aw) {
-    using namespace upsample;
+  static void backward_scatter(const scalar_t* g, T* acc, int64_t planes, const Axis<T>& ah, const Axis<T>& aw) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const int64_t n = planes * ah.out * aw.out;
     scatter_kernel<scalar_t, T><<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(g, acc, n, ah, aw);
@@ -382,8 +382,9 @@ struct UpsampleLauncher {
   }
 };
 
+}  // namespace
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::ops::UpsampleOps<labops::cuda::UpsampleLauncher>::register_kernels(m);
+  labops::ops::upsample::UpsampleOps<labops::cuda::UpsampleLauncher>::register_kernels(m);
 }

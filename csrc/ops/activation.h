@@ -14,7 +14,7 @@
 #include "../common/loop.h"
 #include "../common/math.h"
 
-namespace labops::ops {
+namespace labops::ops::activation {
 
 // ---- Tanh (THNN's Tanh_updateOutput / Tanh_updateGradInput) ----
 // The gradient is written with the *output* y = tanh(x): dy/dx = 1 - y^2.
@@ -116,4 +116,4 @@ void dispatch_gelu_approx(GeluApprox approx, F&& body) {
   }
 }
 
-}  // namespace labops::ops
+}  // namespace labops::ops::activation

@@ -1,6 +1,7 @@
 // Tensor-level entry points of Tanh and GELU, written once and instantiated
-// for each device: cpu/activation.cpp uses ActivationOps<cpu::Launcher>,
-// cuda/activation.cu uses ActivationOps<cuda::Launcher>.
+// for each device: cpu/activation.cpp uses ActivationOps<cpu::ActivationLauncher>,
+// cuda/activation.cu uses ActivationOps<cuda::ActivationLauncher> (each device's
+// elementwise launcher).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,7 +10,7 @@
 #include "../common/elementwise_op.h"
 #include "activation.h"
 
-namespace labops::ops {
+namespace labops::ops::activation {
 
 template <typename Launcher>
 struct ActivationOps {
@@ -47,11 +48,9 @@ struct ActivationOps {
 
   template <typename Module>
   static void register_kernels(Module& m) {
-    m.impl("tanh", &tanh);
-    m.impl("tanh_backward", &tanh_backward);
-    m.impl("gelu", &gelu);
-    m.impl("gelu_backward", &gelu_backward);
+    m.impl("tanh", &tanh).impl("tanh_backward", &tanh_backward)
+        .impl("gelu", &gelu).impl("gelu_backward", &gelu_backward);
   }
 };
 
-}  // namespace labops::ops
+}  // namespace labops::ops::activation

@@ -1,6 +1,20 @@
-// Reorg (YOLOv2's passthrough layer), three orders: the index math, then the
-// tensor-level entry points written once for both devices.
-//
+// Reorg (YOLOv2's passthrough layer), three orders: the index math, shared
+// by cpu/reorg.cpp and cuda/reorg.cu. The tensor-level entry points are in
+// reorg_ops.h. See Note [reorg orders] and Note [reorg tasks].
+#pragma once
+
+#include <cstdint>
+
+#include "../common/fast_divider.h"
+#include "../common/loop.h"
+
+namespace labops::ops::reorg {
+
+enum class ReorgOrder { Darknet, DCR, CRD };
+
+// ---- the geometry and the index maps ----
+
+// Note [reorg orders]
 // With stride s, Ho = H/s, Wo = W/s, view the NCHW input as 6-D
 //     x[n, c, h, dy, w, dx]            sizes (N, C, Ho, s, Wo, s)
 // (input row h*s + dy, column w*s + dx). The output (N, C*s*s, Ho, Wo) is
@@ -12,84 +26,8 @@
 //           computes; see labops/reference/reorg.py for the loop itself.
 // So every order is one of two 6-D permutations of a "canonical" geometry
 // (C, s, Ho, Wo): crd or dcr (darknet = dcr with C/s^2, H, W).
-//
-// A *task* is what one CUDA thread or one CPU loop step moves: the s input
-// elements x[n, c, h, dy, w, 0..s-1] (contiguous in memory) and the s output
-// elements they feed, y[..., dx, ..., h, w] for dx = 0..s-1 (one per output
-// plane, each at the same (h, w)). Tasks are numbered in the output's order
-// with dx left out, t = (((n, A), B), h, w) with (A, B) = (c, dy) for crd
-// and (dy, c) for dcr, so consecutive tasks write consecutive outputs.
-//   reorg_task(g, t)           -> index of x[.., dx=0] and of y[.., dx=0]
-//   element dx of a task:         x index + dx,   y index + dx * y_dx_stride
-// Forward gathers y from x through this map; backward gathers grad_x from
-// grad_y through the same map read the other way (each thread owns the
-// grad_x elements it writes: no scatter, no atomics). For one element at a
-// time, reorg_input_index (output -> input) and reorg_output_index (input ->
-// output) are the per-index forms of the same map.
-#pragma once
 
-#include <cstdint>
-#include <string_view>
-#include <vector>
-
-#include <ATen/Dispatch.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <c10/core/DeviceGuard.h>
-#include <c10/util/Exception.h>
-#include <c10/util/safe_numerics.h>
-
-#include "../common/check.h"
-#include "../common/loop.h"
-
-namespace labops::ops {
-
-enum class ReorgOrder { Darknet, DCR, CRD };
-
-inline ReorgOrder parse_reorg_order(std::string_view name, const char* op) {
-  if (name == "darknet") return ReorgOrder::Darknet;
-  if (name == "dcr") return ReorgOrder::DCR;
-  if (name == "crd") return ReorgOrder::CRD;
-  LABOPS_CHECK(false, "labops.", op, ": order must be 'darknet', 'dcr' or 'crd', got '", name, "'");
-}
-
-// ---- integer division by a value fixed for a whole launch ----
-
-// n / d with the hardware divide: any 64-bit index (the CPU, and tensors of
-// 2^31 elements or more on the GPU).
-struct PlainDivider {
-  using index_t = int64_t;
-  int64_t d = 1;
-  PlainDivider() = default;
-  explicit PlainDivider(int64_t divisor) : d(divisor) {}
-  LABOPS_HOST_DEVICE int64_t div(int64_t n) const { return n / d; }
-};
-
-// n / d as a multiply-high, add and shift (Granlund & Montgomery; ATen's
-// IntDivider<unsigned>). A GPU has no integer divide instruction: `n / d`
-// is about 20 instructions, this is 3. Valid for 1 <= d and n < 2^31.
-struct FastDivider {
-  using index_t = uint32_t;
-  uint32_t d = 1, magic = 0, shift = 0;
-  FastDivider() = default;
-  explicit FastDivider(uint32_t divisor) : d(divisor) {
-    while (shift < 32 && (uint32_t{1} << shift) < divisor) ++shift;
-    const uint64_t one = 1;
-    magic = static_cast<uint32_t>(((one << 32) * ((one << shift) - divisor)) / divisor + 1);
-  }
-  LABOPS_HOST_DEVICE uint32_t div(uint32_t n) const {
-#if defined(__CUDA_ARCH__)
-    const uint32_t hi = __umulhi(n, magic);
-#else
-    const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(n) * magic) >> 32);
-#endif
-    return (hi + n) >> shift;
-  }
-};
-
-// ---- the geometry and the index maps ----
-
-// The canonical sizes every order reduces to (see the top of this file).
+// The canonical sizes every order reduces to; see Note [reorg orders].
 struct ReorgShape {
   int64_t C, s, Ho, Wo;
   bool crd;  // false: the dcr permutation (dcr and darknet)
@@ -114,6 +52,20 @@ struct ReorgGeometry {
         by_s(r.s), by_c(r.C), by_ho(r.Ho), by_wo(r.Wo), by_hw(r.Ho * r.Wo) {}
 };
 
+// Note [reorg tasks]
+// A *task* is what one CUDA thread or one CPU loop step moves: the s input
+// elements x[n, c, h, dy, w, 0..s-1] (contiguous in memory) and the s output
+// elements they feed, y[..., dx, ..., h, w] for dx = 0..s-1 (one per output
+// plane, each at the same (h, w)). Tasks are numbered in the output's order
+// with dx left out, t = (((n, A), B), h, w) with (A, B) = (c, dy) for crd
+// and (dy, c) for dcr, so consecutive tasks write consecutive outputs.
+//   reorg_task(g, t)           -> index of x[.., dx=0] and of y[.., dx=0]
+//   element dx of a task:         x index + dx,   y index + dx * y_dx_stride
+// Forward gathers y from x through this map; backward gathers grad_x from
+// grad_y through the same map read the other way (each thread owns the
+// grad_x elements it writes: no scatter, no atomics). For one element at a
+// time, reorg_input_index (output -> input) and reorg_output_index (input ->
+// output) are the per-index forms of the same map.
 template <typename index_t>
 struct ReorgTask {
   index_t x;  // input index of dx = 0; dx adds dx
@@ -204,76 +156,4 @@ LABOPS_HOST_DEVICE typename Div::index_t reorg_output_index(const ReorgGeometry<
   return plane * g.HW + h * g.Wo + w;
 }
 
-// ---- the tensor level, shared by cpu/reorg.cpp and cuda/reorg.cu ----
-//
-// Launcher provides
-//   run<scalar_t>(const scalar_t* src, scalar_t* dst, int64_t numel, const ReorgShape&, bool backward)
-// forward: src = x, dst = y; backward: src = grad_y, dst = grad_x. numel >= 1.
-
-template <typename Launcher>
-struct ReorgOps {
-  // Checks the arguments and returns the canonical geometry.
-  static ReorgShape check(const char* op, const at::Tensor& t, const char* arg, int64_t s, ReorgOrder order,
-                          int64_t C, int64_t H, int64_t W) {
-    LABOPS_CHECK(s >= 1, "labops.", op, ": stride must be >= 1, got ", s);
-    int64_t s2 = 0;
-    LABOPS_CHECK(!c10::mul_overflows(s, s, &s2), "labops.", op, ": stride is too large, got ", s);
-    LABOPS_CHECK(H % s == 0 && W % s == 0, "labops.", op, ": ", arg,
-                      "'s height and width must be divisible by stride ", s, ", got ", shape_str(t.sizes()));
-    if (order == ReorgOrder::Darknet) {
-      LABOPS_CHECK(C % s2 == 0, "labops.", op, ": ", arg, "'s channels must be divisible by stride^2 = ",
-                        s2, " for order 'darknet', got ", shape_str(t.sizes()));
-    }
-    return reorg_shape(order, C, H, W, s);
-  }
-
-  static at::Tensor run(const at::Tensor& src, at::IntArrayRef out_size, const ReorgShape& shape,
-                        bool backward) {
-    c10::OptionalDeviceGuard guard(src.device());
-    at::Tensor dst = at::empty(out_size, src.options());
-    if (dst.numel() == 0) return dst;
-    at::Tensor sc = src.contiguous();
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sc.scalar_type(), "labops_reorg", [&] {
-      Launcher::run(sc.const_data_ptr<scalar_t>(), dst.mutable_data_ptr<scalar_t>(), dst.numel(), shape,
-                    backward);
-    });
-    return dst;
-  }
-
-  static at::Tensor reorg(const at::Tensor& x, int64_t stride, c10::string_view order_name) {
-    const char* op = "reorg";
-    check_floating(x, op, "x");
-    const ReorgOrder order = parse_reorg_order(order_name, op);
-    LABOPS_CHECK(x.dim() == 4, "labops.reorg: x must be a 4-D (N, C, H, W) tensor, got ", x.dim(), "-D");
-    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-    const ReorgShape shape = check(op, x, "x", stride, order, C, H, W);
-    const std::vector<int64_t> out_size{N, C * stride * stride, H / stride, W / stride};
-    return run(x, out_size, shape, /*backward=*/false);
-  }
-
-  static at::Tensor reorg_backward(const at::Tensor& grad_output, int64_t stride, c10::string_view order_name) {
-    const char* op = "reorg_backward";
-    check_floating(grad_output, op, "grad_output");
-    const ReorgOrder order = parse_reorg_order(order_name, op);
-    LABOPS_CHECK(grad_output.dim() == 4, "labops.reorg_backward: grad_output must be a 4-D tensor, got ",
-                      grad_output.dim(), "-D");
-    LABOPS_CHECK(stride >= 1, "labops.reorg_backward: stride must be >= 1, got ", stride);
-    int64_t s2 = 0;
-    LABOPS_CHECK(!c10::mul_overflows(stride, stride, &s2), "labops.reorg_backward: stride is too large, got ",
-                      stride);
-    const int64_t N = grad_output.size(0), Cout = grad_output.size(1);
-    LABOPS_CHECK(Cout % s2 == 0, "labops.reorg_backward: grad_output's channels must be divisible by stride^2 = ",
-                      s2, ", got ", shape_str(grad_output.sizes()));
-    const int64_t C = Cout / s2, H = grad_output.size(2) * stride, W = grad_output.size(3) * stride;
-    const ReorgShape shape = check(op, grad_output, "grad_output", stride, order, C, H, W);
-    return run(grad_output, std::vector<int64_t>{N, C, H, W}, shape, /*backward=*/true);
-  }
-
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("reorg", &reorg);
-    m.impl("reorg_backward", &reorg_backward);
-  }
-};
-
-}  // namespace labops::ops
+}  // namespace labops::ops::reorg

@@ -29,9 +29,7 @@
 #include "../common/check.h"
 #include "softmax.h"
 
-namespace labops::ops {
-
-namespace softmax_detail {
+namespace labops::ops::softmax {
 
 // A 0-d tensor is a row of one element: dim may be 0 or -1, as in torch.softmax.
 inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
@@ -41,8 +39,8 @@ inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   return dim < 0 ? dim + rank : dim;
 }
 
-inline softmax::RowGeometry geometry(const at::Tensor& t, int64_t dim) {
-  softmax::RowGeometry g{1, 1, 1};
+inline RowGeometry geometry(const at::Tensor& t, int64_t dim) {
+  RowGeometry g{1, 1, 1};
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (d < dim) g.outer *= t.size(d);
     else if (d == dim) g.size = t.size(d);
@@ -65,15 +63,13 @@ inline void check_logits_target(const at::Tensor& logits, const at::Tensor& targ
                     target.device());
 }
 
-}  // namespace softmax_detail
-
 template <typename Launcher>
 struct SoftmaxOps {
   static at::Tensor softmax(const at::Tensor& x, int64_t dim) {
     check_floating(x, "softmax", "x");
-    const int64_t d = softmax_detail::wrap_dim(dim, x.dim(), "softmax");
+    const int64_t d = wrap_dim(dim, x.dim(), "softmax");
     c10::OptionalDeviceGuard guard(x.device());
-    const auto g = softmax_detail::geometry(x, d);
+    const auto g = geometry(x, d);
     if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && x.numel() > 0) {
       // Few, long strided rows would leave most of the device idle: make them
       // contiguous rows instead (two extra copies, at full bandwidth).
@@ -93,9 +89,9 @@ struct SoftmaxOps {
                                      int64_t dim) {
     check_floating(output, "softmax_backward", "output");
     check_same_meta(grad_output, output, "softmax_backward", "grad_output", "output");
-    const int64_t d = softmax_detail::wrap_dim(dim, output.dim(), "softmax_backward");
+    const int64_t d = wrap_dim(dim, output.dim(), "softmax_backward");
     c10::OptionalDeviceGuard guard(output.device());
-    const auto g = softmax_detail::geometry(output, d);
+    const auto g = geometry(output, d);
     if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && output.numel() > 0) {
       return softmax_backward(grad_output.movedim(d, -1), output.movedim(d, -1), -1).movedim(-1, d).contiguous();
     }
@@ -113,8 +109,8 @@ struct SoftmaxOps {
 
   static at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
                                   c10::string_view reduction) {
-    softmax_detail::check_logits_target(logits, target, "cross_entropy");
-    const auto red = softmax::parse_reduction(reduction, "cross_entropy");
+    check_logits_target(logits, target, "cross_entropy");
+    const auto red = parse_reduction(reduction, "cross_entropy");
     c10::OptionalDeviceGuard guard(logits.device());
     at::Tensor lc = logits.contiguous(), tc = target.contiguous();
     const int64_t n = lc.size(0), c = lc.size(1);
@@ -138,19 +134,19 @@ struct SoftmaxOps {
                         at::max(tc).item<int64_t>());
     }
     at::Tensor loss;
-    if (red == softmax::Reduction::None) {
+    if (red == Reduction::None) {
       loss = loss_rows;
     } else {
       loss = at::sum(loss_rows);
-      if (red == softmax::Reduction::Mean) loss = loss.div(static_cast<double>(n));  // n = 0: NaN, as torch
+      if (red == Reduction::Mean) loss = loss.div(static_cast<double>(n));  // n = 0: NaN, as torch
     }
     return loss.to(lc.scalar_type());
   }
 
   static at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const at::Tensor& logits,
                                            const at::Tensor& target, c10::string_view reduction) {
-    softmax_detail::check_logits_target(logits, target, "cross_entropy_backward");
-    const auto red = softmax::parse_reduction(reduction, "cross_entropy_backward");
+    check_logits_target(logits, target, "cross_entropy_backward");
+    const auto red = parse_reduction(reduction, "cross_entropy_backward");
     check_floating(grad_loss, "cross_entropy_backward", "grad_loss");
     LABOPS_CHECK(grad_loss.scalar_type() == logits.scalar_type(),
                       "labops.cross_entropy_backward: grad_loss must have the dtype of logits (",
@@ -159,7 +155,7 @@ struct SoftmaxOps {
                       "labops.cross_entropy_backward: grad_loss must be on the device of logits (",
                       logits.device(), "), got ", grad_loss.device());
     const int64_t n = logits.size(0), c = logits.size(1);
-    if (red == softmax::Reduction::None) {
+    if (red == Reduction::None) {
       LABOPS_CHECK(grad_loss.dim() == 1 && grad_loss.size(0) == n,
                         "labops.cross_entropy_backward: grad_loss must have shape (N,) = (", n,
                         ",) for reduction='none', got ", shape_str(grad_loss.sizes()));
@@ -172,12 +168,12 @@ struct SoftmaxOps {
     at::Tensor lc = logits.contiguous(), tc = target.contiguous(), gc = grad_loss.contiguous();
     at::Tensor grad = at::empty({n, c}, lc.options());
     if (grad.numel() == 0) return grad;
-    const int64_t g_stride = red == softmax::Reduction::None ? 1 : 0;
+    const int64_t g_stride = red == Reduction::None ? 1 : 0;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, lc.scalar_type(),
                                     "labops_cross_entropy_backward", [&] {
       using acc_t = at::opmath_type<scalar_t>;
       // Divide by N for the mean only; 'sum' and 'none' pass g through.
-      const acc_t scale = red == softmax::Reduction::Mean ? acc_t(1) / acc_t(n) : acc_t(1);
+      const acc_t scale = red == Reduction::Mean ? acc_t(1) / acc_t(n) : acc_t(1);
       Launcher::template cross_entropy_backward<scalar_t>(
           gc.const_data_ptr<scalar_t>(), g_stride, scale, lc.const_data_ptr<scalar_t>(),
           tc.const_data_ptr<int64_t>(), grad.mutable_data_ptr<scalar_t>(), n, c);
@@ -187,11 +183,9 @@ struct SoftmaxOps {
 
   template <typename Module>
   static void register_kernels(Module& m) {
-    m.impl("softmax", &softmax);
-    m.impl("softmax_backward", &softmax_backward);
-    m.impl("cross_entropy", &cross_entropy);
-    m.impl("cross_entropy_backward", &cross_entropy_backward);
+    m.impl("softmax", &softmax).impl("softmax_backward", &softmax_backward)
+        .impl("cross_entropy", &cross_entropy).impl("cross_entropy_backward", &cross_entropy_backward);
   }
 };
 
-}  // namespace labops::ops
+}  // namespace labops::ops::softmax

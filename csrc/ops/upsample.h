@@ -21,7 +21,7 @@
 #include "../common/check.h"
 #include "../common/loop.h"
 
-namespace labops::ops {
+namespace labops::ops::upsample {
 
 // How an output index maps back to a source coordinate (ONNX Resize's names).
 enum class CoordMode : int {
@@ -235,4 +235,4 @@ LABOPS_HOST_DEVICE T gather_at(int64_t index, const scalar_t* grad_out, const Ax
   return acc;
 }
 
-}  // namespace labops::ops
+}  // namespace labops::ops::upsample

@@ -25,9 +25,7 @@
 #include "../common/check.h"
 #include "upsample.h"
 
-namespace labops::ops {
-
-namespace upsample_detail {
+namespace labops::ops::upsample {
 
 inline void check_scale(std::optional<double> scale, const char* op, const char* arg) {
   LABOPS_CHECK(!scale.has_value() || (*scale > 0 && *scale < std::numeric_limits<double>::infinity()),
@@ -47,14 +45,11 @@ inline void check_spatial(int64_t size, const char* op, const char* what) {
                     " must be between 1 and 2^24, got ", size);
 }
 
-}  // namespace upsample_detail
-
 template <typename Launcher>
 struct UpsampleOps {
   static at::Tensor forward(const at::Tensor& x, at::IntArrayRef output_size,
                             c10::string_view coordinate_mode, std::optional<double> scale_h,
                             std::optional<double> scale_w) {
-    using namespace upsample_detail;
     constexpr const char* op = "upsample_bilinear2d";
     check_floating(x, op, "x");
     check_4d(x, op, "x");
@@ -86,7 +81,6 @@ struct UpsampleOps {
   static at::Tensor backward(const at::Tensor& grad_output, at::IntArrayRef input_size,
                              c10::string_view coordinate_mode, std::optional<double> scale_h,
                              std::optional<double> scale_w, bool deterministic) {
-    using namespace upsample_detail;
     constexpr const char* op = "upsample_bilinear2d_backward";
     check_floating(grad_output, op, "grad_output");
     check_4d(grad_output, op, "grad_output");
@@ -135,9 +129,8 @@ struct UpsampleOps {
 
   template <typename Module>
   static void register_kernels(Module& m) {
-    m.impl("upsample_bilinear2d", &forward);
-    m.impl("upsample_bilinear2d_backward", &backward);
+    m.impl("upsample_bilinear2d", &forward).impl("upsample_bilinear2d_backward", &backward);
   }
 };
 
-}  // namespace labops::ops
+}  // namespace labops::ops::upsample

@@ -2,7 +2,7 @@
 
 The C++ a call reaches: csrc/ops/reorg_ops.h (``ReorgOps``: argument checks,
 dtype dispatch), csrc/ops/reorg.h (the three index maps, one element per
-call), csrc/cpu/reorg.cpp and csrc/cuda/reorg.cu (the launchers); the
+call; their divisions by csrc/common/fast_divider.h), csrc/cpu/reorg.cpp and csrc/cuda/reorg.cu (the launchers); the
 gradient: csrc/autograd.cpp.
 """
 

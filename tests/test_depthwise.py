@@ -237,9 +237,11 @@ BAD = [
      r"positive multiple of C_in = 3, got 4"),
     ("bias shape", lambda dv: dict(bias=torch.randn(6, 1, device=dv)), r"bias must have shape \(C_out,\)"),
     ("bias length", lambda dv: dict(bias=torch.randn(3, device=dv)), r"bias must have shape \(C_out,\) = \(6,\)"),
-    ("stride 0", lambda dv: dict(stride=0), "stride must be positive"),
-    ("stride negative", lambda dv: dict(stride=(1, -2)), "stride must be positive"),
-    ("padding negative", lambda dv: dict(padding=(-1, 0)), "padding must be non-negative"),
+    # C++ says the canonical ">= 1" / ">= 0"; the Python face still says "positive" /
+    # "non-negative" until its rules move to labops/ops/_checks.py.
+    ("stride 0", lambda dv: dict(stride=0), r"stride must be (>= 1|positive), got \[0, 0\]"),
+    ("stride negative", lambda dv: dict(stride=(1, -2)), r"stride must be (>= 1|positive), got \[1, -2\]"),
+    ("padding negative", lambda dv: dict(padding=(-1, 0)), r"padding must be (>= 0|non-negative), got \[-1, 0\]"),
     ("dilation 0", lambda dv: dict(dilation=(1, 0)), "dilation must be >= 1"),
     ("kernel too big", lambda dv: dict(x=torch.randn(2, 3, 2, 8, device=dv), padding=0),
      "the dilated kernel must fit in the padded input"),
@@ -283,3 +285,26 @@ def test_backward_ops_check_their_arguments(device):
         L.depthwise_conv2d_backward_weight(go, x.double(), [6, 1, 3, 3], *args)
     with pytest.raises(ValueError, match="grad_output must be 4-D"):
         L.depthwise_conv2d_backward_bias(go[0])
+
+
+# ==== r15 (shared checks, textbook vs fast paths): added at the end, kept separate ====
+
+# The compiled op words every pair rule the same way for every convolution
+# (csrc/common/check.h: check_pair / check_like).
+CANONICAL_PAIR_ERRORS = [
+    (dict(stride=[0, 1]), "stride must be >= 1, got [0, 1]"),
+    (dict(padding=[0, -1]), "padding must be >= 0, got [0, -1]"),
+    (dict(dilation=[1, 0]), "dilation must be >= 1, got [1, 0]"),
+    (dict(stride=[1, 1, 1]), "stride must have 2 entries (h, w), got 3"),
+    (dict(padding=[1]), "padding must have 2 entries (h, w), got 1"),
+]
+
+
+@pytest.mark.parametrize("override,message", CANONICAL_PAIR_ERRORS, ids=[m for _, m in CANONICAL_PAIR_ERRORS])
+def test_compiled_op_pair_messages_are_canonical(device, override, message):
+    args = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1])
+    args.update(override)
+    x, w = torch.randn(2, 3, 8, 8, device=device), torch.randn(6, 1, 3, 3, device=device)
+    with pytest.raises(ValueError) as info:
+        L.depthwise_conv2d(x, w, None, args["stride"], args["padding"], args["dilation"])
+    assert str(info.value).splitlines()[0] == "labops.depthwise_conv2d: " + message

@@ -25,9 +25,14 @@
 
 #include <cstdint>
 
+#include "../common/conv_index.h"
 #include "../common/loop.h"
 
 namespace labops::ops::depthwise {
+
+using conv::in_bounds;
+using conv::input_coord;
+using conv::output_coord;
 
 // Every size of one depthwise convolution. Built (and checked) once by the
 // tensor-level code in depthwise_ops.h, then passed by value to kernels.
@@ -41,45 +46,6 @@ struct Geometry {
   LABOPS_HOST_DEVICE int64_t in_plane() const { return in_h * in_w; }
   LABOPS_HOST_DEVICE int64_t out_plane() const { return out_h * out_w; }
 };
-
-// Output length along one axis: how many window positions fit in the padded
-// input. Zero (not a negative number) when the dilated kernel is longer than
-// the padded input; callers reject that.
-LABOPS_HOST_DEVICE int64_t output_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  const int64_t room = in + 2 * p - d * (k - 1) - 1;  // last valid start position
-  return room < 0 ? 0 : room / s + 1;
-}
-
-// Forward direction: the input coordinate that tap k of output o reads.
-template <typename index_t>
-LABOPS_HOST_DEVICE index_t input_coord(index_t o, index_t k, index_t s, index_t p, index_t d) {
-  return o * s - p + k * d;
-}
-
-// Gather direction: the output o whose tap k reads input i, or -1 when there
-// is none (i + p - k*d is negative, not a multiple of the stride, or past the end).
-template <typename index_t>
-LABOPS_HOST_DEVICE index_t output_coord(index_t i, index_t k, index_t s, index_t p, index_t d,
-                                        index_t out) {
-  const index_t t = i + p - k * d;
-  if (t < 0 || t % s != 0) return -1;
-  const index_t o = t / s;
-  return o < out ? o : index_t(-1);
-}
-
-// The outputs [lo, hi) whose tap k reads inside the input [0, in): solve
-// 0 <= o*s - p + k*d <= in - 1 for o. Lets a row loop skip the padding
-// instead of testing every element.
-template <typename index_t>
-LABOPS_HOST_DEVICE void tap_output_range(index_t k, index_t s, index_t p, index_t d, index_t in,
-                                         index_t out, index_t& lo, index_t& hi) {
-  const index_t a = p - k * d;                      // need o*s >= a
-  lo = a <= 0 ? index_t(0) : (a + s - 1) / s;
-  const index_t b = in - 1 + a;                     // need o*s <= b
-  hi = b < 0 ? index_t(0) : b / s + 1;
-  if (hi > out) hi = out;
-  if (hi < lo) hi = lo;
-}
 
 // Offsets of the (n, channel) planes.
 LABOPS_HOST_DEVICE int64_t input_plane_offset(int64_t n, int64_t c, const Geometry& g) {

@@ -19,11 +19,6 @@
 
 namespace labops::ops::depthwise {
 
-inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
-  LABOPS_CHECK(v.size() == 2, "labops.", op, ": ", arg, " must have 2 entries (h, w), got ",
-                    v.size());
-}
-
 // Checks every size rule and returns the geometry. x_size is (N, C_in, H, W),
 // w_size is (C_out, 1, kH, kW); the *_arg names say where each came from so the
 // message names the argument the caller actually passed.
@@ -34,9 +29,9 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
                     " must be 4-D (N, C_in, H, W), got ", x_size.size(), "-D");
   LABOPS_CHECK(w_size.size() == 4, "labops.", op, ": ", w_arg,
                     " must be 4-D (C_out, 1, kH, kW), got ", w_size.size(), "-D");
-  check_pair(stride, op, "stride");
-  check_pair(padding, op, "padding");
-  check_pair(dilation, op, "dilation");
+  check_pair(stride, op, "stride", 1);
+  check_pair(padding, op, "padding", 0);
+  check_pair(dilation, op, "dilation", 1);
   for (auto v : x_size) {
     LABOPS_CHECK(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", shape_str(x_size));
   }
@@ -49,12 +44,6 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
                     ".size(0) (C_out) must be a positive multiple of C_in = ", c_in, ", got ", c_out);
   LABOPS_CHECK(w_size[2] >= 1 && w_size[3] >= 1, "labops.", op, ": ", w_arg,
                     " must have a kernel of at least 1x1, got ", w_size[2], "x", w_size[3]);
-  LABOPS_CHECK(stride[0] >= 1 && stride[1] >= 1, "labops.", op,
-                    ": stride must be positive, got ", shape_str(stride));
-  LABOPS_CHECK(padding[0] >= 0 && padding[1] >= 0, "labops.", op,
-                    ": padding must be non-negative, got ", shape_str(padding));
-  LABOPS_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op,
-                    ": dilation must be >= 1, got ", shape_str(dilation));
   Geometry g;
   g.batch = x_size[0];
   g.in_channels = c_in;
@@ -70,22 +59,13 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   g.pad_w = padding[1];
   g.dil_h = dilation[0];
   g.dil_w = dilation[1];
-  g.out_h = output_size(g.in_h, g.k_h, g.stride_h, g.pad_h, g.dil_h);
-  g.out_w = output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
+  g.out_h = conv::output_size(g.in_h, g.k_h, g.stride_h, g.pad_h, g.dil_h);
+  g.out_w = conv::output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
   LABOPS_CHECK(g.out_h >= 1 && g.out_w >= 1, "labops.", op,
                     ": the dilated kernel must fit in the padded input: kernel ", g.k_h, "x", g.k_w,
                     ", dilation ", shape_str(dilation), ", input ", g.in_h, "x", g.in_w, ", padding ", shape_str(padding),
                     " give an output of ", g.out_h, "x", g.out_w);
   return g;
-}
-
-inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
-                       const char* ref_arg) {
-  LABOPS_CHECK(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
-                    " must have the dtype of ", ref_arg, " (", ref.scalar_type(), "), got ",
-                    t.scalar_type());
-  LABOPS_CHECK(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ",
-                    ref_arg, " (", ref.device(), "), got ", t.device());
 }
 
 inline void check_grad_output(const at::Tensor& grad_output, const Geometry& g, const char* op) {

@@ -1,6 +1,7 @@
 // Tensor-level entry points of im2col, col2im and conv2d_mm (THNN's
-// SpatialConvolutionMM), written once for both devices: cpu/im2col.cpp uses
-// Conv2dMMOps<cpu::Launcher>, cuda/im2col.cu uses Conv2dMMOps<cuda::Launcher>.
+// SpatialConvolutionMM), written once for both devices: cpu/conv2d_mm.cpp uses
+// Conv2dMMOps<cpu::Conv2dMMLauncher>, cuda/conv2d_mm.cu uses
+// Conv2dMMOps<cuda::Conv2dMMLauncher>.
 // A Launcher provides
 //   template <typename scalar_t> static void im2col(const Im2colShape&, const scalar_t* x, scalar_t* col);
 //   template <typename scalar_t> static void col2im(const Im2colShape&, const scalar_t* col, scalar_t* image);
@@ -27,9 +28,9 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../common/check.h"
-#include "im2col.h"
+#include "conv2d_mm.h"
 
-namespace labops::ops {
+namespace labops::ops::conv2d_mm {
 
 struct ConvParams {
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
@@ -309,4 +310,4 @@ struct Conv2dMMOps {
   }
 };
 
-}  // namespace labops::ops
+}  // namespace labops::ops::conv2d_mm

@@ -1,25 +1,8 @@
-// im2col / col2im: the index math of THNN's SpatialConvolutionMM, in one place.
-//
-// im2col unfolds every receptive field of an image batch x (N, C, H, W) into
-// one column of a matrix. Column element (n, c, kh, kw, oh, ow) holds the
-// input pixel that kernel tap (kh, kw) sees when the window sits at output
-// position (oh, ow):
-//
-//     ih = oh * stride_h - pad_h + kh * dilation_h
-//     iw = ow * stride_w - pad_w + kw * dilation_w
-//     column = x[n, c, ih, iw]   (0 where (ih, iw) falls in the padding)
-//
-// Rows are ordered (c, kh, kw) and the L = out_h * out_w positions (oh, ow)
-// run along each row, as F.unfold does. col2im is the adjoint: every image
-// pixel receives the SUM of the column entries that were copied from it
-// (overlapping windows add up), so col2im(im2col(x)) != x in general.
-//
-// Every index and offset is int64_t: a batch of columns has N * C*kH*kW * L
-// elements, which passes 2^31 for ordinary layers (128 images x 256*3*3 rows
-// x 112*112 positions = 3.7e9), where an int32 offset would wrap around.
-//
-// Both launchers (cpu/im2col.cpp, cuda/im2col.cu) run the bodies below; they
-// differ only in how they loop over the work items and store the results.
+// conv2d_mm (THNN's SpatialConvolutionMM): the math of im2col and col2im, in
+// one place. Both launchers (cpu/conv2d_mm.cpp, cuda/conv2d_mm.cu) run the
+// bodies below; they differ only in how they loop over the work items and
+// store the results. The per-axis index math (input_coord, output_coord,
+// tap_output_range) is common/conv_index.h's, shared with ops/depthwise.h.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +10,34 @@
 #include "../common/conv_index.h"
 #include "../common/loop.h"
 
-namespace labops::ops {
+namespace labops::ops::conv2d_mm {
 
 using conv::in_bounds;
 using conv::input_coord;
 using conv::output_coord;
 
-// The geometry of one im2col / col2im problem, and where the columns live.
+// Note [im2col columns]
+// im2col unfolds every receptive field of an image batch x (N, C, H, W) into
+// one column of a matrix. Column element (n, c, kh, kw, oh, ow) holds the
+// input pixel that kernel tap (kh, kw) sees when the window sits at output
+// position (oh, ow):
+//
+//     ih = input_coord(oh, kh) = oh * stride_h - pad_h + kh * dilation_h
+//     iw = input_coord(ow, kw) = ow * stride_w - pad_w + kw * dilation_w
+//     column = x[n, c, ih, iw]   (0 where (ih, iw) falls in the padding)
+//
+// Rows are ordered (c, kh, kw) and the L = out_h * out_w positions (oh, ow)
+// run along each row, as F.unfold does. col2im is the adjoint: every image
+// pixel receives the SUM of the column entries that were copied from it
+// (overlapping windows add up), so col2im(im2col(x)) != x in general.
+//
+// Note [int64 offsets]
+// Every index and offset is int64_t: a batch of columns has N * C*kH*kW * L
+// elements, which passes 2^31 for ordinary layers (128 images x 256*3*3 rows
+// x 112*112 positions = 3.7e9), where an int32 offset would wrap around.
+
+// The geometry of one im2col / col2im problem, and where the columns live
+// (see Note [im2col columns]; every field int64_t, see Note [int64 offsets]).
 // Column element (n, c, tap, p), tap = kh * kernel_w + kw, p = oh * out_w + ow,
 // sits at  n * col_batch_stride + (c * kernel_area + tap) * col_row_stride + p.
 //   * (N, C*kH*kW, L) layout (F.unfold's): col_row_stride = L, col_batch_stride = C*kH*kW*L.
@@ -190,4 +194,4 @@ LABOPS_HOST_DEVICE acc_t col2im_gather(const Im2colShape& s, const scalar_t* col
   return col2im_gather<acc_t>(s, col, plane, ih, iw);
 }
 
-}  // namespace labops::ops
+}  // namespace labops::ops::conv2d_mm

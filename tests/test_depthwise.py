@@ -308,3 +308,42 @@ def test_compiled_op_pair_messages_are_canonical(device, override, message):
     with pytest.raises(ValueError) as info:
         L.depthwise_conv2d(x, w, None, args["stride"], args["padding"], args["dilation"])
     assert str(info.value).splitlines()[0] == "labops.depthwise_conv2d: " + message
+
+
+# The fast CPU path (cpu/depthwise.cpp FastLauncher: bordered planes, SIMD rows, the
+# flipped-kernel backward) against the textbook path (TextbookLauncher: the per-element
+# bodies of ops/depthwise.h, one call per element), reached through the private op
+# labops::_depthwise_conv2d_textbook. Every gradient, float32 and float64.
+# name, (N, C_in, H, W), multiplier, (kH, kW), stride, padding, dilation
+FAST_VS_TEXTBOOK = [
+    ("3x3", (2, 3, 11, 9), 1, (3, 3), 1, 1, 1),
+    ("5x5", (2, 2, 12, 13), 1, (5, 5), 1, 2, 1),
+    ("3x3 stride 2", (2, 3, 13, 10), 1, (3, 3), 2, 1, 1),
+    ("5x5 stride 2 m2", (1, 2, 15, 12), 2, (5, 5), 2, 2, 1),
+    ("3x3 dilation 2", (2, 2, 12, 11), 1, (3, 3), 1, 2, 2),
+    ("3x3 multiplier 2", (2, 3, 9, 8), 2, (3, 3), 1, 1, 1),
+    ("asym k(2,3) s(2,1) p(0,1) d(1,2) m3", (1, 2, 9, 10), 3, (2, 3), (2, 1), (0, 1), (1, 2)),
+    ("3x3 stride 3 padding 2 > dilation*(k-1)", (1, 2, 10, 11), 1, (3, 3), 3, 2, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", FAST_VS_TEXTBOOK, ids=[c[0] for c in FAST_VS_TEXTBOOK])
+def test_fast_cpu_path_equals_textbook_path(case, dtype):
+    _, shape, mult, (kh, kw), stride, padding, dilation = case
+    pair = lambda v: [v, v] if isinstance(v, int) else list(v)  # noqa: E731
+    s, p, d = pair(stride), pair(padding), pair(dilation)
+    g = torch.Generator().manual_seed(15)
+    x = torch.randn(*shape, generator=g, dtype=dtype)
+    w = torch.randn(shape[1] * mult, 1, kh, kw, generator=g, dtype=dtype)
+    b = torch.randn(shape[1] * mult, generator=g, dtype=dtype)
+    out = L.depthwise_conv2d(x, w, b, s, p, d)
+    go = torch.randn(out.shape, generator=g, dtype=dtype)
+    fast = (out, L.depthwise_conv2d_backward_input(go, w, list(x.shape), s, p, d),
+            L.depthwise_conv2d_backward_weight(go, x, list(w.shape), s, p, d),
+            L.depthwise_conv2d_backward_bias(go))
+    textbook = L._depthwise_conv2d_textbook(x, w, b, go, s, p, d)
+    # Same terms, summed in another order (SIMD lanes, flat rows): rounding-level differences only.
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    for name, f, t in zip(("out", "grad_input", "grad_weight", "grad_bias"), fast, textbook):
+        torch.testing.assert_close(f, t, **tol, msg=lambda m, name=name: f"{name}: {m}")

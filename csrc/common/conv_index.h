@@ -45,13 +45,15 @@ LABOPS_HOST_DEVICE index_t input_coord(index_t o, index_t k, index_t s, index_t 
 
 // Gather direction: the output o whose tap k reads input i, or -1 when there
 // is none (i + p - k*d is negative, not a multiple of the stride, or o >= out).
+// (Written as a remainder test: skipping the division when s == 1 made the
+// depthwise generic backward-input kernel spill registers on sm_90.)
 template <typename index_t>
 LABOPS_HOST_DEVICE index_t output_coord(index_t i, index_t k, index_t s, index_t p, index_t d,
                                         index_t out) {
   const index_t t = i + p - k * d;  // = o * s
-  if (t < 0) return index_t(-1);
-  const index_t o = s == 1 ? t : t / s;  // skip the division in the common case
-  return (o * s == t && o < out) ? o : index_t(-1);
+  if (t < 0 || t % s != 0) return index_t(-1);
+  const index_t o = t / s;
+  return o < out ? o : index_t(-1);
 }
 
 // A half-open range [lo, hi) of positions along one axis; empty when hi == lo.

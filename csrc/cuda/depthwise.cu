@@ -1,20 +1,13 @@
 // CUDA kernels of depthwise_conv2d: the shared entry points (ops/depthwise_ops.h)
-// with a CUDA launcher.
-//
-// Two kinds of kernel apply the same per-element math from ops/depthwise.h:
-//  * generic: the textbook grid-stride loop (LABOPS_KERNEL_LOOP), one output
-//    (or one input gradient) per iteration, any kernel size, stride, dilation;
-//  * tiled: templated on the kernel size and stride (3x3 and 5x5, stride 1 or 2,
-//    dilation 1). A thread computes kTileRows outputs down one column, so each
-//    input row it loads serves up to kH of its outputs from registers, the
-//    weights sit in registers, neighbouring threads take neighbouring columns
-//    (coalesced loads; the kW-wide overlap between them hits L1), and the index
-//    arithmetic (divisions) is paid once per tile, in 32-bit.
-// Backward-input is a gather (no atomics). Backward-weight and backward-bias
-// are per-channel reductions: grid (C_out, splits), each block reduces its slice
-// of N*outH*outW with warp shuffles and shared memory into a partial sum, and a
-// second small kernel adds a channel's partials in a fixed order. No atomics
-// anywhere: results are bitwise reproducible run to run.
+// with a CUDA launcher. Two kinds of kernel:
+//  * generic: the grid-stride loop (LABOPS_KERNEL_LOOP) over the per-element
+//    bodies of ops/depthwise.h (forward_at, backward_input_at,
+//    backward_weight_term), any kernel size, stride and dilation;
+//  * tiled (3x3 and 5x5, stride 1 or 2, dilation 1): see Note [tiled kernels];
+//    their index math is the tile helpers of ops/depthwise.h.
+// Backward-input is a gather (no atomics); backward-weight and backward-bias
+// are split reductions, see Note [split reductions] in ops/depthwise.h. No
+// atomics anywhere: results are bitwise reproducible run to run.
 #include <cstdint>
 #include <type_traits>
 
@@ -34,15 +27,33 @@ namespace {
 
 using ops::depthwise::backward_input_at;
 using ops::depthwise::backward_weight_term;
+using ops::depthwise::channel_item_offset;
 using ops::depthwise::forward_at;
 using ops::depthwise::Geometry;
+using ops::depthwise::in_bounds;
+using ops::depthwise::input_channel;
 using ops::depthwise::input_coord;
 using ops::depthwise::input_plane_offset;
 using ops::depthwise::mac;
+using ops::depthwise::output_channel;
 using ops::depthwise::output_coord;
 using ops::depthwise::output_plane_offset;
+using ops::depthwise::output_position;
+using ops::depthwise::partial_offset;
+using ops::depthwise::pixel;
+using ops::depthwise::Position;
+using ops::depthwise::Split;
+using ops::depthwise::split_index;
+using ops::depthwise::split_items;
+using ops::depthwise::tap_index;
+using ops::depthwise::tile_first;
+using ops::depthwise::tile_index;
+using ops::depthwise::tile_rows;
+using ops::depthwise::tile_tap;
+using ops::depthwise::TileIndex;
+using ops::depthwise::weights_of;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kThreadsPerBlock;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTileRows = 4;  // outputs per thread, down a column
 
@@ -89,7 +100,7 @@ __device__ __forceinline__ void block_sum_store(const acc_t (&v)[T], acc_t* out)
   __syncthreads();  // `partial` may be reused by the caller's next call
 }
 
-// Block (oc, split) reduces items [begin, end) of channel oc's N*outH*outW
+// Block (oc, split) reduces its items split_items(...) of channel oc's N*outH*outW
 // positions, one tap at a time (the fallback for kernels without a tiled path).
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreads)
@@ -99,15 +110,15 @@ __global__ void __launch_bounds__(kThreads)
                                    int64_t items, int64_t chunk) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t oc = blockIdx.x, split = blockIdx.y, taps = g.taps();
-  const int64_t begin = split * chunk, end = begin + chunk < items ? begin + chunk : items;
+  const conv::Range<int64_t> mine = split_items<int64_t>(split, chunk, items);
   for (int64_t t = 0; t < taps; ++t) {
-    const int64_t kh = t / g.k_w, kw = t % g.k_w;
+    const Split<int64_t> khw = split_index(t, g.k_w);
     acc_t acc[1] = {acc_t(0)};
-    for (int64_t it = begin + threadIdx.x; it < end; it += blockDim.x) {
-      const int64_t ow = it % g.out_w, rest = it / g.out_w;
-      backward_weight_term(acc[0], grad_out, x, rest / g.out_h, oc, rest % g.out_h, ow, kh, kw, g);
+    for (int64_t it = mine.lo + threadIdx.x; it < mine.hi; it += blockDim.x) {
+      const Position p = output_position(it, g);
+      backward_weight_term(acc[0], grad_out, x, p.n, oc, p.oh, p.ow, khw.outer, khw.inner, g);
     }
-    block_sum_store<1>(acc, partial + (oc * gridDim.y + split) * taps + t);
+    block_sum_store<1>(acc, partial + partial_offset(oc, split, gridDim.y, taps) + t);
   }
 }
 
@@ -118,9 +129,9 @@ __global__ void __launch_bounds__(kThreads)
                         scalar_t* __restrict__ out, int64_t count, int64_t splits, int64_t taps) {
   using acc_t = at::opmath_type<scalar_t>;
   LABOPS_KERNEL_LOOP(i, count) {
-    const int64_t c = i / taps, t = i % taps;
+    const Split<int64_t> ct = split_index(i, taps);  // (channel, tap)
     acc_t s = acc_t(0);
-    for (int64_t k = 0; k < splits; ++k) s += partial[(c * splits + k) * taps + t];
+    for (int64_t k = 0; k < splits; ++k) s += partial[partial_offset(ct.outer, k, splits, taps) + ct.inner];
     out[i] = static_cast<scalar_t>(s);
   }
 }
@@ -132,25 +143,22 @@ __global__ void __launch_bounds__(kThreads)
                          int64_t plane, int64_t items, int64_t chunk) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t c = blockIdx.x, split = blockIdx.y;
-  const int64_t begin = split * chunk, end = begin + chunk < items ? begin + chunk : items;
+  const conv::Range<int64_t> mine = split_items<int64_t>(split, chunk, items);
   acc_t acc[1] = {acc_t(0)};
-  for (int64_t it = begin + threadIdx.x; it < end; it += blockDim.x) {
-    const int64_t n = it / plane, i = it % plane;
-    acc[0] += static_cast<acc_t>(grad_out[(n * channels + c) * plane + i]);
+  for (int64_t it = mine.lo + threadIdx.x; it < mine.hi; it += blockDim.x) {
+    acc[0] += static_cast<acc_t>(grad_out[channel_item_offset(it, c, channels, plane)]);
   }
-  block_sum_store<1>(acc, partial + c * gridDim.y + split);
+  block_sum_store<1>(acc, partial + partial_offset(c, split, gridDim.y, 1));
 }
 
 // ------------------------------------------------------------------ tiled ----
-// Thread index -> (plane, tile, column); tile covers rows [tile*V, tile*V + V).
-struct TileIndex {
-  int col, tile, plane;
-};
-
-__device__ __forceinline__ TileIndex tile_index(int idx, int width, int tiles) {
-  const int col = idx % width, rest = idx / width;
-  return {col, rest % tiles, rest / tiles};
-}
+// Note [tiled kernels]
+// Templated on the kernel size and stride. A thread computes kTileRows
+// outputs down one column, so each input row it loads serves up to kH of its
+// outputs from registers (Note [row reuse in a tile], ops/depthwise.h); the
+// weights sit in registers; neighbouring threads take neighbouring columns
+// (coalesced loads; the kW-wide overlap between them hits L1); and the index
+// arithmetic (divisions) is paid once per tile, in 32-bit.
 
 // The input column of each tap kw for output column ow.
 template <int KW, int SW>
@@ -159,10 +167,10 @@ __device__ __forceinline__ void tap_columns(int ow, int pad_w, int (&col)[KW]) {
   for (int kw = 0; kw < KW; ++kw) col[kw] = input_coord<int>(ow, kw, SW, pad_w, 1);
 }
 
-// Row reuse for a tile of V outputs down one column, starting at output row oh0:
-// input row input_coord(oh0, 0) + r serves output oh0 + v through tap kh = r - v*SH.
-// Each such row's KW taps are loaded once (zeros in the padding), then
-// f(v, kh, xr) runs for every (v, kh) pair that uses it. All loops unroll, so v
+// Row reuse for a tile of V outputs down one column, starting at output row oh0
+// (Note [row reuse in a tile]): each of the tile's input rows has its KW taps
+// loaded once (zeros in the padding), then f(v, kh, xr) runs for every
+// (v, kh) pair that uses it. All loops unroll, so v
 // and kh are constants and the caller's register arrays stay in registers.
 template <int KH, int KW, int SH, int V, typename scalar_t, typename F>
 __device__ __forceinline__ void for_each_tap_row(const scalar_t* plane, int oh0, const int (&col)[KW],
@@ -170,17 +178,17 @@ __device__ __forceinline__ void for_each_tap_row(const scalar_t* plane, int oh0,
   using acc_t = at::opmath_type<scalar_t>;
   const int ih0 = input_coord<int>(oh0, 0, SH, pad_h, 1);
 #pragma unroll
-  for (int r = 0; r < (V - 1) * SH + KH; ++r) {
+  for (int r = 0; r < tile_rows(V, SH, KH); ++r) {
     const int ih = ih0 + r;
-    if (ih < 0 || ih >= in_h) continue;  // zero padding rows
+    if (!in_bounds(ih, in_h)) continue;  // zero padding rows
     acc_t xr[KW];
 #pragma unroll
     for (int kw = 0; kw < KW; ++kw) {
-      xr[kw] = (col[kw] >= 0 && col[kw] < in_w) ? static_cast<acc_t>(plane[ih * in_w + col[kw]]) : acc_t(0);
+      xr[kw] = in_bounds(col[kw], in_w) ? static_cast<acc_t>(plane[pixel(ih, col[kw], in_w)]) : acc_t(0);
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int kh = r - v * SH;
+      const int kh = tile_tap(r, v, SH);
       if (kh >= 0 && kh < KH) f(v, kh, xr);
     }
   }
@@ -194,29 +202,31 @@ __global__ void __launch_bounds__(kThreads)
                          const Geometry g, int tiles_h, int64_t total) {
   using acc_t = at::opmath_type<scalar_t>;
   const int out_channels = g.out_channels, multiplier = g.multiplier;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+  LABOPS_KERNEL_LOOP(i, total) {
     const TileIndex t = tile_index(static_cast<int>(i), g.out_w, tiles_h);
-    const int oc = t.plane % out_channels, n = t.plane / out_channels;
+    const Split<int> nc = split_index(t.plane, out_channels);
+    const int oc = nc.inner, n = nc.outer;
+    const scalar_t* wk = weights_of(w, oc, KH * KW);
     acc_t wr[KH * KW];
 #pragma unroll
-    for (int k = 0; k < KH * KW; ++k) wr[k] = static_cast<acc_t>(w[oc * (KH * KW) + k]);
+    for (int k = 0; k < KH * KW; ++k) wr[k] = static_cast<acc_t>(wk[k]);
     acc_t acc[V];
     const acc_t b = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[v] = b;
     int col[KW];
     tap_columns<KW, SW>(t.col, g.pad_w, col);
-    for_each_tap_row<KH, KW, SH, V>(x + input_plane_offset(n, oc / multiplier, g), t.tile * V, col,
+    const int oh0 = tile_first(t.tile, V);
+    for_each_tap_row<KH, KW, SH, V>(x + input_plane_offset(n, input_channel(oc, multiplier), g), oh0, col,
                                     g.pad_h, g.in_h, g.in_w, [&](int v, int kh, const acc_t (&xr)[KW]) {
 #pragma unroll
-      for (int kw = 0; kw < KW; ++kw) mac(acc[v], wr[kh * KW + kw], xr[kw]);
+      for (int kw = 0; kw < KW; ++kw) mac(acc[v], wr[tap_index(kh, kw, KW)], xr[kw]);
     });
     scalar_t* dst = out + output_plane_offset(n, oc, g);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int oh = t.tile * V + v;
-      if (oh < g.out_h) dst[oh * g.out_w + t.col] = static_cast<scalar_t>(acc[v]);
+      const int oh = oh0 + v;
+      if (oh < g.out_h) dst[pixel<int64_t>(oh, t.col, g.out_w)] = static_cast<scalar_t>(acc[v]);
     }
   }
 }
@@ -232,12 +242,12 @@ __global__ void __launch_bounds__(kThreads)
   const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
   const int in_channels = g.in_channels, multiplier = g.multiplier;
   const int pad_h = g.pad_h, pad_w = g.pad_w;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+  LABOPS_KERNEL_LOOP(i, total) {
     const TileIndex t = tile_index(static_cast<int>(i), in_w, tiles_h);
-    const int iw = t.col, tile = t.tile;
-    const int c = t.plane % in_channels, n = t.plane / in_channels;
-    const int ih0 = tile * V;
+    const int iw = t.col;
+    const Split<int> nc = split_index(t.plane, in_channels);
+    const int c = nc.inner, n = nc.outer;
+    const int ih0 = tile_first(t.tile, V);
     int orow[V][KH], ocol[KW];  // -1: that tap reaches no output
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -249,27 +259,28 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[v] = acc_t(0);
     for (int j = 0; j < multiplier; ++j) {
-      const int oc = c * multiplier + j;
+      const int oc = output_channel(c, j, multiplier);
       const scalar_t* src = grad_out + output_plane_offset(n, oc, g);
+      const scalar_t* wk = weights_of(w, oc, KH * KW);
       acc_t wr[KH * KW];
 #pragma unroll
-      for (int t = 0; t < KH * KW; ++t) wr[t] = static_cast<acc_t>(w[oc * (KH * KW) + t]);
+      for (int t = 0; t < KH * KW; ++t) wr[t] = static_cast<acc_t>(wk[t]);
 #pragma unroll
       for (int v = 0; v < V; ++v)
 #pragma unroll
         for (int kh = 0; kh < KH; ++kh) {
           if (orow[v][kh] < 0) continue;
-          const scalar_t* row = src + orow[v][kh] * out_w;
+          const scalar_t* row = src + pixel(orow[v][kh], 0, out_w);
 #pragma unroll
           for (int kw = 0; kw < KW; ++kw) {
-            if (ocol[kw] >= 0) mac(acc[v], wr[kh * KW + kw], row[ocol[kw]]);
+            if (ocol[kw] >= 0) mac(acc[v], wr[tap_index(kh, kw, KW)], row[ocol[kw]]);
           }
         }
     }
     scalar_t* dst = grad_in + input_plane_offset(n, c, g);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      if (ih0 + v < in_h) dst[(ih0 + v) * in_w + iw] = static_cast<scalar_t>(acc[v]);
+      if (ih0 + v < in_h) dst[pixel(ih0 + v, iw, in_w)] = static_cast<scalar_t>(acc[v]);
     }
   }
 }
@@ -286,29 +297,29 @@ __global__ void __launch_bounds__(kThreads)
   using acc_t = at::opmath_type<scalar_t>;
   const int out_h = g.out_h, out_w = g.out_w;
   const int oc = blockIdx.x, split = blockIdx.y;
-  const int ic = oc / static_cast<int>(g.multiplier);
-  const int begin = split * chunk, end = begin + chunk < items ? begin + chunk : items;
+  const int ic = input_channel(oc, static_cast<int>(g.multiplier));
+  const conv::Range<int> mine = split_items<int>(split, chunk, items);
   acc_t acc[KH * KW];
 #pragma unroll
   for (int t = 0; t < KH * KW; ++t) acc[t] = acc_t(0);
-  for (int it = begin + threadIdx.x; it < end; it += blockDim.x) {
+  for (int it = mine.lo + threadIdx.x; it < mine.hi; it += blockDim.x) {
     const TileIndex t = tile_index(it, out_w, tiles_h);  // plane = n here: one channel per block
     const scalar_t* gsrc = grad_out + output_plane_offset(t.plane, oc, g);
-    const int oh0 = t.tile * V;
+    const int oh0 = tile_first(t.tile, V);
     acc_t gv[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      gv[v] = oh0 + v < out_h ? static_cast<acc_t>(gsrc[(oh0 + v) * out_w + t.col]) : acc_t(0);
+      gv[v] = oh0 + v < out_h ? static_cast<acc_t>(gsrc[pixel(oh0 + v, t.col, out_w)]) : acc_t(0);
     }
     int col[KW];
     tap_columns<KW, SW>(t.col, g.pad_w, col);
     for_each_tap_row<KH, KW, SH, V>(x + input_plane_offset(t.plane, ic, g), oh0, col, g.pad_h, g.in_h,
                                     g.in_w, [&](int v, int kh, const acc_t (&xr)[KW]) {
 #pragma unroll
-      for (int kw = 0; kw < KW; ++kw) mac(acc[kh * KW + kw], gv[v], xr[kw]);
+      for (int kw = 0; kw < KW; ++kw) mac(acc[tap_index(kh, kw, KW)], gv[v], xr[kw]);
     });
   }
-  block_sum_store<KH * KW>(acc, partial + (static_cast<int64_t>(oc) * gridDim.y + split) * (KH * KW));
+  block_sum_store<KH * KW>(acc, partial + partial_offset(oc, split, gridDim.y, KH * KW));
 }
 
 // ------------------------------------------------------------- launching ----

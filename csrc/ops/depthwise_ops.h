@@ -1,6 +1,7 @@
 // Tensor-level entry points of depthwise_conv2d and its three backward ops,
-// written once and instantiated per device: cpu/depthwise.cpp uses
-// DepthwiseOps<cpu::DepthwiseLauncher>, cuda/depthwise.cu uses
+// written once and instantiated per launcher: cpu/depthwise.cpp uses
+// DepthwiseOps<cpu::DepthwiseLauncher> (and DepthwiseOps<cpu::DepthwiseTextbookLauncher>
+// for the private textbook op), cuda/depthwise.cu uses
 // DepthwiseOps<cuda::DepthwiseLauncher>. Here live the argument checks, the
 // shapes, contiguity, allocation and the dtype dispatch; the launchers only
 // receive raw pointers and a checked Geometry.

@@ -45,15 +45,18 @@ LABOPS_HOST_DEVICE index_t input_coord(index_t o, index_t k, index_t s, index_t 
 
 // Gather direction: the output o whose tap k reads input i, or -1 when there
 // is none (i + p - k*d is negative, not a multiple of the stride, or o >= out).
-// (Written as a remainder test: skipping the division when s == 1 made the
-// depthwise generic backward-input kernel spill registers on sm_90.)
+// The division is skipped at stride 1: a 64-bit division is a subroutine call
+// on the GPU. (nvcc sm_90: this form keeps col2im_kernel free of spills; the
+// remainder form `t % s != 0` would keep depthwise's generic backward-input
+// kernel free of them instead; col2im runs for every conv2d_mm backward, that
+// kernel only for shapes without a tiled path.)
 template <typename index_t>
 LABOPS_HOST_DEVICE index_t output_coord(index_t i, index_t k, index_t s, index_t p, index_t d,
                                         index_t out) {
   const index_t t = i + p - k * d;  // = o * s
-  if (t < 0 || t % s != 0) return index_t(-1);
-  const index_t o = t / s;
-  return o < out ? o : index_t(-1);
+  if (t < 0) return index_t(-1);
+  const index_t o = s == 1 ? t : t / s;
+  return (o * s == t && o < out) ? o : index_t(-1);
 }
 
 // A half-open range [lo, hi) of positions along one axis; empty when hi == lo.

@@ -24,37 +24,15 @@
 #include <torch/library.h>
 
 #include "../ops/depthwise_ops.h"
+#include "parallel.h"
 
 namespace labops::cpu {
 namespace {
 
-using ops::depthwise::BorderedPlane;
-using ops::depthwise::flat_plane;
-using ops::depthwise::flipped_tap;
-using ops::depthwise::Geometry;
-using ops::depthwise::input_channel;
-using ops::depthwise::input_plane_offset;
-using ops::depthwise::output_channel;
-using ops::depthwise::output_pitch;
-using ops::depthwise::output_plane_offset;
-using ops::depthwise::padded_input_plane;
-using ops::depthwise::pixel;
-using ops::depthwise::plane_offset;
-using ops::depthwise::Split;
-using ops::depthwise::split_index;
-using ops::depthwise::spread_coord;
-using ops::depthwise::spread_grad_plane;
-using ops::depthwise::weights_of;
+using namespace ops::depthwise;  // the layer's bodies and named index helpers
 
 template <typename T>
 using Vec = at::vec::Vectorized<T>;
-
-// Multiply-adds per parallel_for task below which a task is not worth a thread.
-constexpr int64_t kGrainWork = 1 << 15;
-
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, kGrainWork / std::max<int64_t>(1, work_per_item));
-}
 
 // ---- SIMD primitives: element i of a row lives at src[i * s] ----
 
@@ -289,7 +267,7 @@ struct DepthwiseTextbookLauncher {
                       const Geometry& g) {
     using acc_t = at::opmath_type<scalar_t>;
     at::parallel_for(0, g.batch * g.out_channels * g.out_plane(), grain_for(g.taps()), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(ops::depthwise::forward_at<acc_t>(i, x, w, bias, g));
+      for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(forward_at<acc_t>(i, x, w, bias, g));
     });
   }
 
@@ -300,7 +278,7 @@ struct DepthwiseTextbookLauncher {
     at::parallel_for(0, g.batch * g.in_channels * g.in_plane(), grain_for(g.taps() * g.multiplier),
                      [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
-        grad_in[i] = static_cast<scalar_t>(ops::depthwise::backward_input_at<acc_t>(i, grad_out, w, g));
+        grad_in[i] = static_cast<scalar_t>(backward_input_at<acc_t>(i, grad_out, w, g));
     });
   }
 
@@ -310,7 +288,7 @@ struct DepthwiseTextbookLauncher {
     using acc_t = at::opmath_type<scalar_t>;
     at::parallel_for(0, g.out_channels * g.taps(), grain_for(g.batch * g.out_plane()), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
-        grad_w[i] = static_cast<scalar_t>(ops::depthwise::backward_weight_at<acc_t>(i, grad_out, x, g));
+        grad_w[i] = static_cast<scalar_t>(backward_weight_at<acc_t>(i, grad_out, x, g));
     });
   }
 
@@ -320,7 +298,7 @@ struct DepthwiseTextbookLauncher {
     using acc_t = at::opmath_type<scalar_t>;
     at::parallel_for(0, channels, grain_for(batch * plane), [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c)
-        grad_b[c] = static_cast<scalar_t>(ops::depthwise::backward_bias_at<acc_t>(c, grad_out, batch, channels, plane));
+        grad_b[c] = static_cast<scalar_t>(backward_bias_at<acc_t>(c, grad_out, batch, channels, plane));
     });
   }
 };

@@ -1,17 +1,6 @@
 // CUDA kernels of im2col, col2im and conv2d_mm: the shared entry points
 // (ops/conv2d_mm_ops.h) with a CUDA launcher that runs the bodies of
 // ops/conv2d_mm.h. The GEMMs of conv2d_mm go to cuBLAS through at::bmm.
-//
-// im2col: one thread per work item = V consecutive column positions of one
-// plane, for all kH*kW taps (Caffe's thread-per-window, widened). For each
-// tap the V values are contiguous in the columns, so when L is a multiple of
-// V a thread stores them as one vector (16 bytes; 8 for 2-byte types);
-// across a warp the stores of one tap are contiguous. The loads are the V pixels a tap sees,
-// read through L1 (neighbouring taps and threads reuse them). F.unfold, by
-// contrast, launches one kernel per image and stores one element at a time.
-//
-// col2im: a gather, one thread per image pixel summing the column entries
-// copied from it (ops::conv2d_mm::col2im_gather); no atomics, deterministic.
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -21,16 +10,18 @@
 #include "../common/loop.h"
 #include "../ops/conv2d_mm_ops.h"
 #include "../ops/conv2d_mm.h"
+#include "vec.cuh"
 
 namespace labops::cuda {
 
-constexpr int kVecBytes = 16;
-
-template <typename scalar_t, int V>
-struct alignas(sizeof(scalar_t) * V) Vec {
-  scalar_t val[V];
-};
-
+// Note [im2col work items]
+// One thread per work item = V consecutive column positions of one plane, for
+// all kH*kW taps (Caffe's thread-per-window, widened). For each tap the V
+// values are contiguous in the columns, so when L is a multiple of V a thread
+// stores them as one vector (16 bytes; 8 for 2-byte types); across a warp the
+// stores of one tap are contiguous. The loads are the V pixels a tap sees,
+// read through L1 (neighbouring taps and threads reuse them). F.unfold, by
+// contrast, launches one kernel per image and stores one element at a time.
 template <int V, typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     im2col_kernel(const ops::conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x, scalar_t* __restrict__ col,
@@ -41,15 +32,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       if constexpr (V == 1) {
         col[offset] = values[0];
       } else {  // the launcher picks V > 1 only when every item is full and aligned
-        Vec<scalar_t, V> v;
+        Pack<scalar_t, V> v;
 #pragma unroll
         for (int u = 0; u < V; ++u) v.val[u] = values[u];
-        *reinterpret_cast<Vec<scalar_t, V>*>(col + offset) = v;
+        store_pack<V>(col + offset, v);
       }
     });
   }
 }
 
+// col2im: a gather, one thread per image pixel summing the column entries
+// copied from it (col2im_gather); no atomics, deterministic.
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     col2im_kernel(const ops::conv2d_mm::Im2colShape s, const scalar_t* __restrict__ col, scalar_t* __restrict__ image,
@@ -70,7 +63,7 @@ struct Conv2dMMLauncher {
 
   template <int V, typename scalar_t>
   static void launch_im2col(const ops::conv2d_mm::Im2colShape& s, const scalar_t* x, scalar_t* col) {
-    const int64_t items = s.planes() * ((s.blocks() + V - 1) / V);
+    const int64_t items = s.planes() * ceil_div<int64_t>(s.blocks(), V);
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     im2col_kernel<V, scalar_t><<<get_blocks(items, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(s, x, col, items);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -82,7 +75,7 @@ struct Conv2dMMLauncher {
     // 16-byte stores (4 floats), but 8-byte ones for 2-byte types: a thread
     // then gathers 4 pixels per tap instead of 8, which measured 1.5x faster
     // for float16 on an H100 (and 14x14 planes, 196 positions, divide by 4).
-    constexpr int V = sizeof(scalar_t) == 2 ? 4 : kVecBytes / sizeof(scalar_t);
+    constexpr int V = sizeof(scalar_t) == 2 ? 4 : vec_width<scalar_t>();
     constexpr int kStoreBytes = V * sizeof(scalar_t);
     // Vector stores need every (plane, tap) row segment to start on a
     // multiple of V elements of a suitably aligned buffer.

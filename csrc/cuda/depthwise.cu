@@ -20,47 +20,21 @@
 #include <torch/library.h>
 
 #include "../ops/depthwise_ops.h"
-#include "elementwise.cuh"
+#include "device.cuh"
+#include "reduce.cuh"
+#include "vec.cuh"
 
 namespace labops::cuda {
 namespace {
 
-using ops::depthwise::backward_input_at;
-using ops::depthwise::backward_weight_term;
-using ops::depthwise::channel_item_offset;
-using ops::depthwise::forward_at;
-using ops::depthwise::Geometry;
-using ops::depthwise::in_bounds;
-using ops::depthwise::input_channel;
-using ops::depthwise::input_coord;
-using ops::depthwise::input_plane_offset;
-using ops::depthwise::mac;
-using ops::depthwise::output_channel;
-using ops::depthwise::output_coord;
-using ops::depthwise::output_plane_offset;
-using ops::depthwise::output_position;
-using ops::depthwise::partial_offset;
-using ops::depthwise::pixel;
-using ops::depthwise::Position;
-using ops::depthwise::Split;
-using ops::depthwise::split_index;
-using ops::depthwise::split_items;
-using ops::depthwise::tap_index;
-using ops::depthwise::tile_first;
-using ops::depthwise::tile_index;
-using ops::depthwise::tile_rows;
-using ops::depthwise::tile_tap;
-using ops::depthwise::TileIndex;
-using ops::depthwise::weights_of;
+using namespace ops::depthwise;  // the layer's bodies and named index helpers
 
-constexpr int kThreads = kThreadsPerBlock;
-constexpr int kWarps = kThreads / 32;
 constexpr int kTileRows = 4;  // outputs per thread, down a column
 
 // ---------------------------------------------------------------- generic ----
 
 template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     forward_generic_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                            const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                            const Geometry g, int64_t total) {
@@ -69,7 +43,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     backward_input_generic_kernel(const scalar_t* __restrict__ grad_out,
                                   const scalar_t* __restrict__ w, scalar_t* __restrict__ grad_in,
                                   const Geometry g, int64_t total) {
@@ -79,31 +53,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Sums v[t] over the block; thread t < T writes the block's total of v[t] to out[t].
-template <int T, typename acc_t>
-__device__ __forceinline__ void block_sum_store(const acc_t (&v)[T], acc_t* out) {
-  __shared__ acc_t partial[kWarps][T];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    acc_t s = v[t];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_down_sync(0xffffffffu, s, offset);
-    if (lane == 0) partial[warp][t] = s;
-  }
-  __syncthreads();
-  if (threadIdx.x < T) {
-    acc_t s = acc_t(0);
-    for (int k = 0; k < kWarps; ++k) s += partial[k][threadIdx.x];  // fixed order
-    out[threadIdx.x] = s;
-  }
-  __syncthreads();  // `partial` may be reused by the caller's next call
-}
-
 // Block (oc, split) reduces its items split_items(...) of channel oc's N*outH*outW
 // positions, one tap at a time (the fallback for kernels without a tiled path).
 template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     backward_weight_generic_kernel(const scalar_t* __restrict__ grad_out,
                                    const scalar_t* __restrict__ x,
                                    at::opmath_type<scalar_t>* __restrict__ partial, const Geometry g,
@@ -124,7 +77,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // out[c, t] = sum over splits s of partial[c, s, t], in order.
 template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     sum_partials_kernel(const at::opmath_type<scalar_t>* __restrict__ partial,
                         scalar_t* __restrict__ out, int64_t count, int64_t splits, int64_t taps) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -137,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     backward_bias_kernel(const scalar_t* __restrict__ grad_out,
                          at::opmath_type<scalar_t>* __restrict__ partial, int64_t channels,
                          int64_t plane, int64_t items, int64_t chunk) {
@@ -164,7 +117,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int KW, int SW>
 __device__ __forceinline__ void tap_columns(int ow, int pad_w, int (&col)[KW]) {
 #pragma unroll
-  for (int kw = 0; kw < KW; ++kw) col[kw] = input_coord<int>(ow, kw, SW, pad_w, 1);
+  for (int kw = 0; kw < KW; ++kw) col[kw] = conv::input_coord<int>(ow, kw, SW, pad_w, 1);
 }
 
 // Row reuse for a tile of V outputs down one column, starting at output row oh0
@@ -176,15 +129,15 @@ template <int KH, int KW, int SH, int V, typename scalar_t, typename F>
 __device__ __forceinline__ void for_each_tap_row(const scalar_t* plane, int oh0, const int (&col)[KW],
                                                  int pad_h, int in_h, int in_w, F&& f) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int ih0 = input_coord<int>(oh0, 0, SH, pad_h, 1);
+  const int ih0 = conv::input_coord<int>(oh0, 0, SH, pad_h, 1);
 #pragma unroll
   for (int r = 0; r < tile_rows(V, SH, KH); ++r) {
     const int ih = ih0 + r;
-    if (!in_bounds(ih, in_h)) continue;  // zero padding rows
+    if (!conv::in_bounds(ih, in_h)) continue;  // zero padding rows
     acc_t xr[KW];
 #pragma unroll
     for (int kw = 0; kw < KW; ++kw) {
-      xr[kw] = in_bounds(col[kw], in_w) ? static_cast<acc_t>(plane[pixel(ih, col[kw], in_w)]) : acc_t(0);
+      xr[kw] = conv::in_bounds(col[kw], in_w) ? static_cast<acc_t>(plane[pixel(ih, col[kw], in_w)]) : acc_t(0);
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -196,7 +149,7 @@ __device__ __forceinline__ void for_each_tap_row(const scalar_t* plane, int oh0,
 
 // updateOutput: V outputs down a column, weights in registers.
 template <typename scalar_t, int KH, int KW, int SH, int SW, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     forward_tiled_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                          const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                          const Geometry g, int tiles_h, int64_t total) {
@@ -234,7 +187,7 @@ __global__ void __launch_bounds__(kThreads)
 // updateGradInput, a gather: input (ih0 + v, iw) collects output
 // (output_coord(ih0 + v, kh), output_coord(iw, kw)) of each of its m channels.
 template <typename scalar_t, int KH, int KW, int SH, int SW, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     backward_input_tiled_kernel(const scalar_t* __restrict__ grad_out,
                                 const scalar_t* __restrict__ w, scalar_t* __restrict__ grad_in,
                                 const Geometry g, int tiles_h, int64_t total) {
@@ -252,9 +205,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
-      for (int kh = 0; kh < KH; ++kh) orow[v][kh] = output_coord<int>(ih0 + v, kh, SH, pad_h, 1, out_h);
+      for (int kh = 0; kh < KH; ++kh) orow[v][kh] = conv::output_coord<int>(ih0 + v, kh, SH, pad_h, 1, out_h);
 #pragma unroll
-    for (int kw = 0; kw < KW; ++kw) ocol[kw] = output_coord<int>(iw, kw, SW, pad_w, 1, out_w);
+    for (int kw = 0; kw < KW; ++kw) ocol[kw] = conv::output_coord<int>(iw, kw, SW, pad_w, 1, out_w);
     acc_t acc[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[v] = acc_t(0);
@@ -289,7 +242,7 @@ __global__ void __launch_bounds__(kThreads)
 // channel oc; each thread keeps all KH*KW sums in registers, then the block
 // reduces them. Same row reuse as the forward (for_each_tap_row).
 template <typename scalar_t, int KH, int KW, int SH, int SW, int V>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreadsPerBlock)
     backward_weight_tiled_kernel(const scalar_t* __restrict__ grad_out,
                                  const scalar_t* __restrict__ x,
                                  at::opmath_type<scalar_t>* __restrict__ partial, const Geometry g,
@@ -331,10 +284,9 @@ using IntC = std::integral_constant<int, N>;
 // for this geometry; returns false (and calls nothing) otherwise.
 template <typename F>
 bool dispatch_tiled(const Geometry& g, F&& f) {
-  constexpr int64_t kInt32Max = 2147483647;
   const int64_t biggest = std::max(g.batch * g.in_channels * g.in_plane(),
                                    g.batch * g.out_channels * g.out_plane());
-  if (g.dil_h != 1 || g.dil_w != 1 || biggest >= kInt32Max) return false;
+  if (g.dil_h != 1 || g.dil_w != 1 || !fits_int32(biggest)) return false;
   const auto is = [&](int kh, int kw, int sh, int sw) {
     return g.k_h == kh && g.k_w == kw && g.stride_h == sh && g.stride_w == sw;
   };
@@ -345,20 +297,18 @@ bool dispatch_tiled(const Geometry& g, F&& f) {
   return false;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Enough blocks to cover `work` threads, at most a few resident waves (the
 // grid-stride loops cover the rest).
 int64_t blocks_for(int64_t work) {
-  return std::max<int64_t>(1, std::min<int64_t>(ceil_div(work, kThreads),
+  return std::max<int64_t>(1, std::min<int64_t>(ceil_div<int64_t>(work, kThreadsPerBlock),
                                                 int64_t(multiprocessor_count()) * 32));
 }
 
 // How many blocks share one channel's reduction: aim for ~4 blocks per SM in
 // all, but give each block at least 4 items per thread.
 int64_t splits_for(int64_t channels, int64_t items) {
-  const int64_t want = ceil_div(int64_t(multiprocessor_count()) * 4, channels);
-  const int64_t most = std::max<int64_t>(1, items / (int64_t(kThreads) * 4));
+  const int64_t want = ceil_div<int64_t>(int64_t(multiprocessor_count()) * 4, channels);
+  const int64_t most = std::max<int64_t>(1, items / (int64_t(kThreadsPerBlock) * 4));
   return std::max<int64_t>(1, std::min<int64_t>({want, most, 65535}));
 }
 
@@ -375,16 +325,16 @@ struct DepthwiseLauncher {
                       const Geometry& g) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const bool tiled = dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-      const int64_t tiles = ceil_div(g.out_h, kTileRows);
+      const int64_t tiles = ceil_div<int64_t>(g.out_h, kTileRows);
       const int64_t total = g.batch * g.out_channels * tiles * g.out_w;
       forward_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows>
-          <<<blocks_for(total), kThreads, 0, stream>>>(x, w, bias, out, g, int(tiles), total);
+          <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(x, w, bias, out, g, int(tiles), total);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
     if (!tiled) {
       const int64_t total = g.batch * g.out_channels * g.out_plane();
       forward_generic_kernel<scalar_t>
-          <<<get_blocks(total, kThreads), kThreads, 0, stream>>>(x, w, bias, out, g, total);
+          <<<get_blocks(total, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(x, w, bias, out, g, total);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   }
@@ -394,16 +344,16 @@ struct DepthwiseLauncher {
                              const Geometry& g) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const bool tiled = dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-      const int64_t tiles = ceil_div(g.in_h, kTileRows);
+      const int64_t tiles = ceil_div<int64_t>(g.in_h, kTileRows);
       const int64_t total = g.batch * g.in_channels * tiles * g.in_w;
       backward_input_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows>
-          <<<blocks_for(total), kThreads, 0, stream>>>(grad_out, w, grad_in, g, int(tiles), total);
+          <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(grad_out, w, grad_in, g, int(tiles), total);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
     if (!tiled) {
       const int64_t total = g.batch * g.in_channels * g.in_plane();
       backward_input_generic_kernel<scalar_t>
-          <<<get_blocks(total, kThreads), kThreads, 0, stream>>>(grad_out, w, grad_in, g, total);
+          <<<get_blocks(total, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(grad_out, w, grad_in, g, total);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   }
@@ -416,13 +366,13 @@ struct DepthwiseLauncher {
     at::Tensor partial;
     int64_t splits = 1;
     const bool tiled = dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-      const int64_t tiles = ceil_div(g.out_h, kTileRows);
+      const int64_t tiles = ceil_div<int64_t>(g.out_h, kTileRows);
       const int64_t items = g.batch * tiles * g.out_w;
       splits = splits_for(g.out_channels, items);
-      const int64_t chunk = ceil_div(items, splits);
+      const int64_t chunk = ceil_div<int64_t>(items, splits);
       partial = workspace<acc_t>(g.out_channels * splits * g.taps());
       backward_weight_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows>
-          <<<dim3(g.out_channels, splits), kThreads, 0, stream>>>(
+          <<<dim3(g.out_channels, splits), kThreadsPerBlock, 0, stream>>>(
               grad_out, x, partial.mutable_data_ptr<acc_t>(), g, int(tiles), int(items), int(chunk));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
@@ -430,12 +380,12 @@ struct DepthwiseLauncher {
       const int64_t items = g.batch * g.out_plane();
       splits = splits_for(g.out_channels, items);
       partial = workspace<acc_t>(g.out_channels * splits * g.taps());
-      backward_weight_generic_kernel<scalar_t><<<dim3(g.out_channels, splits), kThreads, 0, stream>>>(
-          grad_out, x, partial.mutable_data_ptr<acc_t>(), g, items, ceil_div(items, splits));
+      backward_weight_generic_kernel<scalar_t><<<dim3(g.out_channels, splits), kThreadsPerBlock, 0, stream>>>(
+          grad_out, x, partial.mutable_data_ptr<acc_t>(), g, items, ceil_div<int64_t>(items, splits));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     const int64_t count = g.out_channels * g.taps();
-    sum_partials_kernel<scalar_t><<<get_blocks(count, kThreads), kThreads, 0, stream>>>(
+    sum_partials_kernel<scalar_t><<<get_blocks(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
         partial.const_data_ptr<acc_t>(), grad_w, count, splits, g.taps());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -448,10 +398,10 @@ struct DepthwiseLauncher {
     const int64_t items = batch * plane;
     const int64_t splits = splits_for(channels, items);
     at::Tensor partial = workspace<acc_t>(channels * splits);
-    backward_bias_kernel<scalar_t><<<dim3(channels, splits), kThreads, 0, stream>>>(
-        grad_out, partial.mutable_data_ptr<acc_t>(), channels, plane, items, ceil_div(items, splits));
+    backward_bias_kernel<scalar_t><<<dim3(channels, splits), kThreadsPerBlock, 0, stream>>>(
+        grad_out, partial.mutable_data_ptr<acc_t>(), channels, plane, items, ceil_div<int64_t>(items, splits));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    sum_partials_kernel<scalar_t><<<get_blocks(channels, kThreads), kThreads, 0, stream>>>(
+    sum_partials_kernel<scalar_t><<<get_blocks(channels, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
         partial.const_data_ptr<acc_t>(), grad_b, channels, splits, 1);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }

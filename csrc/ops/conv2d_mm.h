@@ -12,10 +12,6 @@
 
 namespace labops::ops::conv2d_mm {
 
-using conv::in_bounds;
-using conv::input_coord;
-using conv::output_coord;
-
 // Note [im2col columns]
 // im2col unfolds every receptive field of an image batch x (N, C, H, W) into
 // one column of a matrix. Column element (n, c, kh, kw, oh, ow) holds the
@@ -72,9 +68,9 @@ struct Im2colShape {
 // lands in the zero padding.
 LABOPS_HOST_DEVICE int64_t im2col_source(const Im2colShape& s, int64_t plane, int64_t kh, int64_t kw,
                                          int64_t oh, int64_t ow) {
-  int64_t ih = input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
-  int64_t iw = input_coord(ow, kw, s.stride_w, s.pad_w, s.dilation_w);
-  if (!in_bounds(ih, s.height) || !in_bounds(iw, s.width)) return -1;
+  int64_t ih = conv::input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
+  int64_t iw = conv::input_coord(ow, kw, s.stride_w, s.pad_w, s.dilation_w);
+  if (!conv::in_bounds(ih, s.height) || !conv::in_bounds(iw, s.width)) return -1;
   return (plane * s.height + ih) * s.width + iw;
 }
 
@@ -86,16 +82,16 @@ template <typename scalar_t>
 LABOPS_HOST_DEVICE void im2col_row(const Im2colShape& s, const scalar_t* x, int64_t plane, int64_t kh, int64_t kw,
                                    int64_t oh, scalar_t* out) {
   const scalar_t zero = scalar_t(0.0f);
-  const int64_t ih = input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
+  const int64_t ih = conv::input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
   int64_t lo = 0, hi = 0;  // the outputs whose tap reads inside the row; none in a padding row
-  if (in_bounds(ih, s.height)) {
+  if (conv::in_bounds(ih, s.height)) {
     const conv::Range<int64_t> r = conv::tap_output_range(kw, s.stride_w, s.pad_w, s.dilation_w, s.width, s.out_w);
     lo = r.lo;
     hi = r.hi;
   }
   for (int64_t ow = 0; ow < lo; ++ow) out[ow] = zero;
   if (hi > lo && s.stride_w == 1) {
-    const scalar_t* src = x + (plane * s.height + ih) * s.width + input_coord<int64_t>(0, kw, 1, s.pad_w, s.dilation_w);
+    const scalar_t* src = x + (plane * s.height + ih) * s.width + conv::input_coord<int64_t>(0, kw, 1, s.pad_w, s.dilation_w);
     for (int64_t ow = lo; ow < hi; ++ow) out[ow] = src[ow];
   } else if (hi > lo) {
     for (int64_t ow = lo; ow < hi; ++ow) out[ow] = x[im2col_source(s, plane, kh, kw, oh, ow)];
@@ -152,10 +148,10 @@ LABOPS_HOST_DEVICE acc_t col2im_gather(const Im2colShape& s, const scalar_t* col
   const scalar_t* plane_col = col + s.column_base(plane);
   acc_t sum = acc_t(0);
   for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
-    int64_t oh = output_coord(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+    int64_t oh = conv::output_coord(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
     if (oh < 0) continue;
     for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
-      int64_t ow = output_coord(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+      int64_t ow = conv::output_coord(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
       if (ow < 0) continue;
       sum += static_cast<acc_t>(plane_col[(kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w + ow]);
     }
@@ -172,12 +168,12 @@ LABOPS_HOST_DEVICE void col2im_gather_row(const Im2colShape& s, const scalar_t* 
   const scalar_t* plane_col = col + s.column_base(plane);
   for (int64_t iw = 0; iw < s.width; ++iw) sums[iw] = acc_t(0);
   for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
-    int64_t oh = output_coord(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+    int64_t oh = conv::output_coord(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
     if (oh < 0) continue;
     for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
       const scalar_t* src = plane_col + (kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w;
       for (int64_t iw = 0; iw < s.width; ++iw) {
-        int64_t ow = output_coord(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+        int64_t ow = conv::output_coord(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
         if (ow >= 0) sums[iw] += static_cast<acc_t>(src[ow]);
       }
     }

@@ -8,12 +8,7 @@
 //   static constexpr int64_t kColumnBudgetBytes;  // largest `columns` buffer to allocate at once
 // and the GEMMs go through ATen (at::bmm / at::baddbmm / addmm_: MKL on the
 // CPU, cuBLAS on the GPU).
-//
-// How big `columns` gets: C*kH*kW x L per image, i.e. kH*kW times the input
-// image (9x for 3x3 at stride 1). Batched GEMMs want all N images unfolded at
-// once: for 32 x 64 x 56 x 56 with a 3x3 kernel that is 32 * 576 * 3136 =
-// 58M elements (231 MB in float32). The batch is cut into chunks of at most
-// kColumnBudgetBytes of columns, so memory stays bounded for any batch.
+
 #pragma once
 
 #include <optional>
@@ -73,6 +68,13 @@ inline Im2colShape chunk_of(Im2colShape s, int64_t count) {
   return s;
 }
 
+// Note [column budget]
+// How big `columns` gets: C*kH*kW x L per image, i.e. kH*kW times the input
+// image (9x for 3x3 at stride 1). Batched GEMMs want all N images unfolded at
+// once: for 32 x 64 x 56 x 56 with a 3x3 kernel that is 32 * 576 * 3136 =
+// 58M elements (231 MB in float32). The batch is cut into chunks of at most
+// kColumnBudgetBytes of columns, so memory stays bounded for any batch.
+//
 // Images per chunk so that one chunk's columns stay within the budget.
 inline int64_t images_per_chunk(const Im2colShape& s, int64_t element_size, int64_t budget_bytes) {
   int64_t per_image = std::max<int64_t>(1, s.channels * s.kernel_area() * s.blocks() * element_size);

@@ -26,10 +26,6 @@
 
 namespace labops::ops::depthwise {
 
-using conv::in_bounds;
-using conv::input_coord;
-using conv::output_coord;
-
 // Every size of one depthwise convolution. Built (and checked) once by the
 // tensor-level code in depthwise_ops.h, then passed by value to kernels.
 struct Geometry {
@@ -104,7 +100,7 @@ LABOPS_HOST_DEVICE void mac(acc_t& acc, a_t a, b_t b) {
 
 // ---- the per-element bodies ---------------------------------------------------
 
-// updateOutput: one output element from its flat index (n, oc, oh, ow).
+// ---- updateOutput: one output element from its flat index (n, oc, oh, ow) ----
 template <typename acc_t, typename scalar_t>
 LABOPS_HOST_DEVICE acc_t forward_at(int64_t index, const scalar_t* x, const scalar_t* w,
                                    const scalar_t* bias, const Geometry& g) {
@@ -116,18 +112,18 @@ LABOPS_HOST_DEVICE acc_t forward_at(int64_t index, const scalar_t* x, const scal
   const scalar_t* wk = weights_of(w, oc, g.taps());
   acc_t acc = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
   for (int64_t kh = 0; kh < g.k_h; ++kh) {
-    const int64_t ih = input_coord(oh, kh, g.stride_h, g.pad_h, g.dil_h);
-    if (!in_bounds(ih, g.in_h)) continue;  // zero padding
+    const int64_t ih = conv::input_coord(oh, kh, g.stride_h, g.pad_h, g.dil_h);
+    if (!conv::in_bounds(ih, g.in_h)) continue;  // zero padding
     for (int64_t kw = 0; kw < g.k_w; ++kw) {
-      const int64_t iw = input_coord(ow, kw, g.stride_w, g.pad_w, g.dil_w);
-      if (!in_bounds(iw, g.in_w)) continue;
+      const int64_t iw = conv::input_coord(ow, kw, g.stride_w, g.pad_w, g.dil_w);
+      if (!conv::in_bounds(iw, g.in_w)) continue;
       mac(acc, wk[tap_index(kh, kw, g.k_w)], src[pixel(ih, iw, g.in_w)]);
     }
   }
   return acc;
 }
 
-// updateGradInput: one input-gradient element (n, c, ih, iw), as a gather.
+// ---- updateGradInput: one input-gradient element (n, c, ih, iw), as a gather ----
 // Sums over the m output channels made from input channel c, and over the taps
 // whose window covers (ih, iw). No two threads write the same element, so no
 // atomics and the result does not depend on scheduling.
@@ -144,10 +140,10 @@ LABOPS_HOST_DEVICE acc_t backward_input_at(int64_t index, const scalar_t* grad_o
     const scalar_t* src = grad_out + output_plane_offset(nc.outer, oc, g);
     const scalar_t* wk = weights_of(w, oc, g.taps());
     for (int64_t kh = 0; kh < g.k_h; ++kh) {
-      const int64_t oh = output_coord(ih, kh, g.stride_h, g.pad_h, g.dil_h, g.out_h);
+      const int64_t oh = conv::output_coord(ih, kh, g.stride_h, g.pad_h, g.dil_h, g.out_h);
       if (oh < 0) continue;
       for (int64_t kw = 0; kw < g.k_w; ++kw) {
-        const int64_t ow = output_coord(iw, kw, g.stride_w, g.pad_w, g.dil_w, g.out_w);
+        const int64_t ow = conv::output_coord(iw, kw, g.stride_w, g.pad_w, g.dil_w, g.out_w);
         if (ow < 0) continue;
         mac(acc, wk[tap_index(kh, kw, g.k_w)], src[pixel(oh, ow, g.out_w)]);
       }
@@ -156,18 +152,18 @@ LABOPS_HOST_DEVICE acc_t backward_input_at(int64_t index, const scalar_t* grad_o
   return acc;
 }
 
-// accGradParameters, one term of grad_w[oc, kh, kw]: the contribution of
-// output position (n, oh, ow) of channel oc, grad_out times the input that
-// tap read (nothing in the padding). A reduction over every (n, oh, ow) of
+// ---- accGradParameters: one term of grad_w[oc, kh, kw] ----
+// The contribution of output position (n, oh, ow) of channel oc: grad_out
+// times the input that tap read (nothing in the padding). A reduction over every (n, oh, ow) of
 // these is the weight gradient; the CUDA generic kernel splits that reduction
 // over blocks, backward_weight_at below runs it whole.
 template <typename acc_t, typename scalar_t>
 LABOPS_HOST_DEVICE void backward_weight_term(acc_t& acc, const scalar_t* grad_out,
                                              const scalar_t* x, int64_t n, int64_t oc, int64_t oh,
                                              int64_t ow, int64_t kh, int64_t kw, const Geometry& g) {
-  const int64_t ih = input_coord(oh, kh, g.stride_h, g.pad_h, g.dil_h);
-  const int64_t iw = input_coord(ow, kw, g.stride_w, g.pad_w, g.dil_w);
-  if (!in_bounds(ih, g.in_h) || !in_bounds(iw, g.in_w)) return;
+  const int64_t ih = conv::input_coord(oh, kh, g.stride_h, g.pad_h, g.dil_h);
+  const int64_t iw = conv::input_coord(ow, kw, g.stride_w, g.pad_w, g.dil_w);
+  if (!conv::in_bounds(ih, g.in_h) || !conv::in_bounds(iw, g.in_w)) return;
   mac(acc, grad_out[output_plane_offset(n, oc, g) + pixel(oh, ow, g.out_w)],
       x[input_plane_offset(n, input_channel(oc, g.multiplier), g) + pixel(ih, iw, g.in_w)]);
 }
@@ -287,8 +283,8 @@ LABOPS_HOST_DEVICE BorderedPlane spread_grad_plane(const Geometry& g) {
 // outside the spread buffer's `extent`.
 LABOPS_HOST_DEVICE int64_t spread_coord(int64_t o, int64_t k, int64_t s, int64_t p, int64_t d,
                                         int64_t extent) {
-  const int64_t q = input_coord(o, k - 1, s, p, d);
-  return in_bounds(q, extent) ? q : int64_t(-1);
+  const int64_t q = conv::input_coord(o, k - 1, s, p, d);
+  return conv::in_bounds(q, extent) ? q : int64_t(-1);
 }
 
 // Flipping a row-major kH x kW kernel along both axes maps flat tap t to

@@ -76,6 +76,20 @@ inline void check_grad_output(const at::Tensor& grad_output, const Geometry& g, 
                     ", got ", shape_str(grad_output.sizes()));
 }
 
+// The checks both gradient ops share: grad_output floating, `other` (the
+// weight or x) of its dtype and device, the geometry, and grad_output of the
+// forward output's shape.
+inline Geometry check_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& other,
+                               const char* other_arg, at::IntArrayRef x_size, const char* x_arg,
+                               at::IntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
+                               at::IntArrayRef padding, at::IntArrayRef dilation) {
+  check_floating(grad_output, op, "grad_output");
+  check_like(other, grad_output, op, other_arg, "grad_output");
+  const Geometry g = make_geometry(op, x_size, x_arg, w_size, w_arg, stride, padding, dilation);
+  check_grad_output(grad_output, g, op);
+  return g;
+}
+
 #define LABOPS_DEPTHWISE_DISPATCH(TYPE, ...) \
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, TYPE, "labops_depthwise", __VA_ARGS__)
 
@@ -112,12 +126,9 @@ struct DepthwiseOps {
   static at::Tensor backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
                                    at::IntArrayRef input_size, at::IntArrayRef stride,
                                    at::IntArrayRef padding, at::IntArrayRef dilation) {
-    constexpr const char* op = "depthwise_conv2d_backward_input";
-    check_floating(grad_output, op, "grad_output");
-    check_like(weight, grad_output, op, "weight", "grad_output");
-    const Geometry g = make_geometry(op, input_size, "input_size", weight.sizes(), "weight", stride,
-                                     padding, dilation);
-    check_grad_output(grad_output, g, op);
+    const Geometry g = check_backward("depthwise_conv2d_backward_input", grad_output, weight, "weight",
+                                      input_size, "input_size", weight.sizes(), "weight", stride,
+                                      padding, dilation);
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor grad_input = at::empty(input_size, grad_output.options());
     if (grad_input.numel() == 0) return grad_input;
@@ -133,12 +144,8 @@ struct DepthwiseOps {
   static at::Tensor backward_weight(const at::Tensor& grad_output, const at::Tensor& x,
                                     at::IntArrayRef weight_size, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef dilation) {
-    constexpr const char* op = "depthwise_conv2d_backward_weight";
-    check_floating(grad_output, op, "grad_output");
-    check_like(x, grad_output, op, "x", "grad_output");
-    const Geometry g = make_geometry(op, x.sizes(), "x", weight_size, "weight_size", stride, padding,
-                                     dilation);
-    check_grad_output(grad_output, g, op);
+    const Geometry g = check_backward("depthwise_conv2d_backward_weight", grad_output, x, "x", x.sizes(),
+                                      "x", weight_size, "weight_size", stride, padding, dilation);
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
     if (g.batch == 0) return grad_weight.zero_();  // a sum over nothing

@@ -10,6 +10,7 @@
 #include "../common/loop.h"
 #include "../ops/conv2d_mm_ops.h"
 #include "../ops/conv2d_mm.h"
+#include "device.cuh"
 #include "vec.cuh"
 
 namespace labops::cuda {
@@ -80,7 +81,7 @@ struct Conv2dMMLauncher {
     // Vector stores need every (plane, tap) row segment to start on a
     // multiple of V elements of a suitably aligned buffer.
     const bool vec = s.blocks() % V == 0 && s.col_row_stride % V == 0 && s.col_batch_stride % V == 0 &&
-                     reinterpret_cast<uintptr_t>(col) % kStoreBytes == 0;
+                     is_aligned(col, kStoreBytes);
     if (vec) {
       launch_im2col<V>(s, x, col);
     } else {

@@ -183,8 +183,9 @@ struct DepthwiseLauncher {
           const scalar_t* plane = grad_out + output_plane_offset(nc.outer, oc, g);
           for (int64_t oh = 0; oh < g.out_h; ++oh) {
             if (row_at[oh] < 0) continue;
+            acc_t* dst = gbuf.data() + gb.at(row_at[oh], 0);  // spread row; columns at col_at
             for (int64_t ow = 0; ow < g.out_w; ++ow)
-              if (col_at[ow] >= 0) gbuf[gb.at(row_at[oh], col_at[ow])] = static_cast<acc_t>(plane[pixel(oh, ow, g.out_w)]);
+              if (col_at[ow] >= 0) dst[col_at[ow]] = static_cast<acc_t>(plane[pixel(oh, ow, g.out_w)]);
           }
           const scalar_t* wsrc = weights_of(w, oc, g.taps());
           for (int64_t t = 0; t < g.taps(); ++t)

@@ -160,22 +160,41 @@ Window saved_window(AutogradContext* ctx) {
   return {data["stride"].toIntVector(), data["padding"].toIntVector(), data["dilation"].toIntVector()};
 }
 
+// The convolutions (depthwise_conv2d, conv2d_mm) share one signature,
+// (x, weight, bias?, stride, padding, dilation), and save the same things for their backward:
+// the window and whether a bias was given.
+using ConvSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
+                           IntArrayRef);
+
+void save_conv(AutogradContext* ctx, const OptTensor& bias, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
+  ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+  save_window(ctx, s, p, d);
+}
+
+bool saved_has_bias(AutogradContext* ctx) { return ctx->saved_data["has_bias"].toBool(); }
+
+// A convolution's Autograd kernel: through Function F when a gradient is wanted, else straight to
+// the op that `op()` returns.
+template <class F, const c10::TypedOperatorHandle<ConvSig>& (*op)()>
+at::Tensor conv_autograd(const at::Tensor& x, const at::Tensor& weight, const OptTensor& bias, IntArrayRef stride,
+                         IntArrayRef padding, IntArrayRef dilation) {
+  return graph_needed(x, weight, bias) ? F::apply(x, weight, bias, stride, padding, dilation)
+                                       : below_autograd(op(), x, weight, bias, stride, padding, dilation);
+}
+
 // ---------------------------------------------------------------- depthwise.py: depthwise_conv2d
 
-using DepthwiseSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
-                                IntArrayRef);
 // called with sizes as SymInts: the schema says int[], the kernels get ints (see the top of this file)
 using DepthwiseGradSig = at::Tensor(const at::Tensor&, const at::Tensor&, SymIntArrayRef, IntArrayRef, IntArrayRef,
                                     IntArrayRef);
 using DepthwiseBiasSig = at::Tensor(const at::Tensor&);
-const auto& depthwise_op() { static auto op = find_op<DepthwiseSig>("labops::depthwise_conv2d"); return op; }
+const auto& depthwise_op() { static auto op = find_op<ConvSig>("labops::depthwise_conv2d"); return op; }
 
 struct DepthwiseConv2d : Function<DepthwiseConv2d> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const OptTensor& bias, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
     ctx->save_for_backward({x, weight});
-    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    save_window(ctx, stride, padding, dilation);
+    save_conv(ctx, bias, stride, padding, dilation);
     return below_autograd(depthwise_op(), x, weight, bias, stride, padding, dilation);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -192,18 +211,12 @@ struct DepthwiseConv2d : Function<DepthwiseConv2d> {
     if (ctx->needs_input_grad(1)) {  // accGradParameters, weight
       grad_w = weight_op.call(g, x, weight.sym_sizes(), w.stride, w.padding, w.dilation);
     }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {  // accGradParameters, bias
+    if (saved_has_bias(ctx) && ctx->needs_input_grad(2)) {  // accGradParameters, bias
       grad_b = bias_op.call(g);
     }
     return {grad_x, grad_w, grad_b, {}, {}, {}};
   }
 };
-
-at::Tensor depthwise_autograd(const at::Tensor& x, const at::Tensor& weight, const OptTensor& bias,
-                              IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
-  return graph_needed(x, weight, bias) ? DepthwiseConv2d::apply(x, weight, bias, stride, padding, dilation)
-                                       : below_autograd(depthwise_op(), x, weight, bias, stride, padding, dilation);
-}
 
 // ---------------------------------------------------------------- conv2d_mm.py: im2col, col2im, conv2d_mm
 
@@ -257,7 +270,6 @@ at::Tensor col2im_autograd(const at::Tensor& cols, SymIntArrayRef output_size, I
                             : below_autograd(col2im_op(), cols, output_size, k, s, p, d);
 }
 
-using ConvSig = DepthwiseSig;
 using ConvInputSig = DepthwiseGradSig;
 using ConvAccSig = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef,
                         IntArrayRef, IntArrayRef, double);
@@ -273,8 +285,7 @@ struct Conv2dMM : Function<Conv2dMM> {
     ctx->saved_data["weight_size"] = weight.sym_sizes();
     ctx->saved_data["dtype"] = weight.scalar_type();
     ctx->saved_data["device"] = weight.device();
-    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    save_window(ctx, stride, padding, dilation);
+    save_conv(ctx, bias, stride, padding, dilation);
     return below_autograd(conv_op(), x, weight, bias, stride, padding, dilation);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -284,7 +295,7 @@ struct Conv2dMM : Function<Conv2dMM> {
     const auto &x = saved[0], &weight = saved[1];
     auto& data = ctx->saved_data;
     const Window w = saved_window(ctx);
-    bool has_bias = data["has_bias"].toBool();
+    const bool has_bias = saved_has_bias(ctx);
     auto g = grads[0].contiguous();
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) {  // updateGradInput
@@ -306,12 +317,6 @@ struct Conv2dMM : Function<Conv2dMM> {
     return {grad_x, grad_w, grad_b, {}, {}, {}};
   }
 };
-
-at::Tensor conv2d_mm_autograd(const at::Tensor& x, const at::Tensor& weight, const OptTensor& bias,
-                              IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
-  return graph_needed(x, weight, bias) ? Conv2dMM::apply(x, weight, bias, stride, padding, dilation)
-                                       : below_autograd(conv_op(), x, weight, bias, stride, padding, dilation);
-}
 
 // ---------------------------------------------------------------- upsample.py: upsample_bilinear2d
 
@@ -452,10 +457,10 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("gelu", &gelu_autograd);
   m.impl("global_avg_pool2d", &pool_autograd);
   m.impl("global_avg_pool2d_backward", &pool_backward_autograd);
-  m.impl("depthwise_conv2d", &depthwise_autograd);
+  m.impl("depthwise_conv2d", &conv_autograd<DepthwiseConv2d, depthwise_op>);
   m.impl("im2col", &im2col_autograd);
   m.impl("col2im", &col2im_autograd);
-  m.impl("conv2d_mm", &conv2d_mm_autograd);
+  m.impl("conv2d_mm", &conv_autograd<Conv2dMM, conv_op>);
   m.impl("upsample_bilinear2d", &upsample_autograd);
   m.impl("upsample_bilinear2d_backward", &upsample_backward_autograd);
   m.impl("softmax", &softmax_autograd);

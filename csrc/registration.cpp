@@ -36,6 +36,10 @@ TORCH_LIBRARY(labops, m) {
   m.def("depthwise_conv2d_backward_weight(Tensor grad_output, Tensor x, int[] weight_size, "
         "int[2] stride, int[2] padding, int[2] dilation) -> Tensor");
   m.def("depthwise_conv2d_backward_bias(Tensor grad_output) -> Tensor");
+  // Private, CPU only, for tests/test_depthwise.py: forward and the three gradients through the
+  // textbook launcher (the per-element bodies of ops/depthwise.h), to hold the fast CPU path to them.
+  m.def("_depthwise_conv2d_textbook(Tensor x, Tensor weight, Tensor? bias, Tensor grad_output, int[2] stride, "
+        "int[2] padding, int[2] dilation) -> (Tensor, Tensor, Tensor, Tensor)");
 
   // ---- upsample_bilinear2d ----
   // coordinate_mode is 'half_pixel', 'align_corners' or 'asymmetric'; scale_h/scale_w are the

@@ -426,3 +426,40 @@ def test_cuda_columns_beyond_int32():
     counts_h = torch.minimum(counts_h, (hw - torch.arange(hw, device="cuda")).clamp(max=k))
     counts = (counts_h[:, None] * counts_h[None, :]).float()
     torch.testing.assert_close(image[1, 0].float(), x[1, 0].float() * counts, rtol=4e-3, atol=1e-2)
+
+
+# ==== r15 (shared checks): added at the end, kept separate ====
+
+# The compiled ops word every pair rule the same way for every convolution
+# (csrc/common/check.h: check_pair / check_like).
+CANONICAL_PAIR_ERRORS = [
+    (dict(stride=[0, 1]), "stride must be >= 1, got [0, 1]"),
+    (dict(padding=[0, -1]), "padding must be >= 0, got [0, -1]"),
+    (dict(dilation=[1, 0]), "dilation must be >= 1, got [1, 0]"),
+    (dict(kernel_size=[3, 0]), "kernel_size must be >= 1, got [3, 0]"),
+    (dict(stride=[1, 1, 1]), "stride must have 2 entries (h, w), got 3"),
+    (dict(kernel_size=[3]), "kernel_size must have 2 entries (h, w), got 1"),
+]
+
+
+@pytest.mark.parametrize("override,message", CANONICAL_PAIR_ERRORS, ids=[m for _, m in CANONICAL_PAIR_ERRORS])
+def test_compiled_op_pair_messages_are_canonical(device, override, message):
+    args = dict(kernel_size=[3, 3], stride=[1, 1], padding=[1, 1], dilation=[1, 1])
+    args.update(override)
+    x = torch.randn(2, 3, 6, 6, device=device)
+    with pytest.raises(ValueError) as info:
+        torch.ops.labops.im2col(x, args["kernel_size"], args["stride"], args["padding"], args["dilation"])
+    assert str(info.value).splitlines()[0] == "labops.im2col: " + message
+    if "kernel_size" not in override:  # conv2d_mm takes its kernel from the weight
+        with pytest.raises(ValueError) as info:
+            torch.ops.labops.conv2d_mm(x, torch.randn(4, 3, 3, 3, device=device), None, args["stride"],
+                                       args["padding"], args["dilation"])
+        assert str(info.value).splitlines()[0] == "labops.conv2d_mm: " + message
+
+
+def test_compiled_op_like_messages_are_canonical(device):
+    x, w = torch.randn(2, 3, 6, 6, device=device), torch.randn(4, 3, 3, 3, device=device)
+    with pytest.raises(ValueError) as info:
+        torch.ops.labops.conv2d_mm(x, w.double(), None, [1, 1], [1, 1], [1, 1])
+    assert str(info.value).splitlines()[0] == (
+        "labops.conv2d_mm: weight must have the dtype of x (Float), got Double")

@@ -230,9 +230,11 @@ BAD = [
      r"positive multiple of C_in = 3, got 4"),
     ("bias shape", lambda dv: dict(bias=torch.randn(6, 1, device=dv)), r"bias must have shape \(C_out,\)"),
     ("bias length", lambda dv: dict(bias=torch.randn(3, device=dv)), r"bias must have shape \(C_out,\) = \(6,\)"),
-    ("stride 0", lambda dv: dict(stride=0), "stride must be positive"),
-    ("stride negative", lambda dv: dict(stride=(1, -2)), "stride must be positive"),
-    ("padding negative", lambda dv: dict(padding=(-1, 0)), "padding must be non-negative"),
+    # C++ says the canonical ">= 1" / ">= 0"; the Python face still says "positive" /
+    # "non-negative" until its rules move to labops/ops/_checks.py.
+    ("stride 0", lambda dv: dict(stride=0), r"stride must be (>= 1|positive), got \[0, 0\]"),
+    ("stride negative", lambda dv: dict(stride=(1, -2)), r"stride must be (>= 1|positive), got \[1, -2\]"),
+    ("padding negative", lambda dv: dict(padding=(-1, 0)), r"padding must be (>= 0|non-negative), got \[-1, 0\]"),
     ("dilation 0", lambda dv: dict(dilation=(1, 0)), "dilation must be >= 1"),
     ("kernel too big", lambda dv: dict(x=torch.randn(2, 3, 2, 8, device=dv), padding=0),
      "the dilated kernel must fit in the padded input"),
@@ -276,3 +278,65 @@ def test_backward_ops_check_their_arguments(device):
         L.depthwise_conv2d_backward_weight(go, x.double(), [6, 1, 3, 3], *args)
     with pytest.raises(ValueError, match="grad_output must be 4-D"):
         L.depthwise_conv2d_backward_bias(go[0])
+
+
+# ==== r15 (shared checks, textbook vs fast paths): added at the end, kept separate ====
+
+# The compiled op words every pair rule the same way for every convolution
+# (csrc/common/check.h: check_pair / check_like).
+CANONICAL_PAIR_ERRORS = [
+    (dict(stride=[0, 1]), "stride must be >= 1, got [0, 1]"),
+    (dict(padding=[0, -1]), "padding must be >= 0, got [0, -1]"),
+    (dict(dilation=[1, 0]), "dilation must be >= 1, got [1, 0]"),
+    (dict(stride=[1, 1, 1]), "stride must have 2 entries (h, w), got 3"),
+    (dict(padding=[1]), "padding must have 2 entries (h, w), got 1"),
+]
+
+
+@pytest.mark.parametrize("override,message", CANONICAL_PAIR_ERRORS, ids=[m for _, m in CANONICAL_PAIR_ERRORS])
+def test_compiled_op_pair_messages_are_canonical(device, override, message):
+    args = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1])
+    args.update(override)
+    x, w = torch.randn(2, 3, 8, 8, device=device), torch.randn(6, 1, 3, 3, device=device)
+    with pytest.raises(ValueError) as info:
+        L.depthwise_conv2d(x, w, None, args["stride"], args["padding"], args["dilation"])
+    assert str(info.value).splitlines()[0] == "labops.depthwise_conv2d: " + message
+
+
+# The fast CPU path (cpu/depthwise.cpp FastLauncher: bordered planes, SIMD rows, the
+# flipped-kernel backward) against the textbook path (TextbookLauncher: the per-element
+# bodies of ops/depthwise.h, one call per element), reached through the private op
+# labops::_depthwise_conv2d_textbook. Every gradient, float32 and float64.
+# name, (N, C_in, H, W), multiplier, (kH, kW), stride, padding, dilation
+FAST_VS_TEXTBOOK = [
+    ("3x3", (2, 3, 11, 9), 1, (3, 3), 1, 1, 1),
+    ("5x5", (2, 2, 12, 13), 1, (5, 5), 1, 2, 1),
+    ("3x3 stride 2", (2, 3, 13, 10), 1, (3, 3), 2, 1, 1),
+    ("5x5 stride 2 m2", (1, 2, 15, 12), 2, (5, 5), 2, 2, 1),
+    ("3x3 dilation 2", (2, 2, 12, 11), 1, (3, 3), 1, 2, 2),
+    ("3x3 multiplier 2", (2, 3, 9, 8), 2, (3, 3), 1, 1, 1),
+    ("asym k(2,3) s(2,1) p(0,1) d(1,2) m3", (1, 2, 9, 10), 3, (2, 3), (2, 1), (0, 1), (1, 2)),
+    ("3x3 stride 3 padding 2 > dilation*(k-1)", (1, 2, 10, 11), 1, (3, 3), 3, 2, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", FAST_VS_TEXTBOOK, ids=[c[0] for c in FAST_VS_TEXTBOOK])
+def test_fast_cpu_path_equals_textbook_path(case, dtype):
+    _, shape, mult, (kh, kw), stride, padding, dilation = case
+    pair = lambda v: [v, v] if isinstance(v, int) else list(v)  # noqa: E731
+    s, p, d = pair(stride), pair(padding), pair(dilation)
+    g = torch.Generator().manual_seed(15)
+    x = torch.randn(*shape, generator=g, dtype=dtype)
+    w = torch.randn(shape[1] * mult, 1, kh, kw, generator=g, dtype=dtype)
+    b = torch.randn(shape[1] * mult, generator=g, dtype=dtype)
+    out = L.depthwise_conv2d(x, w, b, s, p, d)
+    go = torch.randn(out.shape, generator=g, dtype=dtype)
+    fast = (out, L.depthwise_conv2d_backward_input(go, w, list(x.shape), s, p, d),
+            L.depthwise_conv2d_backward_weight(go, x, list(w.shape), s, p, d),
+            L.depthwise_conv2d_backward_bias(go))
+    textbook = L._depthwise_conv2d_textbook(x, w, b, go, s, p, d)
+    # Same terms, summed in another order (SIMD lanes, flat rows): rounding-level differences only.
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    for name, f, t in zip(("out", "grad_input", "grad_weight", "grad_bias"), fast, textbook):
+        torch.testing.assert_close(f, t, **tol, msg=lambda m, name=name: f"{name}: {m}")

@@ -62,16 +62,30 @@ inline void check_floating(const at::Tensor& t, const char* op, const char* arg)
                     t.scalar_type());
 }
 
+// A (h, w) pair argument (stride, padding, dilation, kernel_size): exactly two
+// entries, each >= min (1 for stride, dilation and kernel_size; 0 for padding).
+inline void check_pair(at::IntArrayRef v, const char* op, const char* arg, int64_t min) {
+  LABOPS_CHECK(v.size() == 2, "labops.", op, ": ", arg, " must have 2 entries (h, w), got ", v.size());
+  LABOPS_CHECK(v[0] >= min && v[1] >= min, "labops.", op, ": ", arg, " must be >= ", min, ", got ",
+               shape_str(v));
+}
+
+// `t` must have the dtype and the device of `ref` (named `ref_arg` in the message).
+inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
+                       const char* ref_arg) {
+  LABOPS_CHECK(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
+               " must have the dtype of ", ref_arg, " (", ref.scalar_type(), "), got ",
+               t.scalar_type());
+  LABOPS_CHECK(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ",
+               ref_arg, " (", ref.device(), "), got ", t.device());
+}
+
+// check_like plus the same shape.
 inline void check_same_meta(const at::Tensor& t, const at::Tensor& ref, const char* op,
                             const char* arg, const char* ref_arg) {
   LABOPS_CHECK(t.sizes() == ref.sizes(), "labops.", op, ": ", arg, " must have the shape of ",
                     ref_arg, " ", shape_str(ref.sizes()), ", got ", shape_str(t.sizes()));
-  LABOPS_CHECK(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
-                    " must have the dtype of ", ref_arg, " (", ref.scalar_type(), "), got ",
-                    t.scalar_type());
-  LABOPS_CHECK(t.device() == ref.device(), "labops.", op, ": ", arg,
-                    " must be on the device of ", ref_arg, " (", ref.device(), "), got ",
-                    t.device());
+  check_like(t, ref, op, arg, ref_arg);
 }
 
 }  // namespace labops

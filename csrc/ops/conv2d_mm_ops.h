@@ -1,18 +1,14 @@
 // Tensor-level entry points of im2col, col2im and conv2d_mm (THNN's
-// SpatialConvolutionMM), written once for both devices: cpu/im2col.cpp uses
-// Conv2dMMOps<cpu::Launcher>, cuda/im2col.cu uses Conv2dMMOps<cuda::Launcher>.
+// SpatialConvolutionMM), written once for both devices: cpu/conv2d_mm.cpp uses
+// Conv2dMMOps<cpu::Conv2dMMLauncher>, cuda/conv2d_mm.cu uses
+// Conv2dMMOps<cuda::Conv2dMMLauncher>.
 // A Launcher provides
 //   template <typename scalar_t> static void im2col(const Im2colShape&, const scalar_t* x, scalar_t* col);
 //   template <typename scalar_t> static void col2im(const Im2colShape&, const scalar_t* col, scalar_t* image);
 //   static constexpr int64_t kColumnBudgetBytes;  // largest `columns` buffer to allocate at once
 // and the GEMMs go through ATen (at::bmm / at::baddbmm / addmm_: MKL on the
 // CPU, cuBLAS on the GPU).
-//
-// How big `columns` gets: C*kH*kW x L per image, i.e. kH*kW times the input
-// image (9x for 3x3 at stride 1). Batched GEMMs want all N images unfolded at
-// once: for 32 x 64 x 56 x 56 with a 3x3 kernel that is 32 * 576 * 3136 =
-// 58M elements (231 MB in float32). The batch is cut into chunks of at most
-// kColumnBudgetBytes of columns, so memory stays bounded for any batch.
+
 #pragma once
 
 #include <optional>
@@ -27,33 +23,22 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../common/check.h"
-#include "im2col.h"
+#include "conv2d_mm.h"
 
-namespace labops::ops {
+namespace labops::ops::conv2d_mm {
 
 struct ConvParams {
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
 };
 
-inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
-  LABOPS_CHECK(v.size() == 2, "labops.", op, ": ", arg, " must have 2 values (h, w), got ", shape_str(v));
-}
-
 // The rules every op shares: stride and dilation >= 1, padding >= 0, a
 // kernel of at least 1x1 that fits in the padded input.
 inline ConvParams make_params(at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                               at::IntArrayRef dilation, const char* op) {
-  check_pair(kernel_size, op, "kernel_size");
-  check_pair(stride, op, "stride");
-  check_pair(padding, op, "padding");
-  check_pair(dilation, op, "dilation");
-  LABOPS_CHECK(kernel_size[0] >= 1 && kernel_size[1] >= 1, "labops.", op,
-                    ": kernel_size must be >= 1, got ", shape_str(kernel_size));
-  LABOPS_CHECK(stride[0] >= 1 && stride[1] >= 1, "labops.", op, ": stride must be >= 1, got ", shape_str(stride));
-  LABOPS_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op, ": dilation must be >= 1, got ",
-                    shape_str(dilation));
-  LABOPS_CHECK(padding[0] >= 0 && padding[1] >= 0, "labops.", op, ": padding must be >= 0, got ",
-                    shape_str(padding));
+  check_pair(kernel_size, op, "kernel_size", 1);
+  check_pair(stride, op, "stride", 1);
+  check_pair(padding, op, "padding", 0);
+  check_pair(dilation, op, "dilation", 1);
   return {kernel_size[0], kernel_size[1], stride[0], stride[1],
           padding[0],     padding[1],     dilation[0], dilation[1]};
 }
@@ -70,8 +55,8 @@ inline Im2colShape make_shape(int64_t n, int64_t c, int64_t h, int64_t w, const 
                     w + 2 * p.pad_w, ")");
   Im2colShape s{n, c, h, w, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
                 p.dilation_h, p.dilation_w, 0, 0, 0, 0};
-  s.out_h = conv_out_size(h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h);
-  s.out_w = conv_out_size(w, p.kernel_w, p.stride_w, p.pad_w, p.dilation_w);
+  s.out_h = conv::output_size(h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h);
+  s.out_w = conv::output_size(w, p.kernel_w, p.stride_w, p.pad_w, p.dilation_w);
   s.col_row_stride = s.blocks();
   s.col_batch_stride = c * s.kernel_area() * s.blocks();
   return s;
@@ -83,6 +68,13 @@ inline Im2colShape chunk_of(Im2colShape s, int64_t count) {
   return s;
 }
 
+// Note [column budget]
+// How big `columns` gets: C*kH*kW x L per image, i.e. kH*kW times the input
+// image (9x for 3x3 at stride 1). Batched GEMMs want all N images unfolded at
+// once: for 32 x 64 x 56 x 56 with a 3x3 kernel that is 32 * 576 * 3136 =
+// 58M elements (231 MB in float32). The batch is cut into chunks of at most
+// kColumnBudgetBytes of columns, so memory stays bounded for any batch.
+//
 // Images per chunk so that one chunk's columns stay within the budget.
 inline int64_t images_per_chunk(const Im2colShape& s, int64_t element_size, int64_t budget_bytes) {
   int64_t per_image = std::max<int64_t>(1, s.channels * s.kernel_area() * s.blocks() * element_size);
@@ -93,14 +85,6 @@ inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
   check_floating(x, op, arg);
   LABOPS_CHECK(x.dim() == 3 || x.dim() == 4, "labops.", op, ": ", arg,
                     " must be 3-D (C, H, W) or 4-D (N, C, H, W), got ", x.dim(), "-D of shape ", shape_str(x.sizes()));
-}
-
-inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
-                       const char* ref_arg) {
-  LABOPS_CHECK(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg, " must have the dtype of ",
-                    ref_arg, " (", ref.scalar_type(), "), got ", t.scalar_type());
-  LABOPS_CHECK(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ", ref_arg,
-                    " (", ref.device(), "), got ", t.device());
 }
 
 template <typename Launcher>
@@ -130,9 +114,7 @@ struct Conv2dMMOps {
     LABOPS_CHECK(cols.dim() == 2 || cols.dim() == 3, "labops.col2im: cols must be 2-D (C*kH*kW, L) or 3-D ",
                       "(N, C*kH*kW, L), got ", cols.dim(), "-D of shape ", shape_str(cols.sizes()));
     ConvParams p = make_params(kernel_size, stride, padding, dilation, "col2im");
-    check_pair(output_size, "col2im", "output_size");
-    LABOPS_CHECK(output_size[0] >= 1 && output_size[1] >= 1,
-                      "labops.col2im: output_size must be >= 1, got ", shape_str(output_size));
+    check_pair(output_size, "col2im", "output_size", 1);
     const bool batched = cols.dim() == 3;
     at::Tensor c3 = (batched ? cols : cols.unsqueeze(0)).contiguous();
     const int64_t area = p.kernel_h * p.kernel_w;
@@ -330,4 +312,4 @@ struct Conv2dMMOps {
   }
 };
 
-}  // namespace labops::ops
+}  // namespace labops::ops::conv2d_mm

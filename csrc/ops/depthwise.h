@@ -1,30 +1,27 @@
 // Depthwise 2-D convolution: the math of the layer, in one place.
 //
-//   out[n, oc, oh, ow] = bias[oc]
-//       + sum_{kh, kw} w[oc, 0, kh, kw] * x[n, oc / m, oh*sH - pH + kh*dH, ow*sW - pW + kw*dW]
+//   out[n, oc, oh, ow] = bias[oc] + sum_{kh, kw} w[oc, 0, kh, kw] * x[n, oc / m, ih, iw],
+//   ih = input_coord(oh, kh), iw = input_coord(ow, kw)      (common/conv_index.h)
 //
-// (terms whose input coordinate falls in the zero padding are skipped). Output
-// channel oc reads input channel oc / m, where m = C_out / C_in is the channel
-// multiplier; F.conv2d(x, w, b, stride, padding, dilation, groups=C_in).
+// terms in the zero padding skipped; m = C_out / C_in is the channel
+// multiplier: F.conv2d(x, w, b, stride, padding, dilation, groups=C_in).
 //
-// Gradients (the layer's three functions):
-//   updateGradInput:   grad_x[n, c, ih, iw] = sum over the m output channels oc of c and every
-//                      tap (kh, kw) whose window covers (ih, iw) of w[oc, kh, kw] * grad_out[n, oc, oh, ow]
-//                      -- a GATHER: input pixel (ih, iw) is reached from output row
-//                      oh = (ih + pH - kh*dH) / sH, only when that division is exact.
-//   accGradParameters: grad_w[oc, kh, kw] = sum_{n, oh, ow} grad_out[n, oc, oh, ow] * x[n, oc/m, ih, iw]
-//                      grad_b[oc]         = sum_{n, oh, ow} grad_out[n, oc, oh, ow]
-//
-// Every function here is LABOPS_HOST_DEVICE. Today the generic CUDA kernels
-// (cuda/depthwise.cu) call them; the CPU loops (cpu/depthwise.cpp) and the tiled
-// 3x3/5x5 CUDA kernels still redo this arithmetic in their own form (buffer
-// offsets, tap rows), checked equal by the tests -- moving them onto these
-// helpers is open work. Index helpers are templates on the index type, so a
-// CUDA kernel can run them in 32-bit when the sizes allow it.
+// Who calls what (every path is tested equal to the per-element bodies):
+//   * the per-element bodies (forward_at, backward_input_at, backward_weight_at,
+//     backward_bias_at): cpu/depthwise.cpp's DepthwiseTextbookLauncher
+//     (labops::_depthwise_conv2d_textbook) and cuda/depthwise.cu's generic kernels;
+//   * the bordered-plane helpers, see Note [zero-bordered planes] and
+//     Note [flipped-kernel identity]: cpu/depthwise.cpp's DepthwiseLauncher, the CPU
+//     kernel of labops::depthwise_conv2d and its backward ops;
+//   * the tile helpers, see Note [row reuse in a tile]: the tiled 3x3 / 5x5
+//     kernels of cuda/depthwise.cu.
+// Index helpers are templates on the index type, so the tiled CUDA kernels
+// can run them in 32-bit.
 #pragma once
 
 #include <cstdint>
 
+#include "../common/conv_index.h"
 #include "../common/loop.h"
 
 namespace labops::ops::depthwise {
@@ -42,51 +39,56 @@ struct Geometry {
   LABOPS_HOST_DEVICE int64_t out_plane() const { return out_h * out_w; }
 };
 
-// Output length along one axis: how many window positions fit in the padded
-// input. Zero (not a negative number) when the dilated kernel is longer than
-// the padded input; callers reject that.
-LABOPS_HOST_DEVICE int64_t output_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  const int64_t room = in + 2 * p - d * (k - 1) - 1;  // last valid start position
-  return room < 0 ? 0 : room / s + 1;
-}
+// ---- layout: where things are in memory --------------------------------------
 
-// Forward direction: the input coordinate that tap k of output o reads.
+// flat = outer * width + inner, split back into its two parts.
 template <typename index_t>
-LABOPS_HOST_DEVICE index_t input_coord(index_t o, index_t k, index_t s, index_t p, index_t d) {
-  return o * s - p + k * d;
-}
-
-// Gather direction: the output o whose tap k reads input i, or -1 when there
-// is none (i + p - k*d is negative, not a multiple of the stride, or past the end).
+struct Split {
+  index_t outer, inner;
+};
 template <typename index_t>
-LABOPS_HOST_DEVICE index_t output_coord(index_t i, index_t k, index_t s, index_t p, index_t d,
-                                        index_t out) {
-  const index_t t = i + p - k * d;
-  if (t < 0 || t % s != 0) return -1;
-  const index_t o = t / s;
-  return o < out ? o : index_t(-1);
+LABOPS_HOST_DEVICE Split<index_t> split_index(index_t flat, index_t width) {
+  return {flat / width, flat % width};
 }
 
-// The outputs [lo, hi) whose tap k reads inside the input [0, in): solve
-// 0 <= o*s - p + k*d <= in - 1 for o. Lets a row loop skip the padding
-// instead of testing every element.
+// Element (row, col) of a row-major plane `width` wide.
 template <typename index_t>
-LABOPS_HOST_DEVICE void tap_output_range(index_t k, index_t s, index_t p, index_t d, index_t in,
-                                         index_t out, index_t& lo, index_t& hi) {
-  const index_t a = p - k * d;                      // need o*s >= a
-  lo = a <= 0 ? index_t(0) : (a + s - 1) / s;
-  const index_t b = in - 1 + a;                     // need o*s <= b
-  hi = b < 0 ? index_t(0) : b / s + 1;
-  if (hi > out) hi = out;
-  if (hi < lo) hi = lo;
+LABOPS_HOST_DEVICE index_t pixel(index_t row, index_t col, index_t width) {
+  return row * width + col;
 }
 
-// Offsets of the (n, channel) planes.
+// Tap (kh, kw) of a row-major kH x kW kernel.
+template <typename index_t>
+LABOPS_HOST_DEVICE index_t tap_index(index_t kh, index_t kw, index_t k_w) {
+  return kh * k_w + kw;
+}
+
+// Offset of plane (n, c) in an (N, channels, plane) tensor.
+LABOPS_HOST_DEVICE int64_t plane_offset(int64_t n, int64_t c, int64_t channels, int64_t plane) {
+  return (n * channels + c) * plane;
+}
 LABOPS_HOST_DEVICE int64_t input_plane_offset(int64_t n, int64_t c, const Geometry& g) {
-  return (n * g.in_channels + c) * g.in_plane();
+  return plane_offset(n, c, g.in_channels, g.in_plane());
 }
 LABOPS_HOST_DEVICE int64_t output_plane_offset(int64_t n, int64_t oc, const Geometry& g) {
-  return (n * g.out_channels + oc) * g.out_plane();
+  return plane_offset(n, oc, g.out_channels, g.out_plane());
+}
+
+// Output channel j of the m made from input channel c, and the input channel
+// that output channel oc reads.
+template <typename index_t>
+LABOPS_HOST_DEVICE index_t output_channel(index_t c, index_t j, index_t multiplier) {
+  return c * multiplier + j;
+}
+template <typename index_t>
+LABOPS_HOST_DEVICE index_t input_channel(index_t oc, index_t multiplier) {
+  return oc / multiplier;
+}
+
+// The kH*kW weights (or weight gradients) of output channel oc.
+template <typename pointer_t>
+LABOPS_HOST_DEVICE pointer_t weights_of(pointer_t w, int64_t oc, int64_t taps) {
+  return w + oc * taps;
 }
 
 // The one multiply-accumulate of the layer, in the accumulation type
@@ -96,26 +98,26 @@ LABOPS_HOST_DEVICE void mac(acc_t& acc, a_t a, b_t b) {
   acc += static_cast<acc_t>(a) * static_cast<acc_t>(b);
 }
 
+// ---- the per-element bodies ---------------------------------------------------
+
 // ---- updateOutput: one output element from its flat index (n, oc, oh, ow) ----
 template <typename acc_t, typename scalar_t>
 LABOPS_HOST_DEVICE acc_t forward_at(int64_t index, const scalar_t* x, const scalar_t* w,
                                    const scalar_t* bias, const Geometry& g) {
-  const int64_t ow = index % g.out_w;
-  int64_t rest = index / g.out_w;
-  const int64_t oh = rest % g.out_h;
-  rest /= g.out_h;
-  const int64_t oc = rest % g.out_channels;
-  const int64_t n = rest / g.out_channels;
-  const scalar_t* plane = x + input_plane_offset(n, oc / g.multiplier, g);
-  const scalar_t* wk = w + oc * g.taps();
+  const Split<int64_t> row = split_index(index, g.out_w);     // (n, oc, oh), ow
+  const Split<int64_t> plane = split_index(row.outer, g.out_h);  // (n, oc), oh
+  const Split<int64_t> nc = split_index(plane.outer, g.out_channels);
+  const int64_t oh = plane.inner, ow = row.inner, oc = nc.inner;
+  const scalar_t* src = x + input_plane_offset(nc.outer, input_channel(oc, g.multiplier), g);
+  const scalar_t* wk = weights_of(w, oc, g.taps());
   acc_t acc = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
   for (int64_t kh = 0; kh < g.k_h; ++kh) {
-    const int64_t ih = input_coord(oh, kh, g.stride_h, g.pad_h, g.dil_h);
-    if (ih < 0 || ih >= g.in_h) continue;  // zero padding
+    const int64_t ih = conv::input_coord(oh, kh, g.stride_h, g.pad_h, g.dil_h);
+    if (!conv::in_bounds(ih, g.in_h)) continue;  // zero padding
     for (int64_t kw = 0; kw < g.k_w; ++kw) {
-      const int64_t iw = input_coord(ow, kw, g.stride_w, g.pad_w, g.dil_w);
-      if (iw < 0 || iw >= g.in_w) continue;
-      mac(acc, wk[kh * g.k_w + kw], plane[ih * g.in_w + iw]);
+      const int64_t iw = conv::input_coord(ow, kw, g.stride_w, g.pad_w, g.dil_w);
+      if (!conv::in_bounds(iw, g.in_w)) continue;
+      mac(acc, wk[tap_index(kh, kw, g.k_w)], src[pixel(ih, iw, g.in_w)]);
     }
   }
   return acc;
@@ -128,24 +130,22 @@ LABOPS_HOST_DEVICE acc_t forward_at(int64_t index, const scalar_t* x, const scal
 template <typename acc_t, typename scalar_t>
 LABOPS_HOST_DEVICE acc_t backward_input_at(int64_t index, const scalar_t* grad_out,
                                            const scalar_t* w, const Geometry& g) {
-  const int64_t iw = index % g.in_w;
-  int64_t rest = index / g.in_w;
-  const int64_t ih = rest % g.in_h;
-  rest /= g.in_h;
-  const int64_t c = rest % g.in_channels;
-  const int64_t n = rest / g.in_channels;
+  const Split<int64_t> row = split_index(index, g.in_w);
+  const Split<int64_t> plane = split_index(row.outer, g.in_h);
+  const Split<int64_t> nc = split_index(plane.outer, g.in_channels);
+  const int64_t ih = plane.inner, iw = row.inner, c = nc.inner;
   acc_t acc = acc_t(0);
   for (int64_t j = 0; j < g.multiplier; ++j) {
-    const int64_t oc = c * g.multiplier + j;
-    const scalar_t* plane = grad_out + output_plane_offset(n, oc, g);
-    const scalar_t* wk = w + oc * g.taps();
+    const int64_t oc = output_channel(c, j, g.multiplier);
+    const scalar_t* src = grad_out + output_plane_offset(nc.outer, oc, g);
+    const scalar_t* wk = weights_of(w, oc, g.taps());
     for (int64_t kh = 0; kh < g.k_h; ++kh) {
-      const int64_t oh = output_coord(ih, kh, g.stride_h, g.pad_h, g.dil_h, g.out_h);
+      const int64_t oh = conv::output_coord(ih, kh, g.stride_h, g.pad_h, g.dil_h, g.out_h);
       if (oh < 0) continue;
       for (int64_t kw = 0; kw < g.k_w; ++kw) {
-        const int64_t ow = output_coord(iw, kw, g.stride_w, g.pad_w, g.dil_w, g.out_w);
+        const int64_t ow = conv::output_coord(iw, kw, g.stride_w, g.pad_w, g.dil_w, g.out_w);
         if (ow < 0) continue;
-        mac(acc, wk[kh * g.k_w + kw], plane[oh * g.out_w + ow]);
+        mac(acc, wk[tap_index(kh, kw, g.k_w)], src[pixel(oh, ow, g.out_w)]);
       }
     }
   }
@@ -153,18 +153,186 @@ LABOPS_HOST_DEVICE acc_t backward_input_at(int64_t index, const scalar_t* grad_o
 }
 
 // ---- accGradParameters: one term of grad_w[oc, kh, kw] ----
-// The contribution of output position (n, oh, ow) of channel oc to tap
-// (kh, kw): grad_out * the input that tap read, or nothing in the padding.
-// A reduction over every (n, oh, ow) of these is the weight gradient.
+// The contribution of output position (n, oh, ow) of channel oc: grad_out
+// times the input that tap read (nothing in the padding). A reduction over every (n, oh, ow) of
+// these is the weight gradient; the CUDA generic kernel splits that reduction
+// over blocks, backward_weight_at below runs it whole.
 template <typename acc_t, typename scalar_t>
 LABOPS_HOST_DEVICE void backward_weight_term(acc_t& acc, const scalar_t* grad_out,
                                              const scalar_t* x, int64_t n, int64_t oc, int64_t oh,
                                              int64_t ow, int64_t kh, int64_t kw, const Geometry& g) {
-  const int64_t ih = input_coord(oh, kh, g.stride_h, g.pad_h, g.dil_h);
-  const int64_t iw = input_coord(ow, kw, g.stride_w, g.pad_w, g.dil_w);
-  if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) return;
-  mac(acc, grad_out[output_plane_offset(n, oc, g) + oh * g.out_w + ow],
-      x[input_plane_offset(n, oc / g.multiplier, g) + ih * g.in_w + iw]);
+  const int64_t ih = conv::input_coord(oh, kh, g.stride_h, g.pad_h, g.dil_h);
+  const int64_t iw = conv::input_coord(ow, kw, g.stride_w, g.pad_w, g.dil_w);
+  if (!conv::in_bounds(ih, g.in_h) || !conv::in_bounds(iw, g.in_w)) return;
+  mac(acc, grad_out[output_plane_offset(n, oc, g) + pixel(oh, ow, g.out_w)],
+      x[input_plane_offset(n, input_channel(oc, g.multiplier), g) + pixel(ih, iw, g.in_w)]);
+}
+
+// The output position (n, oh, ow) of item `item` of one channel's N*outH*outW.
+struct Position {
+  int64_t n, oh, ow;
+};
+LABOPS_HOST_DEVICE Position output_position(int64_t item, const Geometry& g) {
+  const Split<int64_t> row = split_index(item, g.out_w);
+  const Split<int64_t> plane = split_index(row.outer, g.out_h);
+  return {plane.outer, plane.inner, row.inner};
+}
+
+// accGradParameters: one weight-gradient element grad_w[oc, kh, kw] from its
+// flat index, the whole reduction over (n, oh, ow) in that order.
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE acc_t backward_weight_at(int64_t index, const scalar_t* grad_out,
+                                            const scalar_t* x, const Geometry& g) {
+  const Split<int64_t> tap = split_index(index, g.taps());  // oc, kh*kW + kw
+  const Split<int64_t> khw = split_index(tap.inner, g.k_w);
+  acc_t acc = acc_t(0);
+  for (int64_t item = 0; item < g.batch * g.out_plane(); ++item) {
+    const Position p = output_position(item, g);
+    backward_weight_term(acc, grad_out, x, p.n, tap.outer, p.oh, p.ow, khw.outer, khw.inner, g);
+  }
+  return acc;
+}
+
+// Element `item` of channel c's N*plane positions in an (N, channels, plane) tensor.
+LABOPS_HOST_DEVICE int64_t channel_item_offset(int64_t item, int64_t c, int64_t channels,
+                                               int64_t plane) {
+  const Split<int64_t> ni = split_index(item, plane);
+  return plane_offset(ni.outer, c, channels, plane) + ni.inner;
+}
+
+// accGradParameters: grad_b[c], the sum of grad_out over (n, oh, ow).
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE acc_t backward_bias_at(int64_t c, const scalar_t* grad_out, int64_t batch,
+                                          int64_t channels, int64_t plane) {
+  acc_t acc = acc_t(0);
+  for (int64_t item = 0; item < batch * plane; ++item) {
+    acc += static_cast<acc_t>(grad_out[channel_item_offset(item, c, channels, plane)]);
+  }
+  return acc;
+}
+
+// ---- the fast CPU path's helpers ------------------------------------------------
+
+// Note [zero-bordered planes]
+// The fast CPU path copies a plane into a buffer with a zero border, after
+// which every tap of every output reads inside the buffer: no padding tests,
+// and a tap is one SIMD multiply-add over a whole row. Buffer (r, c) holds
+// input (r - pH, c - pW), and input_coord(o, k) + p = o*s + k*d, so tap
+// (kh, kw) of output (oh, ow) reads buffer position
+//     row_start(oh) + ow * sW + tap_offset(kh, kw),
+//     row_start(oh) = oh*sH * P,  tap_offset(kh, kw) = kh*dH * P + kw*dW
+// with P the buffer's row pitch. At stride 1 an output stored at oh*P + ow
+// reads flat position (oh*P + ow) + tap_offset, so one flat loop over
+// out_h * P outputs covers the plane (the P - out_w extra columns per row are
+// computed and dropped; see flat_plane): 7x7 planes keep the SIMD lanes as busy
+// as 56x56 ones.
+struct BorderedPlane {
+  int64_t rows, pitch;
+  int64_t row0, col0;  // where plane element (0, 0) sits
+  int64_t dil_h, dil_w, k_w;
+
+  // Elements to allocate: the flat loops run up to tap_offset past the last
+  // row, and a stride-2 SIMD load reads two vectors (so, 4 * 64 of slack).
+  LABOPS_HOST_DEVICE int64_t size() const { return rows * pitch + (k_w - 1) * dil_w + 4 * 64; }
+  // Buffer position of plane element (r, c).
+  LABOPS_HOST_DEVICE int64_t at(int64_t r, int64_t c) const { return pixel(r + row0, c + col0, pitch); }
+  // Offset of flat tap t = kh*kW + kw from tap (0, 0).
+  LABOPS_HOST_DEVICE int64_t tap_offset(int64_t t) const {
+    const Split<int64_t> khw = split_index(t, k_w);
+    return pixel(khw.outer * dil_h, khw.inner * dil_w, pitch);
+  }
+  // Buffer position of tap (0, 0) of output row oh.
+  LABOPS_HOST_DEVICE int64_t row_start(int64_t oh, int64_t stride_h) const { return oh * stride_h * pitch; }
+};
+
+// The input plane with its zero padding (forward, backward-weight).
+LABOPS_HOST_DEVICE BorderedPlane padded_input_plane(const Geometry& g) {
+  return {g.in_h + 2 * g.pad_h, g.in_w + 2 * g.pad_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w, g.k_w};
+}
+
+// Stride 1: the whole plane is one flat loop over rows of the buffer's pitch
+// (see Note [zero-bordered planes]); otherwise a loop over output rows.
+LABOPS_HOST_DEVICE bool flat_plane(const Geometry& g) { return g.stride_h == 1 && g.stride_w == 1; }
+
+// Row pitch of a per-plane output (or grad_output) buffer: the bordered
+// plane's pitch when flat, else out_w.
+LABOPS_HOST_DEVICE int64_t output_pitch(const Geometry& g, const BorderedPlane& b) {
+  return flat_plane(g) ? b.pitch : g.out_w;
+}
+
+// Note [flipped-kernel identity]
+// updateGradInput as a stride-1 correlation, per axis (K taps, dilation d):
+//     grad_x[i] = sum_k w[k] * g[o(i, k)],   o(i, k) = output_coord(i, k)
+// (terms with no such o dropped). Spread g into a zeroed buffer, g[o] at
+//     q(o) = input_coord(o, K-1) = o*s - p + (K-1)*d.
+// For tap k, q(o) = i + (K-1-k)*d exactly when o*s - p + k*d = i, i.e. when
+// o = o(i, k); when there is no such o, nothing was spread there and the
+// buffer holds zero. Renaming k' = K-1-k,
+//     grad_x[i] = sum_k' w[K-1-k'] * buf[i + k'*d],
+// the forward's stride-1 correlation with the kernel flipped. In 2-D both axes
+// flip, which reverses the flat tap index: see flipped_tap. Reads stay inside
+// [0, in + (K-1)*d), so a q(o) outside it is never read and is dropped
+// (spread_coord returns -1; it happens when p > (K-1)*d).
+
+// The buffer the grad_output plane is spread into (element (r, c) at r*P + c).
+LABOPS_HOST_DEVICE BorderedPlane spread_grad_plane(const Geometry& g) {
+  return {g.in_h + (g.k_h - 1) * g.dil_h, g.in_w + (g.k_w - 1) * g.dil_w, 0, 0, g.dil_h, g.dil_w, g.k_w};
+}
+
+// q(o) of Note [flipped-kernel identity] along one axis, or -1 when it falls
+// outside the spread buffer's `extent`.
+LABOPS_HOST_DEVICE int64_t spread_coord(int64_t o, int64_t k, int64_t s, int64_t p, int64_t d,
+                                        int64_t extent) {
+  const int64_t q = conv::input_coord(o, k - 1, s, p, d);
+  return conv::in_bounds(q, extent) ? q : int64_t(-1);
+}
+
+// Flipping a row-major kH x kW kernel along both axes maps flat tap t to
+// taps - 1 - t: (kH-1-kh)*kW + (kW-1-kw) = kH*kW - 1 - (kh*kW + kw).
+LABOPS_HOST_DEVICE int64_t flipped_tap(int64_t t, int64_t taps) { return taps - 1 - t; }
+
+// ---- the tiled CUDA kernels' helpers -----------------------------------------------
+
+// Note [row reuse in a tile]
+// A tiled CUDA thread computes V outputs oh0 .. oh0+V-1 down one column
+// (dilation 1, stride SH, KH taps). Output oh0 + v reads input rows
+// input_coord(oh0 + v, kh) = tile_first_row + v*SH + kh, so the tile reads the
+// tile_rows(V, SH, KH) = (V-1)*SH + KH rows from tile_first_row on, and row r of
+// them serves output v through tap kh = tile_tap(r, v, SH) when 0 <= kh < KH.
+// Each row's KW inputs are loaded once and reused by every output that reads it.
+
+// The thread's (plane, tile, column): flat = (plane * tiles + tile) * width + col.
+struct TileIndex {
+  int col, tile, plane;
+};
+LABOPS_HOST_DEVICE TileIndex tile_index(int flat, int width, int tiles) {
+  const Split<int> row = split_index(flat, width);
+  const Split<int> pt = split_index(row.outer, tiles);
+  return {row.inner, pt.inner, pt.outer};
+}
+
+// First output (or input) row of tile `tile` of V rows.
+LABOPS_HOST_DEVICE int tile_first(int tile, int v) { return tile * v; }
+
+// Input rows a tile of V outputs reads.
+LABOPS_HOST_DEVICE constexpr int tile_rows(int v, int sh, int kh) { return (v - 1) * sh + kh; }
+
+// The tap through which tile row r serves the tile's output v (may be out of [0, KH)).
+LABOPS_HOST_DEVICE int tile_tap(int r, int v, int sh) { return r - v * sh; }
+
+// Note [split reductions]
+// The CUDA weight and bias gradients split each channel's reduction over
+// `splits` blocks; block (c, split) stores `width` partial sums (one per tap)
+// at partial_offset(c, split, splits, width) for its items split_items(split,
+// chunk, items) of the channel, and a second kernel adds a
+// channel's partials in split order (fixed order: reproducible results).
+template <typename index_t>
+LABOPS_HOST_DEVICE conv::Range<index_t> split_items(index_t split, index_t chunk, index_t items) {
+  const index_t lo = split * chunk;
+  return {lo, lo + chunk < items ? lo + chunk : items};
+}
+LABOPS_HOST_DEVICE int64_t partial_offset(int64_t c, int64_t split, int64_t splits, int64_t width) {
+  return (c * splits + split) * width;
 }
 
 }  // namespace labops::ops::depthwise

@@ -1,6 +1,7 @@
 // Tensor-level entry points of depthwise_conv2d and its three backward ops,
-// written once and instantiated per device: cpu/depthwise.cpp uses
-// DepthwiseOps<cpu::DepthwiseLauncher>, cuda/depthwise.cu uses
+// written once and instantiated per launcher: cpu/depthwise.cpp uses
+// DepthwiseOps<cpu::DepthwiseLauncher> (and DepthwiseOps<cpu::DepthwiseTextbookLauncher>
+// for the private textbook op), cuda/depthwise.cu uses
 // DepthwiseOps<cuda::DepthwiseLauncher>. Here live the argument checks, the
 // shapes, contiguity, allocation and the dtype dispatch; the launchers only
 // receive raw pointers and a checked Geometry.
@@ -19,11 +20,6 @@
 
 namespace labops::ops::depthwise {
 
-inline void check_pair(at::IntArrayRef v, const char* op, const char* arg) {
-  LABOPS_CHECK(v.size() == 2, "labops.", op, ": ", arg, " must have 2 entries (h, w), got ",
-                    v.size());
-}
-
 // Checks every size rule and returns the geometry. x_size is (N, C_in, H, W),
 // w_size is (C_out, 1, kH, kW); the *_arg names say where each came from so the
 // message names the argument the caller actually passed.
@@ -34,9 +30,9 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
                     " must be 4-D (N, C_in, H, W), got ", x_size.size(), "-D");
   LABOPS_CHECK(w_size.size() == 4, "labops.", op, ": ", w_arg,
                     " must be 4-D (C_out, 1, kH, kW), got ", w_size.size(), "-D");
-  check_pair(stride, op, "stride");
-  check_pair(padding, op, "padding");
-  check_pair(dilation, op, "dilation");
+  check_pair(stride, op, "stride", 1);
+  check_pair(padding, op, "padding", 0);
+  check_pair(dilation, op, "dilation", 1);
   for (auto v : x_size) {
     LABOPS_CHECK(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", shape_str(x_size));
   }
@@ -49,12 +45,6 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
                     ".size(0) (C_out) must be a positive multiple of C_in = ", c_in, ", got ", c_out);
   LABOPS_CHECK(w_size[2] >= 1 && w_size[3] >= 1, "labops.", op, ": ", w_arg,
                     " must have a kernel of at least 1x1, got ", w_size[2], "x", w_size[3]);
-  LABOPS_CHECK(stride[0] >= 1 && stride[1] >= 1, "labops.", op,
-                    ": stride must be positive, got ", shape_str(stride));
-  LABOPS_CHECK(padding[0] >= 0 && padding[1] >= 0, "labops.", op,
-                    ": padding must be non-negative, got ", shape_str(padding));
-  LABOPS_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "labops.", op,
-                    ": dilation must be >= 1, got ", shape_str(dilation));
   Geometry g;
   g.batch = x_size[0];
   g.in_channels = c_in;
@@ -70,8 +60,8 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   g.pad_w = padding[1];
   g.dil_h = dilation[0];
   g.dil_w = dilation[1];
-  g.out_h = output_size(g.in_h, g.k_h, g.stride_h, g.pad_h, g.dil_h);
-  g.out_w = output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
+  g.out_h = conv::output_size(g.in_h, g.k_h, g.stride_h, g.pad_h, g.dil_h);
+  g.out_w = conv::output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
   LABOPS_CHECK(g.out_h >= 1 && g.out_w >= 1, "labops.", op,
                     ": the dilated kernel must fit in the padded input: kernel ", g.k_h, "x", g.k_w,
                     ", dilation ", shape_str(dilation), ", input ", g.in_h, "x", g.in_w, ", padding ", shape_str(padding),
@@ -79,20 +69,25 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   return g;
 }
 
-inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* arg,
-                       const char* ref_arg) {
-  LABOPS_CHECK(t.scalar_type() == ref.scalar_type(), "labops.", op, ": ", arg,
-                    " must have the dtype of ", ref_arg, " (", ref.scalar_type(), "), got ",
-                    t.scalar_type());
-  LABOPS_CHECK(t.device() == ref.device(), "labops.", op, ": ", arg, " must be on the device of ",
-                    ref_arg, " (", ref.device(), "), got ", t.device());
-}
-
 inline void check_grad_output(const at::Tensor& grad_output, const Geometry& g, const char* op) {
   const std::array<int64_t, 4> want{g.batch, g.out_channels, g.out_h, g.out_w};
   LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(want), "labops.", op,
                     ": grad_output must have the forward output's shape ", shape_str(want),
                     ", got ", shape_str(grad_output.sizes()));
+}
+
+// The checks both gradient ops share: grad_output floating, `other` (the
+// weight or x) of its dtype and device, the geometry, and grad_output of the
+// forward output's shape.
+inline Geometry check_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& other,
+                               const char* other_arg, at::IntArrayRef x_size, const char* x_arg,
+                               at::IntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
+                               at::IntArrayRef padding, at::IntArrayRef dilation) {
+  check_floating(grad_output, op, "grad_output");
+  check_like(other, grad_output, op, other_arg, "grad_output");
+  const Geometry g = make_geometry(op, x_size, x_arg, w_size, w_arg, stride, padding, dilation);
+  check_grad_output(grad_output, g, op);
+  return g;
 }
 
 #define LABOPS_DEPTHWISE_DISPATCH(TYPE, ...) \
@@ -131,12 +126,9 @@ struct DepthwiseOps {
   static at::Tensor backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
                                    at::IntArrayRef input_size, at::IntArrayRef stride,
                                    at::IntArrayRef padding, at::IntArrayRef dilation) {
-    constexpr const char* op = "depthwise_conv2d_backward_input";
-    check_floating(grad_output, op, "grad_output");
-    check_like(weight, grad_output, op, "weight", "grad_output");
-    const Geometry g = make_geometry(op, input_size, "input_size", weight.sizes(), "weight", stride,
-                                     padding, dilation);
-    check_grad_output(grad_output, g, op);
+    const Geometry g = check_backward("depthwise_conv2d_backward_input", grad_output, weight, "weight",
+                                      input_size, "input_size", weight.sizes(), "weight", stride,
+                                      padding, dilation);
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor grad_input = at::empty(input_size, grad_output.options());
     if (grad_input.numel() == 0) return grad_input;
@@ -152,12 +144,8 @@ struct DepthwiseOps {
   static at::Tensor backward_weight(const at::Tensor& grad_output, const at::Tensor& x,
                                     at::IntArrayRef weight_size, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef dilation) {
-    constexpr const char* op = "depthwise_conv2d_backward_weight";
-    check_floating(grad_output, op, "grad_output");
-    check_like(x, grad_output, op, "x", "grad_output");
-    const Geometry g = make_geometry(op, x.sizes(), "x", weight_size, "weight_size", stride, padding,
-                                     dilation);
-    check_grad_output(grad_output, g, op);
+    const Geometry g = check_backward("depthwise_conv2d_backward_weight", grad_output, x, "x", x.sizes(),
+                                      "x", weight_size, "weight_size", stride, padding, dilation);
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
     if (g.batch == 0) return grad_weight.zero_();  // a sum over nothing

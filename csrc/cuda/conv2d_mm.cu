@@ -1,17 +1,6 @@
 // CUDA kernels of im2col, col2im and conv2d_mm: the shared entry points
 // (ops/conv2d_mm_ops.h) with a CUDA launcher that runs the bodies of
-// ops/im2col.h. The GEMMs of conv2d_mm go to cuBLAS through at::bmm.
-//
-// im2col: one thread per work item = V consecutive column positions of one
-// plane, for all kH*kW taps (Caffe's thread-per-window, widened). For each
-// tap the V values are contiguous in the columns, so when L is a multiple of
-// V a thread stores them as one vector (16 bytes; 8 for 2-byte types);
-// across a warp the stores of one tap are contiguous. The loads are the V pixels a tap sees,
-// read through L1 (neighbouring taps and threads reuse them). F.unfold, by
-// contrast, launches one kernel per image and stores one element at a time.
-//
-// col2im: a gather, one thread per image pixel summing the column entries
-// copied from it (ops::col2im_gather); no atomics, deterministic.
+// ops/conv2d_mm.h. The GEMMs of conv2d_mm go to cuBLAS through at::bmm.
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -20,48 +9,52 @@
 
 #include "../common/loop.h"
 #include "../ops/conv2d_mm_ops.h"
-#include "../ops/im2col.h"
+#include "../ops/conv2d_mm.h"
+#include "device.cuh"
+#include "vec.cuh"
 
 namespace labops::cuda {
 
-constexpr int kIm2colThreads = 256;
-constexpr int kVecBytes = 16;
-
-template <typename scalar_t, int V>
-struct alignas(sizeof(scalar_t) * V) Vec {
-  scalar_t val[V];
-};
-
+// Note [im2col work items]
+// One thread per work item = V consecutive column positions of one plane, for
+// all kH*kW taps (Caffe's thread-per-window, widened). For each tap the V
+// values are contiguous in the columns, so when L is a multiple of V a thread
+// stores them as one vector (16 bytes; 8 for 2-byte types); across a warp the
+// stores of one tap are contiguous. The loads are the V pixels a tap sees,
+// read through L1 (neighbouring taps and threads reuse them). F.unfold, by
+// contrast, launches one kernel per image and stores one element at a time.
 template <int V, typename scalar_t>
-__global__ void __launch_bounds__(kIm2colThreads)
-    im2col_kernel(const ops::Im2colShape s, const scalar_t* __restrict__ x, scalar_t* __restrict__ col,
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    im2col_kernel(const ops::conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x, scalar_t* __restrict__ col,
                   int64_t items) {
   using acc_t = at::opmath_type<scalar_t>;
   LABOPS_KERNEL_LOOP(item, items) {
-    ops::im2col_item<V, acc_t>(s, x, item, [&](int64_t offset, const scalar_t* values, int count) {
+    ops::conv2d_mm::im2col_item<V, acc_t>(s, x, item, [&](int64_t offset, const scalar_t* values, int count) {
       if constexpr (V == 1) {
         col[offset] = values[0];
       } else {  // the launcher picks V > 1 only when every item is full and aligned
-        Vec<scalar_t, V> v;
+        Pack<scalar_t, V> v;
 #pragma unroll
         for (int u = 0; u < V; ++u) v.val[u] = values[u];
-        *reinterpret_cast<Vec<scalar_t, V>*>(col + offset) = v;
+        store_pack<V>(col + offset, v);
       }
     });
   }
 }
 
+// col2im: a gather, one thread per image pixel summing the column entries
+// copied from it (col2im_gather); no atomics, deterministic.
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    col2im_kernel(const ops::Im2colShape s, const scalar_t* __restrict__ col, scalar_t* __restrict__ image,
+    col2im_kernel(const ops::conv2d_mm::Im2colShape s, const scalar_t* __restrict__ col, scalar_t* __restrict__ image,
                   int64_t n) {
   using acc_t = at::opmath_type<scalar_t>;
   LABOPS_KERNEL_LOOP(index, n) {
-    image[index] = static_cast<scalar_t>(ops::col2im_gather<acc_t>(s, col, index));
+    image[index] = static_cast<scalar_t>(ops::conv2d_mm::col2im_gather<acc_t>(s, col, index));
   }
 }
 
-struct Im2colLauncher {
+struct Conv2dMMLauncher {
   // Columns of at most this many bytes at a time (the benchmark layers need
   // up to 231 MB in float32, so they run as one batched GEMM: one
   // strided-batched cuBLAS call instead of THNN's N small GEMMs, whose
@@ -70,25 +63,25 @@ struct Im2colLauncher {
   static constexpr int64_t kColumnBudgetBytes = int64_t(512) << 20;
 
   template <int V, typename scalar_t>
-  static void launch_im2col(const ops::Im2colShape& s, const scalar_t* x, scalar_t* col) {
-    const int64_t items = s.planes() * ((s.blocks() + V - 1) / V);
+  static void launch_im2col(const ops::conv2d_mm::Im2colShape& s, const scalar_t* x, scalar_t* col) {
+    const int64_t items = s.planes() * ceil_div<int64_t>(s.blocks(), V);
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    im2col_kernel<V, scalar_t><<<get_blocks(items, kIm2colThreads), kIm2colThreads, 0, stream>>>(s, x, col, items);
+    im2col_kernel<V, scalar_t><<<get_blocks(items, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(s, x, col, items);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
   template <typename scalar_t>
-  static void im2col(const ops::Im2colShape& s, const scalar_t* x, scalar_t* col) {
+  static void im2col(const ops::conv2d_mm::Im2colShape& s, const scalar_t* x, scalar_t* col) {
     if (s.column_numel() == 0) return;
     // 16-byte stores (4 floats), but 8-byte ones for 2-byte types: a thread
     // then gathers 4 pixels per tap instead of 8, which measured 1.5x faster
     // for float16 on an H100 (and 14x14 planes, 196 positions, divide by 4).
-    constexpr int V = sizeof(scalar_t) == 2 ? 4 : kVecBytes / sizeof(scalar_t);
+    constexpr int V = sizeof(scalar_t) == 2 ? 4 : vec_width<scalar_t>();
     constexpr int kStoreBytes = V * sizeof(scalar_t);
     // Vector stores need every (plane, tap) row segment to start on a
     // multiple of V elements of a suitably aligned buffer.
     const bool vec = s.blocks() % V == 0 && s.col_row_stride % V == 0 && s.col_batch_stride % V == 0 &&
-                     reinterpret_cast<uintptr_t>(col) % kStoreBytes == 0;
+                     is_aligned(col, kStoreBytes);
     if (vec) {
       launch_im2col<V>(s, x, col);
     } else {
@@ -97,7 +90,7 @@ struct Im2colLauncher {
   }
 
   template <typename scalar_t>
-  static void col2im(const ops::Im2colShape& s, const scalar_t* col, scalar_t* image) {
+  static void col2im(const ops::conv2d_mm::Im2colShape& s, const scalar_t* col, scalar_t* image) {
     const int64_t n = s.image_numel();
     if (n == 0) return;
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -109,5 +102,5 @@ struct Im2colLauncher {
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::ops::Conv2dMMOps<labops::cuda::Im2colLauncher>::register_kernels(m);
+  labops::ops::conv2d_mm::Conv2dMMOps<labops::cuda::Conv2dMMLauncher>::register_kernels(m);
 }

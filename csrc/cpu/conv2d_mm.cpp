@@ -1,6 +1,6 @@
 // CPU kernels of im2col, col2im and conv2d_mm: the shared entry points
 // (ops/conv2d_mm_ops.h) with a CPU launcher that runs the bodies of
-// ops/im2col.h under at::parallel_for.
+// ops/conv2d_mm.h under at::parallel_for.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "../ops/conv2d_mm_ops.h"
-#include "../ops/im2col.h"
+#include "../ops/conv2d_mm.h"
 
 namespace labops::cpu {
 
-struct Im2colLauncher {
+struct Conv2dMMLauncher {
   // Columns of at most this many bytes at a time (bounds memory for any
   // batch). Within a chunk the GEMM is one batched at::baddbmm: measured on
   // this 2-core machine with 4 x 64 x 56 x 56 float32, 3x3, it took about a
@@ -22,7 +22,7 @@ struct Im2colLauncher {
   // One task = one row of the columns (a tap at one output row of one plane):
   // sequential stores, and at unit stride a straight copy of an input row.
   template <typename scalar_t>
-  static void im2col(const ops::Im2colShape& s, const scalar_t* x, scalar_t* col) {
+  static void im2col(const ops::conv2d_mm::Im2colShape& s, const scalar_t* x, scalar_t* col) {
     const int64_t area = s.kernel_area();
     const int64_t rows = s.planes() * area * s.out_h;
     if (rows == 0 || s.out_w == 0) return;
@@ -33,13 +33,13 @@ struct Im2colLauncher {
         const int64_t oh = row % s.out_h, plane_tap = row / s.out_h;
         const int64_t plane = plane_tap / area, tap = plane_tap - plane * area;
         scalar_t* out = col + s.column_base(plane) + tap * s.col_row_stride + oh * s.out_w;
-        ops::im2col_row(s, x, plane, tap / s.kernel_w, tap % s.kernel_w, oh, out);
+        ops::conv2d_mm::im2col_row(s, x, plane, tap / s.kernel_w, tap % s.kernel_w, oh, out);
       }
     });
   }
 
   template <typename scalar_t>
-  static void col2im(const ops::Im2colShape& s, const scalar_t* col, scalar_t* image) {
+  static void col2im(const ops::conv2d_mm::Im2colShape& s, const scalar_t* col, scalar_t* image) {
     using acc_t = at::opmath_type<scalar_t>;
     const int64_t rows = s.planes() * s.height;  // one image row per step
     if (rows == 0 || s.width == 0) return;
@@ -48,7 +48,7 @@ struct Im2colLauncher {
       std::vector<acc_t> sums(s.width);
       for (int64_t row = begin; row < end; ++row) {
         const int64_t plane = row / s.height, ih = row - plane * s.height;
-        ops::col2im_gather_row<acc_t>(s, col, plane, ih, sums.data());
+        ops::conv2d_mm::col2im_gather_row<acc_t>(s, col, plane, ih, sums.data());
         scalar_t* out = image + row * s.width;
         for (int64_t iw = 0; iw < s.width; ++iw) out[iw] = static_cast<scalar_t>(sums[iw]);
       }
@@ -59,5 +59,5 @@ struct Im2colLauncher {
 }  // namespace labops::cpu
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::ops::Conv2dMMOps<labops::cpu::Im2colLauncher>::register_kernels(m);
+  labops::ops::conv2d_mm::Conv2dMMOps<labops::cpu::Conv2dMMLauncher>::register_kernels(m);
 }

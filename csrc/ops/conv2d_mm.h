@@ -1,12 +1,25 @@
-// im2col / col2im: the index math of THNN's SpatialConvolutionMM, in one place.
-//
+// conv2d_mm (THNN's SpatialConvolutionMM): the math of im2col and col2im, in
+// one place. Both launchers (cpu/conv2d_mm.cpp, cuda/conv2d_mm.cu) run the
+// bodies below; they differ only in how they loop over the work items and
+// store the results. The per-axis index math (input_coord, output_coord,
+// tap_output_range) is common/conv_index.h's, shared with ops/depthwise.h.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/conv_index.h"
+#include "../common/loop.h"
+
+namespace labops::ops::conv2d_mm {
+
+// Note [im2col columns]
 // im2col unfolds every receptive field of an image batch x (N, C, H, W) into
 // one column of a matrix. Column element (n, c, kh, kw, oh, ow) holds the
 // input pixel that kernel tap (kh, kw) sees when the window sits at output
 // position (oh, ow):
 //
-//     ih = oh * stride_h - pad_h + kh * dilation_h
-//     iw = ow * stride_w - pad_w + kw * dilation_w
+//     ih = input_coord(oh, kh) = oh * stride_h - pad_h + kh * dilation_h
+//     iw = input_coord(ow, kw) = ow * stride_w - pad_w + kw * dilation_w
 //     column = x[n, c, ih, iw]   (0 where (ih, iw) falls in the padding)
 //
 // Rows are ordered (c, kh, kw) and the L = out_h * out_w positions (oh, ow)
@@ -14,21 +27,13 @@
 // pixel receives the SUM of the column entries that were copied from it
 // (overlapping windows add up), so col2im(im2col(x)) != x in general.
 //
+// Note [int64 offsets]
 // Every index and offset is int64_t: a batch of columns has N * C*kH*kW * L
 // elements, which passes 2^31 for ordinary layers (128 images x 256*3*3 rows
 // x 112*112 positions = 3.7e9), where an int32 offset would wrap around.
-//
-// Both launchers (cpu/im2col.cpp, cuda/im2col.cu) run the bodies below; they
-// differ only in how they loop over the work items and store the results.
-#pragma once
 
-#include <cstdint>
-
-#include "../common/loop.h"
-
-namespace labops::ops {
-
-// The geometry of one im2col / col2im problem, and where the columns live.
+// The geometry of one im2col / col2im problem, and where the columns live
+// (see Note [im2col columns]; every field int64_t, see Note [int64 offsets]).
 // Column element (n, c, tap, p), tap = kh * kernel_w + kw, p = oh * out_w + ow,
 // sits at  n * col_batch_stride + (c * kernel_area + tap) * col_row_stride + p.
 //   * (N, C*kH*kW, L) layout (F.unfold's): col_row_stride = L, col_batch_stride = C*kH*kW*L.
@@ -57,41 +62,16 @@ struct Im2colShape {
   }
 };
 
-// Output size along one axis: how many window positions fit in the padded input.
-LABOPS_HOST_DEVICE int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
-                                         int64_t dilation) {
-  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
-}
-
-// The input coordinate that output position `out` reads through kernel tap `tap`.
-LABOPS_HOST_DEVICE int64_t input_coord(int64_t out, int64_t tap, int64_t stride, int64_t pad,
-                                       int64_t dilation) {
-  return out * stride - pad + tap * dilation;
-}
-
 // ---- im2col: column element -> image element ----
 
 // Offset in x of column element (plane, kh, kw, oh, ow), or -1 when the tap
 // lands in the zero padding.
 LABOPS_HOST_DEVICE int64_t im2col_source(const Im2colShape& s, int64_t plane, int64_t kh, int64_t kw,
                                          int64_t oh, int64_t ow) {
-  int64_t ih = input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
-  int64_t iw = input_coord(ow, kw, s.stride_w, s.pad_w, s.dilation_w);
-  if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) return -1;
+  int64_t ih = conv::input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
+  int64_t iw = conv::input_coord(ow, kw, s.stride_w, s.pad_w, s.dilation_w);
+  if (!conv::in_bounds(ih, s.height) || !conv::in_bounds(iw, s.width)) return -1;
   return (plane * s.height + ih) * s.width + iw;
-}
-
-// The output positions [lo, hi) along one axis whose tap `tap` lands inside
-// the input [0, in_size): input_coord(o) = o * stride + shift, shift = tap *
-// dilation - pad, must satisfy 0 <= input_coord(o) <= in_size - 1.
-LABOPS_HOST_DEVICE void valid_out_range(int64_t in_size, int64_t tap, int64_t stride, int64_t pad,
-                                        int64_t dilation, int64_t out_size, int64_t& lo, int64_t& hi) {
-  const int64_t shift = tap * dilation - pad;
-  lo = shift >= 0 ? 0 : (-shift + stride - 1) / stride;  // ceil(-shift / stride)
-  const int64_t last = in_size - 1 - shift;               // largest o * stride allowed
-  hi = last < 0 ? 0 : (last / stride + 1 < out_size ? last / stride + 1 : out_size);
-  if (lo > out_size) lo = out_size;
-  if (hi < lo) hi = lo;
 }
 
 // One row of the columns: the out_w values of tap (kh, kw) at output row oh
@@ -102,12 +82,16 @@ template <typename scalar_t>
 LABOPS_HOST_DEVICE void im2col_row(const Im2colShape& s, const scalar_t* x, int64_t plane, int64_t kh, int64_t kw,
                                    int64_t oh, scalar_t* out) {
   const scalar_t zero = scalar_t(0.0f);
-  const int64_t ih = input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
-  int64_t lo = 0, hi = 0;
-  if (ih >= 0 && ih < s.height) valid_out_range(s.width, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w, lo, hi);
+  const int64_t ih = conv::input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
+  int64_t lo = 0, hi = 0;  // the outputs whose tap reads inside the row; none in a padding row
+  if (conv::in_bounds(ih, s.height)) {
+    const conv::Range<int64_t> r = conv::tap_output_range(kw, s.stride_w, s.pad_w, s.dilation_w, s.width, s.out_w);
+    lo = r.lo;
+    hi = r.hi;
+  }
   for (int64_t ow = 0; ow < lo; ++ow) out[ow] = zero;
   if (hi > lo && s.stride_w == 1) {
-    const scalar_t* src = x + (plane * s.height + ih) * s.width + input_coord(0, kw, 1, s.pad_w, s.dilation_w);
+    const scalar_t* src = x + (plane * s.height + ih) * s.width + conv::input_coord<int64_t>(0, kw, 1, s.pad_w, s.dilation_w);
     for (int64_t ow = lo; ow < hi; ++ow) out[ow] = src[ow];
   } else if (hi > lo) {
     for (int64_t ow = lo; ow < hi; ++ow) out[ow] = x[im2col_source(s, plane, kh, kw, oh, ow)];
@@ -154,18 +138,6 @@ LABOPS_HOST_DEVICE void im2col_item(const Im2colShape& s, const scalar_t* x, int
 
 // ---- col2im: image element <- sum of the column elements copied from it ----
 
-// The inverse of input_coord along one axis: the output position whose
-// window reads input coordinate `in` through tap `tap`, or -1 if none does.
-// Solving in = out * stride - pad + tap * dilation for out: a whole number in
-// [0, out_size) or nothing.
-LABOPS_HOST_DEVICE int64_t tap_output(int64_t in, int64_t tap, int64_t stride, int64_t pad, int64_t dilation,
-                                      int64_t out_size) {
-  int64_t t = in + pad - tap * dilation;  // = out * stride
-  if (t < 0) return -1;
-  int64_t out = stride == 1 ? t : t / stride;  // skip the division in the common case
-  return (out * stride == t && out < out_size) ? out : -1;
-}
-
 // Gather form: image pixel (plane, ih, iw) adds up every column element
 // (kh, kw, oh, ow) with input_coord(oh, kh) == ih and input_coord(ow, kw) == iw.
 // No two threads write the same pixel, so no atomics, and the sum runs in a
@@ -176,10 +148,10 @@ LABOPS_HOST_DEVICE acc_t col2im_gather(const Im2colShape& s, const scalar_t* col
   const scalar_t* plane_col = col + s.column_base(plane);
   acc_t sum = acc_t(0);
   for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
-    int64_t oh = tap_output(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+    int64_t oh = conv::output_coord(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
     if (oh < 0) continue;
     for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
-      int64_t ow = tap_output(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+      int64_t ow = conv::output_coord(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
       if (ow < 0) continue;
       sum += static_cast<acc_t>(plane_col[(kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w + ow]);
     }
@@ -196,12 +168,12 @@ LABOPS_HOST_DEVICE void col2im_gather_row(const Im2colShape& s, const scalar_t* 
   const scalar_t* plane_col = col + s.column_base(plane);
   for (int64_t iw = 0; iw < s.width; ++iw) sums[iw] = acc_t(0);
   for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
-    int64_t oh = tap_output(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+    int64_t oh = conv::output_coord(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
     if (oh < 0) continue;
     for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
       const scalar_t* src = plane_col + (kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w;
       for (int64_t iw = 0; iw < s.width; ++iw) {
-        int64_t ow = tap_output(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+        int64_t ow = conv::output_coord(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
         if (ow >= 0) sums[iw] += static_cast<acc_t>(src[ow]);
       }
     }
@@ -218,4 +190,4 @@ LABOPS_HOST_DEVICE acc_t col2im_gather(const Im2colShape& s, const scalar_t* col
   return col2im_gather<acc_t>(s, col, plane, ih, iw);
 }
 
-}  // namespace labops::ops
+}  // namespace labops::ops::conv2d_mm

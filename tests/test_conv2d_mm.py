@@ -348,7 +348,7 @@ def test_bad_arguments_are_rejected(device):
         labops.im2col(x, (7, 1))
     with pytest.raises(ValueError, match=r"kernel_size \(7, 1\).*must not be larger than the padded input"):
         torch.ops.labops.im2col(x, [7, 1], one, zero, one)
-    with pytest.raises(ValueError, match="kernel_size must be an int or a pair of ints"):
+    with pytest.raises(ValueError, match=r"kernel_size must have 2 entries \(h, w\), got 3"):
         labops.im2col(x, (3, 3, 3))
 
 
@@ -371,7 +371,7 @@ def test_bad_col2im_arguments_are_rejected(device):
         labops.col2im(cols, (2, 2), 3)
     with pytest.raises(ValueError, match="cols must be 2-D"):
         labops.col2im(cols[None], (6, 6), 3)
-    with pytest.raises(ValueError, match="output_size must be an int or a pair of ints"):
+    with pytest.raises(ValueError, match=r"output_size must have 2 entries \(h, w\), got 3"):
         labops.col2im(cols, (6, 6, 1), 3)
 
 

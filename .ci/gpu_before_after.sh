@@ -11,6 +11,6 @@ python3 -m labops build 2>&1 | tail -1
 wait
 for suite in ${1:-activation upsample depthwise conv2d_mm pooling reorg softmax}; do
   PYTHONPATH="$before" python3 .ci/bench_before_after.py rows --suite "$suite" --json "$out/before/$suite.json"
-  python3 .ci/bench_before_after.py rows --suite "$suite" --json "$out/after/$suite.json"
+  PYTHONPATH="$PWD" python3 .ci/bench_before_after.py rows --suite "$suite" --json "$out/after/$suite.json"
 done
 python3 .ci/bench_before_after.py compare "$out/before" "$out/after" | tee "$out/compare.md"

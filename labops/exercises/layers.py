@@ -55,11 +55,16 @@ def _tanh_fd_case(seed):
     return Case("against central differences of tanh at x", (torch.tanh(x), g), expected, ("grad_input",))
 
 
+def _fd_check(make_case, seed, hidden):
+    """The finite-difference check of an activation: one point released, a second one hidden."""
+    return Check("matches a finite-difference gradient", [make_case(seed)] + ([make_case(seed + 1)] if hidden else []))
+
+
 def _tanh_checks(hidden):
     return [
         Check("2-D input", _shapes(1, [(3, 5)], _tanh_case, hidden, [(6, 2)])),
         Check("batch of 1 and a 4-D input", _shapes(11, [(1, 7), (2, 3, 4, 5)], _tanh_case, hidden, [(1, 1, 1, 3)])),
-        Check("matches a finite-difference gradient", [_tanh_fd_case(21)] + ([_tanh_fd_case(22)] if hidden else [])),
+        _fd_check(_tanh_fd_case, 21, hidden),
     ]
 
 
@@ -108,7 +113,7 @@ def _gelu_checks(hidden):
                                                                randn(1, 17, seed=33)),
                                              _gelu_s_grad(torch.linspace(-8, 8, 17, dtype=torch.float64)[None],
                                                           randn(1, 17, seed=33)), ("grad_input",))]),
-        Check("matches a finite-difference gradient", [_gelu_fd_case(35)] + ([_gelu_fd_case(36)] if hidden else [])),
+        _fd_check(_gelu_fd_case, 35, hidden),
     ]
 
 

@@ -27,6 +27,7 @@ using namespace labops::ops::softmax;
 
 constexpr int kMaxThreads = 1024;
 constexpr int kRowsPerWarpBlock = 128;  // threads per block when rows are a warp or less
+constexpr int kReadOnlyLoads = 4;       // loads per lane in the cross-entropy forward (see its launcher)
 
 // Loads per thread per row in the register kernels, at most: a thread keeps
 // about 32 registers of row data (16 when the values are 2 bytes, whose float
@@ -266,7 +267,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type<scalar_t>>
 __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_forward_rows(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
-                               acc_t* __restrict__ loss, RowGeometry geo, int tpr_log2, int* bad_target) {
+                               acc_t* __restrict__ loss, RowGeometry geo, int tpr_log2) {
   __shared__ acc_t smem[kWarpSize];
   const int64_t rows = geo.rows(), n = geo.size;
   for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
@@ -277,13 +278,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
     const MaxSumExp<acc_t> stats = slice_max_sum<false>(v, rt, smem);
     const acc_t m = stats.max, s = stats.sum;
-    if (active && rt.lane == 0) {
-      if (target_in_range(t, n)) {
-        loss[row] = cross_entropy_loss(m, s, static_cast<acc_t>(logits[start + t]));
-      } else {
-        loss[row] = std::numeric_limits<acc_t>::quiet_NaN();
-        *bad_target = 1;
-      }
+    if (active && rt.lane == 0) {  // targets were checked before the launch; never read outside the row
+      loss[row] = target_in_range(t, n) ? cross_entropy_loss(m, s, static_cast<acc_t>(logits[start + t]))
+                                        : std::numeric_limits<acc_t>::quiet_NaN();
     }
   }
 }
@@ -409,7 +406,7 @@ __global__ void __launch_bounds__(long_threads<scalar_t>())
 template <typename scalar_t, int V, typename acc_t = at::opmath_type<scalar_t>>
 __global__ void __launch_bounds__(long_threads<scalar_t>())
     cross_entropy_forward_long(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
-                               acc_t* __restrict__ loss, RowGeometry geo, int* bad_target) {
+                               acc_t* __restrict__ loss, RowGeometry geo) {
   __shared__ MaxSumExp<acc_t> smem[kWarpSize];
   for (int64_t row = blockIdx.x; row < geo.rows(); row += gridDim.x) {
     const int64_t start = geo.row_start(row);
@@ -417,12 +414,8 @@ __global__ void __launch_bounds__(long_threads<scalar_t>())
                                                          empty_max_sum<acc_t>(), smem);
     if (threadIdx.x == 0) {
       const int64_t t = target[row];
-      if (target_in_range(t, geo.size)) {
-        loss[row] = cross_entropy_loss(st.max, st.sum, static_cast<acc_t>(logits[start + t]));
-      } else {
-        loss[row] = std::numeric_limits<acc_t>::quiet_NaN();
-        *bad_target = 1;
-      }
+      loss[row] = target_in_range(t, geo.size) ? cross_entropy_loss(st.max, st.sum, static_cast<acc_t>(logits[start + t]))
+                                               : std::numeric_limits<acc_t>::quiet_NaN();
     }
   }
 }
@@ -454,6 +447,15 @@ __global__ void __launch_bounds__(long_threads<scalar_t>())
       }
       store_pack_evict_first<V>(grad + start, q, out);
     }
+  }
+}
+
+// Sets *bad when any target lies outside [0, classes) (see Note
+// [cross-entropy target check]): reads only the N targets, so the host's wait
+// for it is short and the forward kernel after it is queued behind no sync.
+__global__ void find_bad_target(const int64_t* __restrict__ target, int64_t n, int64_t classes, int* bad) {
+  LABOPS_KERNEL_LOOP(i, n) {
+    if (!target_in_range(target[i], classes)) *bad = 1;
   }
 }
 
@@ -501,14 +503,16 @@ __global__ void softmax_backward_strided(const scalar_t* __restrict__ g, const s
 //    Each thread loads its slice with 16-byte loads, all issued before the
 //    first use, and keeps it in registers: the max, the sum of exps and the
 //    output are computed from that one read (the input is read once). When
-//    rows need a whole 1024-thread block and there are many of them, the
+//    half rows need a whole 1024-thread block and there are many of them, the
 //    forward keeps one block per multiprocessor resident, each copying its
 //    next row into shared memory (cp.async) while it works on the current
-//    one (softmax_forward_rows_prefetch).
+//    one (softmax_forward_rows_prefetch). Float rows that need a whole block
+//    go to the long-row kernels instead (prefers_long: measured faster).
 //  * Rows too long for registers (the *_long kernels): one block per row, an
 //    online (max, sum) pass, then a write pass that reads the row again
 //    (mostly from L2, since a block finishes its row before starting another;
-//    see Note [evict-first accesses] in vec.cuh).
+//    see Note [evict-first accesses] in vec.cuh). Memory traffic is still one
+//    read and one write: the second read is served by L2.
 //  * Strided rows (softmax along a dim that is not the last): one thread per
 //    row; neighbouring threads read neighbouring addresses, so loads coalesce.
 
@@ -534,14 +538,16 @@ struct RowPlan {
   }
 };
 
+// `lane_loads`: how many loads a lane of a warp-sized row should get (1: as
+// many lanes as loads, up to 32; more: fewer lanes per row, fewer shuffles).
 template <typename scalar_t>
-RowPlan plan_rows(int64_t n, bool aligned, int load_cap) {
+RowPlan plan_rows(int64_t n, bool aligned, int load_cap, int lane_loads = 1) {
   constexpr int kVec = vec_width<scalar_t>();
   RowPlan p;
   p.vec = aligned && n % kVec == 0 ? kVec : 1;
   const int64_t nv = (n + p.vec - 1) / p.vec;  // loads per row
   if (nv <= int64_t(kWarpSize) * load_cap) {       // a warp or less per row
-    p.tpr_log2 = std::min(5, ceil_log2(nv));
+    p.tpr_log2 = std::min(5, ceil_log2((nv + lane_loads - 1) / lane_loads));
     p.threads = kRowsPerWarpBlock;
   } else if (nv <= int64_t(kMaxThreads) * load_cap) {  // a block per row, up to 4 loads per thread
     const int64_t per_thread = std::min(4, load_cap);
@@ -579,6 +585,18 @@ void with_long_vec(bool aligned, int64_t n, F&& launch) {
   else launch(std::integral_constant<int, 1>{});
 }
 
+// Whether rows that need a whole 1024-thread block run faster through the
+// two-pass long-row kernels than held in registers. Measured on an H100 at
+// 4096 x 32768: float rows reach 92 % of copy bandwidth in two passes (the
+// second read comes from L2) against 65 % in registers, where one 128 KB row
+// fills a multiprocessor's registers and nothing else overlaps its reductions;
+// half rows (64 KB) are faster in registers with the next row prefetched
+// (89 % against 79 %).
+template <typename scalar_t>
+constexpr bool prefers_long() {
+  return sizeof(scalar_t) == 4;
+}
+
 inline int64_t long_blocks(int64_t rows) {
   // One 1024-thread block per multiprocessor: a block rereads its row soon
   // after the first pass, while the row is still in L2.
@@ -604,7 +622,13 @@ struct SoftmaxLauncher {
     const RowPlan p = plan_rows<scalar_t>(geo.size, aligned, kLoads);
     const int sms = multiprocessor_count();
     const bool block_rows = p.fits && p.vec == kVec && p.threads == kMaxThreads && p.tpr_log2 == 10;
-    if (block_rows && geo.rows() > 2 * int64_t(sms)) {
+    if (block_rows && prefers_long<scalar_t>()) {
+      with_long_vec<kVec>(aligned, geo.size, [&](auto vec) {
+        softmax_forward_long<scalar_t, decltype(vec)::value>
+            <<<long_blocks(geo.rows()), long_threads<scalar_t>(), 0, stream>>>(x, y, geo);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    } else if (block_rows && geo.rows() > 2 * int64_t(sms)) {
       // Rows that need a whole 1024-thread block, more of them than the GPU
       // runs at once: resident blocks that prefetch their next row (one per
       // multiprocessor; the buffer is the block's slots of a row, up to 128 KB).
@@ -659,10 +683,15 @@ struct SoftmaxLauncher {
   }
 
   // Note [cross-entropy target check]
-  // Targets are validated without a device-side assert: a kernel that meets a
-  // target outside [0, C) writes NaN for that row and sets a flag; the host
-  // reads the flag after the kernel and raises ValueError, and the CUDA
-  // context stays usable. Logits are never read at an out-of-range target.
+  // Targets are validated without a device-side assert: find_bad_target sets
+  // a flag for a target outside [0, C), the host reads the flag and the entry
+  // point raises ValueError; the CUDA context stays usable. The check runs
+  // before the forward kernel, not after it: the host then waits only for a
+  // read of N integers, and launches the forward (and, in training, the
+  // backward) while the GPU is still busy, instead of leaving the GPU idle
+  // from the end of the forward until the host's next launch arrives.
+  // The kernels still never read logits at an out-of-range target (they write
+  // NaN there), so calling them without the check cannot read out of bounds.
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
   static bool cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss, int64_t n,
                                     int64_t c) {
@@ -670,24 +699,29 @@ struct SoftmaxLauncher {
     constexpr int kVec = vec_width<scalar_t>();
     const RowGeometry geo{n, c, 1};
     at::Tensor bad = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, c10::cuda::current_device()));
-    int* bad_ptr = bad.mutable_data_ptr<int>();
+    find_bad_target<<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(target, n, c, bad.mutable_data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (bad.item<int>() != 0) return false;  // waits: the price of a ValueError instead of an assert
     const bool aligned = is_aligned(logits);
     constexpr int kLoads = max_loads<scalar_t>(1);
-    const RowPlan p = plan_rows<scalar_t>(c, aligned, kLoads);
-    if (p.fits) {
+    // The forward only reads: with a lane per 16 bytes of a 128-class row it
+    // spends more time in the row's shuffles than in its loads, so each lane
+    // takes up to kReadOnlyLoads loads (fewer lanes per row, fewer shuffle steps).
+    const RowPlan p = plan_rows<scalar_t>(c, aligned, kLoads, kReadOnlyLoads);
+    if (p.fits && !(p.tpr_log2 == 10 && prefers_long<scalar_t>())) {
       with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
         cross_entropy_forward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
-            <<<p.blocks(n), p.threads, 0, stream>>>(logits, target, loss, geo, p.tpr_log2, bad_ptr);
+            <<<p.blocks(n), p.threads, 0, stream>>>(logits, target, loss, geo, p.tpr_log2);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     } else {
       with_long_vec<kVec>(aligned, c, [&](auto vec) {
         cross_entropy_forward_long<scalar_t, decltype(vec)::value>
-            <<<long_blocks(n), long_threads<scalar_t>(), 0, stream>>>(logits, target, loss, geo, bad_ptr);
+            <<<long_blocks(n), long_threads<scalar_t>(), 0, stream>>>(logits, target, loss, geo);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }
-    return bad.item<int>() == 0;  // waits for the kernel: the price of a ValueError instead of an assert
+    return true;
   }
 
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
@@ -700,7 +734,7 @@ struct SoftmaxLauncher {
     const bool aligned = is_aligned(logits) && is_aligned(grad);
     constexpr int kLoads = max_loads<scalar_t>(1);
     const RowPlan p = plan_rows<scalar_t>(c, aligned, kLoads);
-    if (p.fits) {
+    if (p.fits && !(p.tpr_log2 == 10 && prefers_long<scalar_t>())) {
       with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
         cross_entropy_backward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
             <<<p.blocks(n), p.threads, 0, stream>>>(grad_loss, grad_stride, scale, logits, target, grad, geo,

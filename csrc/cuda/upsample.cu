@@ -1,13 +1,15 @@
 // CUDA kernels for bilinear upsampling. The coordinate math (which pixels an
 // output reads, with which weights, which outputs read an input) is
 // ops/upsample.h's; this file only decides how threads share the work:
-//  * forward: forward_rows_kernel (see Note [column-owning threads]), or
+//  * forward: forward_staged_kernel (see Note [staged input rows]) when
+//    upsampling, forward_rows_kernel (see Note [column-owning threads]), or
 //    forward_kernel, the textbook grid-stride loop over forward_at();
 //  * deterministic backward: gather_columns_kernel, gather_rows_kernel or
 //    gather_direct_kernel (see Note [deterministic gather]);
 //  * non-deterministic backward: scatter_kernel (atomics), the lesson's.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
@@ -44,14 +46,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // V consecutive outputs of one output row, whose input row pair is (top,
 // bottom) and whose column taps are tw: each input column that neighbouring
 // outputs share is loaded once.
-template <typename scalar_t, typename T, int V>
-__device__ __forceinline__ Pack<scalar_t, V> blend_columns(const scalar_t* __restrict__ top,
-                                                           const scalar_t* __restrict__ bottom,
-                                                           const Taps<T> (&tw)[V], T lambda_h) {
+// (The rows may be read as in_t and written as another out_t: the staged
+// kernel reads rows already converted to T from shared memory.)
+template <typename in_t, typename T, int V, typename out_t = in_t>
+__device__ __forceinline__ Pack<out_t, V> blend_columns(const in_t* __restrict__ top,
+                                                        const in_t* __restrict__ bottom,
+                                                        const Taps<T> (&tw)[V], T lambda_h) {
   // The two columns the previous output read, and their top/bottom values.
   int64_t col0 = -1, col1 = -1;
   T top0 = T(0), bottom0 = T(0), top1 = T(0), bottom1 = T(0);
-  Pack<scalar_t, V> out;
+  Pack<out_t, V> out;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     T ta, ba, tb, bb;
@@ -69,7 +73,7 @@ __device__ __forceinline__ Pack<scalar_t, V> blend_columns(const scalar_t* __res
     } else {
       tb = static_cast<T>(top[tw[k].i1]), bb = static_cast<T>(bottom[tw[k].i1]);
     }
-    out.val[k] = static_cast<scalar_t>(upsample::bilinear_blend(ta, tb, ba, bb, lambda_h, tw[k].lambda));
+    out.val[k] = static_cast<out_t>(upsample::bilinear_blend(ta, tb, ba, bb, lambda_h, tw[k].lambda));
     col0 = tw[k].i0, top0 = ta, bottom0 = ba;
     col1 = tw[k].i1, top1 = tb, bottom1 = bb;
   }
@@ -117,6 +121,109 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     store_pack<V>(y + static_cast<int64_t>(row) * aw.out + first_col,
                   blend_columns<scalar_t, T, V>(plane + th.i0 * aw.in, plane + th.i1 * aw.in, tw, th.lambda));
   }
+}
+
+// Note [staged input rows]
+// forward_rows_kernel reads its inputs straight from global memory: each input
+// element is fetched by several threads (neighbouring columns, and the output
+// rows that share an input row), one scalar load at a time. The staged kernel
+// gives a block a tile of `tile_rows` consecutive output rows of one plane.
+// The input rows that tile reads are contiguous in memory, so the block first
+// copies them into shared memory with 16-byte loads (each input element read
+// from memory once per tile), then every thread blends its V columns of the
+// tile's rows from shared memory and writes them with one vector store per
+// row. A thread keeps the same columns for all the rows it writes, so their
+// taps are computed once. The shared buffer holds `max_rows` input rows; the
+// launcher sizes it from the scale, and a tile that would need more (it
+// cannot for a monotone coordinate map, but the kernel does not trust
+// floating point) blends from global memory instead.
+template <typename scalar_t, typename T, int V, int kStageVec>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    forward_staged_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, Axis<T> ah, Axis<T> aw,
+                          int tile_rows, int max_rows, int64_t tiles_per_plane, int lanes) {
+  extern __shared__ __align__(16) unsigned char staged_raw[];
+  T* staged = reinterpret_cast<T*>(staged_raw);  // max_rows x aw.in
+  const int64_t plane = blockIdx.x / tiles_per_plane;
+  const int64_t first_out = (blockIdx.x - plane * tiles_per_plane) * tile_rows;
+  const int out_rows = static_cast<int>(ah.out - first_out < tile_rows ? ah.out - first_out : tile_rows);
+  const int64_t first_in = upsample::source_taps(first_out, ah).i0;
+  const int in_rows = static_cast<int>(upsample::source_taps(first_out + out_rows - 1, ah).i1 - first_in + 1);
+  const scalar_t* plane_x = x + plane * ah.in * aw.in;
+  const bool use_stage = in_rows <= max_rows;  // the same for the whole block
+  if (use_stage) {
+    using StagePack = Pack<scalar_t, kStageVec>;
+    const scalar_t* src = plane_x + first_in * aw.in;  // in_rows whole rows, contiguous
+    const int packs = in_rows * static_cast<int>(aw.in) / kStageVec;
+    for (int q = threadIdx.x; q < packs; q += blockDim.x) {
+      const StagePack v = load_pack<kStageVec>(src, q);
+#pragma unroll
+      for (int e = 0; e < kStageVec; ++e) staged[q * kStageVec + e] = static_cast<T>(v.val[e]);
+    }
+    __syncthreads();
+  }
+  // Thread (lane, sub): columns chunk lane, lane + lanes, ...; rows sub, sub + row_step, ...
+  const int row_step = blockDim.x / lanes;
+  const int sub = threadIdx.x / lanes;
+  if (sub >= row_step) return;  // the last few threads when lanes does not divide the block
+  const int64_t chunks = aw.out / V;
+  for (int64_t chunk = threadIdx.x % lanes; chunk < chunks; chunk += lanes) {
+    Taps<T> tw[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) tw[k] = upsample::source_taps(chunk * V + k, aw);
+    for (int r = sub; r < out_rows; r += row_step) {
+      const Taps<T> th = upsample::source_taps(first_out + r, ah);
+      scalar_t* out = y + (plane * ah.out + first_out + r) * aw.out + chunk * V;
+      if (use_stage) {
+        store_pack<V>(out, blend_columns<T, T, V, scalar_t>(staged + (th.i0 - first_in) * aw.in,
+                                                            staged + (th.i1 - first_in) * aw.in, tw, th.lambda));
+      } else {
+        store_pack<V>(out, blend_columns<scalar_t, T, V>(plane_x + th.i0 * aw.in, plane_x + th.i1 * aw.in, tw,
+                                                        th.lambda));
+      }
+    }
+  }
+}
+
+// How the staged kernel tiles the output; valid() is false when it does not
+// apply (then forward_rows_kernel runs).
+struct StagePlan {
+  int tile_rows = 0;
+  int max_rows = 0;
+  int lanes = 0;
+  int64_t tiles_per_plane = 0;
+  int64_t blocks = 0;
+  int64_t smem_bytes = 0;
+  bool valid() const { return tile_rows > 0; }
+};
+
+template <typename T>
+StagePlan plan_stage(int64_t planes, const Axis<T>& ah, const Axis<T>& aw, int V, int stage_vec, int64_t elem_bytes) {
+  StagePlan p;
+  const int64_t chunks = aw.out / V;
+  if (chunks == 0 || ah.out == 0 || aw.in % stage_vec != 0) return p;
+  // Upsampling only: when an axis shrinks, most staged rows or columns would
+  // be copied and never read.
+  if (ah.scale > T(1) || aw.scale > T(1)) return p;
+  // About 8 stores per thread per tile; fewer rows if the input rows would not fit.
+  int64_t rows = std::clamp<int64_t>(int64_t(kThreadsPerBlock) * 8 / chunks, 1, ah.out);
+  // Input rows a tile of `rows` outputs can span: the coordinate moves by
+  // ah.scale per output row, plus the second tap, plus one for rounding.
+  auto rows_needed = [&](int64_t r) {
+    return std::min<int64_t>(ah.in, static_cast<int64_t>(static_cast<double>(ah.scale) * (r - 1)) + 3);
+  };
+  while (rows > 1 && rows_needed(rows) * aw.in * elem_bytes > kSmemBytes) rows /= 2;
+  const int64_t max_rows = rows_needed(rows);
+  if (max_rows * aw.in * elem_bytes > kSmemBytes) return p;
+  // The staged copy counts packs in int; the output index is int64.
+  if (!fits_int32(max_rows * aw.in)) return p;
+  p.tiles_per_plane = ceil_div<int64_t>(ah.out, rows);
+  p.blocks = planes * p.tiles_per_plane;
+  if (p.blocks > std::numeric_limits<int32_t>::max()) return p;
+  p.tile_rows = static_cast<int>(rows);
+  p.max_rows = static_cast<int>(max_rows);
+  p.lanes = static_cast<int>(std::min<int64_t>(chunks, kThreadsPerBlock));
+  p.smem_bytes = max_rows * aw.in * elem_bytes;
+  return p;
 }
 
 // Blocks of kThreadsPerBlock threads: blockDim.x threads across the row's
@@ -335,6 +442,25 @@ struct UpsampleLauncher {
   template <typename scalar_t, typename T, int V>
   static void forward_with(const scalar_t* x, scalar_t* y, int64_t n, int64_t rows, const Axis<T>& ah,
                            const Axis<T>& aw, cudaStream_t stream) {
+    constexpr int kVec = vec_width<scalar_t>();
+    const int64_t planes = ah.out > 0 ? rows / ah.out : 0;
+    if (aw.out % V == 0 && is_aligned(y)) {
+      // Staged rows (Note [staged input rows]): 16-byte copies when every row
+      // starts on a 16-byte boundary, else one element at a time.
+      const bool vec_rows = is_aligned(x) && aw.in % kVec == 0;
+      const StagePlan sp = plan_stage(planes, ah, aw, V, vec_rows ? kVec : 1, sizeof(T));
+      if (sp.valid()) {
+        auto launch = [&](auto stage_vec) {
+          forward_staged_kernel<scalar_t, T, V, decltype(stage_vec)::value>
+              <<<sp.blocks, kThreadsPerBlock, sp.smem_bytes, stream>>>(x, y, ah, aw, sp.tile_rows, sp.max_rows,
+                                                                      sp.tiles_per_plane, sp.lanes);
+        };
+        if (vec_rows) launch(std::integral_constant<int, kVec>{});
+        else launch(std::integral_constant<int, 1>{});
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        return;
+      }
+    }
     if (aw.out % V == 0 && is_aligned(y)) {
       const RowsGrid grid = rows_grid(aw.out / V, rows);
       if (grid.fits_int32_rows(rows)) {

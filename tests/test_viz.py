@@ -129,6 +129,28 @@ def test_bench_bars_graph_timing():
         viz.bench_bars(result, timing="fast")
 
 
+def test_bench_bars_draws_peers():
+    """Each peer a row was timed against gets its own bar and its speedup in the row's text;
+    a peer that failed to run gets neither."""
+    result = bench_result()
+    result["rows"][0]["peers"] = {"torch.compile": {"pct_copy": 91.0, "speedup": 0.97, "graph_pct_copy": 93.0,
+                                                    "graph_speedup": 0.95}}
+    result["rows"][1]["peers"] = {"torch.compile": {"error": "RuntimeError: no"}}
+    result["rows"][2]["peers"] = {"cuDNN channels_last": {"pct_copy": 40.0, "speedup": 2.1}}
+    fig = rendered(viz.bench_bars(result))
+    (ax,) = fig.axes
+    assert len(ax.patches) == 12 + 2
+    widths = [p.get_width() for p in ax.patches]
+    assert 91.0 in widths and 40.0 in widths
+    texts = [t.get_text() for t in ax.texts]
+    assert texts[0] == "2.93x".replace("2.93", f"{88.0 / 95.0:.2f}") + "\nvs torch.compile 0.97x"
+    assert "vs" not in texts[1] and texts[2].endswith("vs cuDNN channels_last 2.10x")
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "torch.compile" in legend and "cuDNN channels_last" in legend
+    graph = rendered(viz.bench_bars(result, timing="graph")).axes[0]
+    assert 93.0 in [p.get_width() for p in graph.patches]
+
+
 @pytest.mark.parametrize("c,h,w,k,s,p,d", [
     (1, 4, 4, 3, 1, 0, 1), (2, 4, 5, 3, 1, 1, 1), (3, 7, 6, (2, 3), (2, 1), (1, 0), 1), (2, 9, 8, 3, 2, 2, 2),
 ])

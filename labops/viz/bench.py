@@ -17,6 +17,10 @@ def load_bench(source) -> dict:
         return json.load(f)
 
 
+# Peers' bars (torch.compile, cuDNN channels_last, cuDNN without TF32, ...), in name order.
+_PEER_COLOURS = ["#f28e2b", "#59a14f", "#e15759", "#76b7b2"]
+
+
 def bench_bars(source, title: str | None = None, dtype: str | None = None, timing: str = "eager"):
     """labops and native PyTorch as % of the copy bandwidth, one pair of bars per benchmark row.
 
@@ -27,8 +31,10 @@ def bench_bars(source, title: str | None = None, dtype: str | None = None, timin
     ``timing``: "eager" (calls from Python, host overhead included) or "graph"
     (replayed from a CUDA graph: GPU time only; a row that could not be
     captured gets empty bars and says so).
-    Exactly two bar patches per row; the text right of each pair is labops'
-    speedup over native.
+    A labops and a native bar per row, then one bar per peer the row was timed
+    against (its ``peers``: torch.compile, cuDNN channels_last, ...; a peer that
+    failed to run has no bar). The text right of each row is labops' speedup over
+    native, then over each peer.
     """
     if timing not in ("eager", "graph"):
         raise ValueError(f"bench_bars: timing must be 'eager' or 'graph', got {timing!r}")
@@ -42,23 +48,39 @@ def bench_bars(source, title: str | None = None, dtype: str | None = None, timin
     one_native = len(natives) == 1
     labels = [f"{r['op']}  {r['dtype']} {r['shape']}" + ("" if one_native else f"  vs {r['native_name']}")
               for r in rows]
-    fig, (ax,) = new_figure(width=10.0, height=1.4 + 0.42 * max(1, len(rows)))
+    peer_names = sorted({name for r in rows for name, p in r.get("peers", {}).items() if "error" not in p})
+    series = 2 + len(peer_names)
+    fig, (ax,) = new_figure(width=10.0, height=1.4 + 0.21 * max(2, series) * max(1, len(rows)))
     y = np.arange(len(rows))
-    h = 0.38
-    ax.barh(y - h / 2, labops_pct, height=h, color="#4e79a7", label="labops")
-    ax.barh(y + h / 2, native_pct, height=h, color="#bab0ac",
+    h = 0.76 / series
+    offset = lambda k: (k - (series - 1) / 2) * h  # noqa: E731  (bar k of a row, centred on the row)
+    ax.barh(y + offset(0), labops_pct, height=h, color="#4e79a7", label="labops")
+    ax.barh(y + offset(1), native_pct, height=h, color="#bab0ac",
             label=f"native PyTorch: {natives[0]}" if one_native and natives else "native PyTorch")
+    peer_pct = []
+    for k, name in enumerate(peer_names):
+        timed = [(yi, r["peers"][name].get(f"{key[1:]}_pct_copy" if key else "pct_copy"))
+                 for yi, r in zip(y, rows) if "error" not in r.get("peers", {}).get(name, {"error": None})]
+        timed = [(yi, pct or 0.0) for yi, pct in timed]
+        peer_pct += [pct for _, pct in timed]
+        ax.barh([yi + offset(2 + k) for yi, _ in timed], [pct for _, pct in timed], height=h,
+                color=_PEER_COLOURS[k % len(_PEER_COLOURS)], label=name)
     # Keep the copy-bandwidth line in view unless every bar is far below it (a CPU run).
-    top = max([0.0] + labops_pct + native_pct)
+    top = max([0.0] + labops_pct + native_pct + peer_pct)
     right = max(top, 100.0) if top > 25.0 else max(top, 1e-9)
+    speedup_key = "graph_speedup" if timing == "graph" else "speedup"
     for yi, r in zip(y, rows):
-        speedup = r.get("graph_speedup" if timing == "graph" else "speedup")
+        speedup = r.get(speedup_key)
         text = f"{speedup:.2f}x" if speedup else "no graph:\nsynchronizes"
+        for name in peer_names:
+            peer = r.get("peers", {}).get(name, {})
+            if peer.get(speedup_key):
+                text += f"\nvs {name} {peer[speedup_key]:.2f}x"
         ax.text(right * 1.03, yi, text, va="center", fontsize=7)
     ax.axvline(100.0, color=_HIGHLIGHT, linestyle="--", linewidth=1.0, label="copy bandwidth")
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, right * 1.25)
+    ax.set_xlim(0, right * (1.5 if peer_names else 1.25))  # room for the speedup texts
     ax.set_xlabel("% of copy bandwidth (bytes the op must move / time, over a device copy's)")
     ax.set_ylabel("benchmark")
     when = f", {result['date']}" if result.get("date") else ""

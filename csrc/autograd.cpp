@@ -49,6 +49,16 @@ decltype(auto) below_autograd(const c10::TypedOperatorHandle<Sig>& op, Args&&...
   return op.call(std::forward<Args>(args)...);
 }
 
+// Call a backward op from a backward formula. The engine runs a backward with grad mode on only
+// for create_graph=True (double backward); otherwise nothing can be recorded, so skip the Autograd
+// key: for the backward ops without an Autograd kernel here that key is PyTorch's boxed autograd
+// fallback, which boxes every argument onto a stack to find that no graph is needed.
+template <class Sig, class... Args>
+decltype(auto) call_backward_op(const c10::TypedOperatorHandle<Sig>& op, Args&&... args) {
+  if (at::GradMode::is_enabled()) return op.call(std::forward<Args>(args)...);
+  return below_autograd(op, std::forward<Args>(args)...);
+}
+
 inline bool requires_grad(const at::Tensor& t) { return t.requires_grad(); }
 inline bool requires_grad(const OptTensor& t) { return t.has_value() && t->defined() && t->requires_grad(); }
 
@@ -75,7 +85,7 @@ struct Tanh : Function<Tanh> {
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {tanh_backward_op().call(grads[0], ctx->get_saved_variables()[0])};
+    return {call_backward_op(tanh_backward_op(), grads[0], ctx->get_saved_variables()[0])};
   }
 };
 
@@ -96,7 +106,7 @@ struct Gelu : Function<Gelu> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto& approximate = ctx->saved_data["approximate"].toStringRef();
-    return {gelu_backward_op().call(grads[0], ctx->get_saved_variables()[0], approximate), {}};
+    return {call_backward_op(gelu_backward_op(), grads[0], ctx->get_saved_variables()[0], approximate), {}};
   }
 };
 
@@ -120,7 +130,7 @@ struct GlobalAvgPool2d : Function<GlobalAvgPool2d> {
     return below_autograd(pool_op(), x);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {pool_backward_op().call(grads[0], ctx->saved_data["input_size"].toSymIntVector())};
+    return {call_backward_op(pool_backward_op(), grads[0], ctx->saved_data["input_size"].toSymIntVector())};
   }
 };
 
@@ -130,7 +140,7 @@ struct GlobalAvgPool2dBackward : Function<GlobalAvgPool2dBackward> {
     return below_autograd(pool_backward_op(), grad_output, input_size);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {pool_op().call(grads[0]), {}};
+    return {call_backward_op(pool_op(), grads[0]), {}};
   }
 };
 
@@ -206,13 +216,13 @@ struct DepthwiseConv2d : Function<DepthwiseConv2d> {
     const Window w = saved_window(ctx);
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) {  // updateGradInput
-      grad_x = input_op.call(g, weight, x.sym_sizes(), w.stride, w.padding, w.dilation);
+      grad_x = call_backward_op(input_op, g, weight, x.sym_sizes(), w.stride, w.padding, w.dilation);
     }
     if (ctx->needs_input_grad(1)) {  // accGradParameters, weight
-      grad_w = weight_op.call(g, x, weight.sym_sizes(), w.stride, w.padding, w.dilation);
+      grad_w = call_backward_op(weight_op, g, x, weight.sym_sizes(), w.stride, w.padding, w.dilation);
     }
     if (saved_has_bias(ctx) && ctx->needs_input_grad(2)) {  // accGradParameters, bias
-      grad_b = bias_op.call(g);
+      grad_b = call_backward_op(bias_op, g);
     }
     return {grad_x, grad_w, grad_b, {}, {}, {}};
   }
@@ -241,8 +251,8 @@ struct Im2col : Function<Im2col> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto& data = ctx->saved_data;
     const Window w = saved_window(ctx);
-    return {col2im_op().call(grads[0], data["image_size"].toSymIntVector(), data["kernel_size"].toIntVector(),
-                             w.stride, w.padding, w.dilation),
+    return {call_backward_op(col2im_op(), grads[0], data["image_size"].toSymIntVector(),
+                             data["kernel_size"].toIntVector(), w.stride, w.padding, w.dilation),
             {}, {}, {}, {}};
   }
 };
@@ -255,7 +265,7 @@ struct Col2im : Function<Col2im> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const Window w = saved_window(ctx);
-    return {im2col_op().call(grads[0], ctx->saved_data["kernel_size"].toIntVector(), w.stride, w.padding,
+    return {call_backward_op(im2col_op(), grads[0], ctx->saved_data["kernel_size"].toIntVector(), w.stride, w.padding,
                              w.dilation),
             {}, {}, {}, {}, {}};
   }
@@ -299,7 +309,8 @@ struct Conv2dMM : Function<Conv2dMM> {
     auto g = grads[0].contiguous();
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) {  // updateGradInput
-      grad_x = input_op.call(g, weight, data["input_size"].toSymIntVector(), w.stride, w.padding, w.dilation);
+      grad_x = call_backward_op(input_op, g, weight, data["input_size"].toSymIntVector(), w.stride, w.padding,
+                                w.dilation);
     }
     if (ctx->needs_input_grad(1) || (has_bias && ctx->needs_input_grad(2))) {
       // accGradParameters into zeroed buffers with scale 1 is exactly the gradient.
@@ -344,9 +355,9 @@ struct UpsampleBilinear2d : Function<UpsampleBilinear2d> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto& data = ctx->saved_data;
-    return {upsample_backward_op().call(grads[0], data["input_size"].toSymIntVector(), data["mode"].toStringRef(),
-                                        data["scale_h"].toOptional<double>(), data["scale_w"].toOptional<double>(),
-                                        true),
+    return {call_backward_op(upsample_backward_op(), grads[0], data["input_size"].toSymIntVector(),
+                             data["mode"].toStringRef(), data["scale_h"].toOptional<double>(),
+                             data["scale_w"].toOptional<double>(), true),
             {}, {}, {}, {}};
   }
 };
@@ -361,8 +372,9 @@ struct UpsampleBilinear2dBackward : Function<UpsampleBilinear2dBackward> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto& data = ctx->saved_data;
-    return {upsample_op().call(grads[0], data["output_size"].toSymIntVector(), data["mode"].toStringRef(),
-                               data["scale_h"].toOptional<double>(), data["scale_w"].toOptional<double>()),
+    return {call_backward_op(upsample_op(), grads[0], data["output_size"].toSymIntVector(),
+                             data["mode"].toStringRef(), data["scale_h"].toOptional<double>(),
+                             data["scale_w"].toOptional<double>()),
             {}, {}, {}, {}, {}};
   }
 };
@@ -394,7 +406,7 @@ struct Softmax : Function<Softmax> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static auto backward_op = find_op<SoftmaxBackwardSig>("labops::softmax_backward");
-    return {backward_op.call(grads[0], ctx->get_saved_variables()[0], ctx->saved_data["dim"].toInt()), {}};
+    return {call_backward_op(backward_op, grads[0], ctx->get_saved_variables()[0], ctx->saved_data["dim"].toInt()), {}};
   }
 };
 
@@ -416,7 +428,8 @@ struct CrossEntropy : Function<CrossEntropy> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static auto backward_op = find_op<CrossEntropyBackwardSig>("labops::cross_entropy_backward");
     auto saved = ctx->get_saved_variables();
-    return {backward_op.call(grads[0], saved[0], saved[1], ctx->saved_data["reduction"].toStringRef()), {}, {}};
+    return {call_backward_op(backward_op, grads[0], saved[0], saved[1], ctx->saved_data["reduction"].toStringRef()),
+            {}, {}};
   }
 };
 
@@ -442,7 +455,8 @@ struct Reorg : Function<Reorg<IsBackward>> {
     return below_autograd(op(), x, stride, order);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {inverse().call(grads[0], ctx->saved_data["stride"].toInt(), ctx->saved_data["order"].toStringRef()),
+    return {call_backward_op(inverse(), grads[0], ctx->saved_data["stride"].toInt(),
+                             ctx->saved_data["order"].toStringRef()),
             {}, {}};
   }
   static at::Tensor kernel(const at::Tensor& x, int64_t stride, string_view order) {

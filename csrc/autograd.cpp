@@ -19,6 +19,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -70,6 +71,23 @@ bool graph_needed(const Ts&... tensors) {
 
 std::vector<int64_t> vec(IntArrayRef a) { return a.vec(); }
 SymIntArrayRef last2(SymIntArrayRef sizes) { return sizes.slice(sizes.size() - 2); }
+
+// Graph nodes written by hand. A Function<T> (the ops below) is the readable way to write a
+// backward, but Function::apply does general work on every call that builds a graph: a CppNode
+// holding a hash map of saved data, input and output info, sets of dirty and non-differentiable
+// outputs, and a demangled type name at every backward. On a tiny tensor that costs several
+// times the op itself (.ci/host_time.py, "fwd rg"). The single-input ops whose host time matters
+// build their node the way PyTorch's generated VariableType code does: a Node subclass with
+// plain fields, its edges to the input's gradient, then set_history on the output.
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
+
+template <class N>
+c10::intrusive_ptr<N> new_node(const at::Tensor& x) {
+  auto node = c10::make_intrusive<N>();
+  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  return node;
+}
 
 // ---------------------------------------------------------------- activation.py: tanh, gelu
 
@@ -397,21 +415,29 @@ using SoftmaxSig = at::Tensor(const at::Tensor&, int64_t);
 using SoftmaxBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
 const auto& softmax_op() { static auto op = find_op<SoftmaxSig>("labops::softmax"); return op; }
 
-struct Softmax : Function<Softmax> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t dim) {
-    auto y = below_autograd(softmax_op(), x, dim);
-    ctx->save_for_backward({y});  // the gradient needs y, not x
-    ctx->saved_data["dim"] = dim;
-    return y;
+struct SoftmaxBackward : Node {
+  SavedVariable output;  // the gradient needs y, not x
+  int64_t dim = 0;
+  std::string name() const override { return "labops::SoftmaxBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    output.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  variable_list apply(variable_list&& grads) override {
     static auto backward_op = find_op<SoftmaxBackwardSig>("labops::softmax_backward");
-    return {call_backward_op(backward_op, grads[0], ctx->get_saved_variables()[0], ctx->saved_data["dim"].toInt()), {}};
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(backward_op, grads[0], output.unpack(getptr()), dim)};
   }
 };
 
 at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) {
-  return graph_needed(x) ? Softmax::apply(x, dim) : below_autograd(softmax_op(), x, dim);
+  if (!graph_needed(x)) return below_autograd(softmax_op(), x, dim);
+  auto node = new_node<SoftmaxBackward>(x);
+  auto y = below_autograd(softmax_op(), x, dim);
+  torch::autograd::set_history(y, node);
+  node->output = SavedVariable(y, /*is_output=*/true);
+  node->dim = dim;
+  return y;
 }
 
 using CrossEntropySig = at::Tensor(const at::Tensor&, const at::Tensor&, string_view);
@@ -446,21 +472,24 @@ const auto& reorg_backward_op() { static auto op = find_op<ReorgSig>("labops::re
 
 // Forward is `op`, backward is `inverse`: reorg and reorg_backward are each other's gradient.
 template <bool IsBackward>
-struct Reorg : Function<Reorg<IsBackward>> {
+struct Reorg : Node {
+  int64_t stride = 0;
+  std::string order;
   static const c10::TypedOperatorHandle<ReorgSig>& op() { return IsBackward ? reorg_backward_op() : reorg_op(); }
   static const c10::TypedOperatorHandle<ReorgSig>& inverse() { return IsBackward ? reorg_op() : reorg_backward_op(); }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t stride, string_view order) {
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["order"] = std::string(order);
-    return below_autograd(op(), x, stride, order);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {call_backward_op(inverse(), grads[0], ctx->saved_data["stride"].toInt(),
-                             ctx->saved_data["order"].toStringRef()),
-            {}, {}};
+  std::string name() const override { return IsBackward ? "labops::ReorgBackwardBackward" : "labops::ReorgBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(inverse(), grads[0], stride, order)};
   }
   static at::Tensor kernel(const at::Tensor& x, int64_t stride, string_view order) {
-    return graph_needed(x) ? Reorg::apply(x, stride, order) : below_autograd(op(), x, stride, order);
+    if (!graph_needed(x)) return below_autograd(op(), x, stride, order);
+    auto node = new_node<Reorg>(x);
+    node->stride = stride;
+    node->order = std::string(order);
+    auto y = below_autograd(op(), x, stride, order);
+    torch::autograd::set_history(y, node);
+    return y;
   }
 };
 

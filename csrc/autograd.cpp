@@ -96,19 +96,26 @@ using TanhBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&);
 const auto& tanh_op() { static auto op = find_op<TanhSig>("labops::tanh"); return op; }
 const auto& tanh_backward_op() { static auto op = find_op<TanhBackwardSig>("labops::tanh_backward"); return op; }
 
-struct Tanh : Function<Tanh> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
-    auto y = below_autograd(tanh_op(), x);
-    ctx->save_for_backward({y});  // tanh's gradient needs y, not x
-    return y;
+struct TanhBackward : Node {
+  SavedVariable output;  // tanh's gradient needs y, not x
+  std::string name() const override { return "labops::TanhBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    output.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {call_backward_op(tanh_backward_op(), grads[0], ctx->get_saved_variables()[0])};
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(tanh_backward_op(), grads[0], output.unpack(getptr()))};
   }
 };
 
 at::Tensor tanh_autograd(const at::Tensor& x) {
-  return graph_needed(x) ? Tanh::apply(x) : below_autograd(tanh_op(), x);
+  if (!graph_needed(x)) return below_autograd(tanh_op(), x);
+  auto node = new_node<TanhBackward>(x);
+  auto y = below_autograd(tanh_op(), x);
+  torch::autograd::set_history(y, node);
+  node->output = SavedVariable(y, /*is_output=*/true);
+  return y;
 }
 
 using GeluSig = at::Tensor(const at::Tensor&, string_view);
@@ -116,20 +123,28 @@ using GeluBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, string_
 const auto& gelu_op() { static auto op = find_op<GeluSig>("labops::gelu"); return op; }
 const auto& gelu_backward_op() { static auto op = find_op<GeluBackwardSig>("labops::gelu_backward"); return op; }
 
-struct Gelu : Function<Gelu> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, string_view approximate) {
-    ctx->save_for_backward({x});
-    ctx->saved_data["approximate"] = std::string(approximate);
-    return below_autograd(gelu_op(), x, approximate);
+struct GeluBackward : Node {
+  SavedVariable input;
+  std::string approximate;
+  std::string name() const override { return "labops::GeluBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    input.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& approximate = ctx->saved_data["approximate"].toStringRef();
-    return {call_backward_op(gelu_backward_op(), grads[0], ctx->get_saved_variables()[0], approximate), {}};
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(gelu_backward_op(), grads[0], input.unpack(), approximate)};
   }
 };
 
 at::Tensor gelu_autograd(const at::Tensor& x, string_view approximate) {
-  return graph_needed(x) ? Gelu::apply(x, approximate) : below_autograd(gelu_op(), x, approximate);
+  if (!graph_needed(x)) return below_autograd(gelu_op(), x, approximate);
+  auto node = new_node<GeluBackward>(x);
+  node->input = SavedVariable(x, /*is_output=*/false);
+  node->approximate = std::string(approximate);
+  auto y = below_autograd(gelu_op(), x, approximate);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---------------------------------------------------------------- pooling.py: global_avg_pool2d
@@ -142,37 +157,43 @@ const auto& pool_backward_op() {
   return op;
 }
 
-struct GlobalAvgPool2d : Function<GlobalAvgPool2d> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
-    ctx->saved_data["input_size"] = x.sym_sizes();  // the gradient needs only the shape, not x
-    return below_autograd(pool_op(), x);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {call_backward_op(pool_backward_op(), grads[0], ctx->saved_data["input_size"].toSymIntVector())};
+struct GlobalAvgPool2dBackward : Node {
+  std::vector<c10::SymInt> input_size;  // the gradient needs only the shape, not x
+  std::string name() const override { return "labops::GlobalAvgPool2dBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(pool_backward_op(), grads[0], input_size)};
   }
 };
 
 // The backward is linear in grad_output; its adjoint is the forward (mean of each plane).
-struct GlobalAvgPool2dBackward : Function<GlobalAvgPool2dBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad_output, SymIntArrayRef input_size) {
-    return below_autograd(pool_backward_op(), grad_output, input_size);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {call_backward_op(pool_op(), grads[0]), {}};
+struct GlobalAvgPool2dBackwardBackward : Node {
+  std::string name() const override { return "labops::GlobalAvgPool2dBackwardBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(pool_op(), grads[0])};
   }
 };
 
 at::Tensor pool_autograd(const at::Tensor& x) {
-  return graph_needed(x) ? GlobalAvgPool2d::apply(x) : below_autograd(pool_op(), x);
+  if (!graph_needed(x)) return below_autograd(pool_op(), x);
+  auto node = new_node<GlobalAvgPool2dBackward>(x);
+  node->input_size = x.sym_sizes().vec();
+  auto y = below_autograd(pool_op(), x);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 at::Tensor pool_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size) {
-  return graph_needed(grad_output) ? GlobalAvgPool2dBackward::apply(grad_output, input_size)
-                                   : below_autograd(pool_backward_op(), grad_output, input_size);
+  if (!graph_needed(grad_output)) return below_autograd(pool_backward_op(), grad_output, input_size);
+  auto node = new_node<GlobalAvgPool2dBackwardBackward>(grad_output);
+  auto y = below_autograd(pool_backward_op(), grad_output, input_size);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---------------------------------------------------------------- the window of a convolution
 
-// stride, padding and dilation, kept from the forward for the backward (the convolutions, im2col, col2im).
+// stride, padding and dilation, kept from the forward for the backward of the convolutions.
 struct Window {
   std::vector<int64_t> stride, padding, dilation;
 };
@@ -253,49 +274,51 @@ using Col2imSig = at::Tensor(const at::Tensor&, SymIntArrayRef, IntArrayRef, Int
 const auto& im2col_op() { static auto op = find_op<Im2colSig>("labops::im2col"); return op; }
 const auto& col2im_op() { static auto op = find_op<Col2imSig>("labops::col2im"); return op; }
 
-void save_window(AutogradContext* ctx, IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
-  ctx->saved_data["kernel_size"] = vec(k);
-  save_window(ctx, s, p, d);
-}
+// The window of im2col / col2im, kept in their nodes for the backward.
+struct ConvWindow {
+  std::vector<int64_t> kernel_size, stride, padding, dilation;
+  ConvWindow(IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d)
+      : kernel_size(k.vec()), stride(s.vec()), padding(p.vec()), dilation(d.vec()) {}
+};
 
 // The adjoint of "copy each pixel into every column that sees it" is "sum those columns back".
-struct Im2col : Function<Im2col> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, IntArrayRef k, IntArrayRef s,
-                            IntArrayRef p, IntArrayRef d) {
-    ctx->saved_data["image_size"] = last2(x.sym_sizes());
-    save_window(ctx, k, s, p, d);
-    return below_autograd(im2col_op(), x, k, s, p, d);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& data = ctx->saved_data;
-    const Window w = saved_window(ctx);
-    return {call_backward_op(col2im_op(), grads[0], data["image_size"].toSymIntVector(),
-                             data["kernel_size"].toIntVector(), w.stride, w.padding, w.dilation),
-            {}, {}, {}, {}};
+struct Im2colBackward : Node {
+  std::vector<c10::SymInt> image_size;
+  std::optional<ConvWindow> w;
+  std::string name() const override { return "labops::Im2colBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(col2im_op(), grads[0], image_size, w->kernel_size, w->stride, w->padding,
+                             w->dilation)};
   }
 };
 
-struct Col2im : Function<Col2im> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& cols, SymIntArrayRef output_size,
-                            IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
-    save_window(ctx, k, s, p, d);
-    return below_autograd(col2im_op(), cols, output_size, k, s, p, d);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Window w = saved_window(ctx);
-    return {call_backward_op(im2col_op(), grads[0], ctx->saved_data["kernel_size"].toIntVector(), w.stride, w.padding,
-                             w.dilation),
-            {}, {}, {}, {}, {}};
+struct Col2imBackward : Node {
+  std::optional<ConvWindow> w;
+  std::string name() const override { return "labops::Col2imBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(im2col_op(), grads[0], w->kernel_size, w->stride, w->padding, w->dilation)};
   }
 };
 
 at::Tensor im2col_autograd(const at::Tensor& x, IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
-  return graph_needed(x) ? Im2col::apply(x, k, s, p, d) : below_autograd(im2col_op(), x, k, s, p, d);
+  if (!graph_needed(x)) return below_autograd(im2col_op(), x, k, s, p, d);
+  auto node = new_node<Im2colBackward>(x);
+  node->image_size = last2(x.sym_sizes()).vec();
+  node->w.emplace(k, s, p, d);
+  auto y = below_autograd(im2col_op(), x, k, s, p, d);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 at::Tensor col2im_autograd(const at::Tensor& cols, SymIntArrayRef output_size, IntArrayRef k, IntArrayRef s,
                            IntArrayRef p, IntArrayRef d) {
-  return graph_needed(cols) ? Col2im::apply(cols, output_size, k, s, p, d)
-                            : below_autograd(col2im_op(), cols, output_size, k, s, p, d);
+  if (!graph_needed(cols)) return below_autograd(col2im_op(), cols, output_size, k, s, p, d);
+  auto node = new_node<Col2imBackward>(cols);
+  node->w.emplace(k, s, p, d);
+  auto y = below_autograd(col2im_op(), cols, output_size, k, s, p, d);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 using ConvInputSig = DepthwiseGradSig;
@@ -357,56 +380,55 @@ const auto& upsample_backward_op() {
   return op;
 }
 
-void save_resize(AutogradContext* ctx, string_view mode, OptDouble scale_h, OptDouble scale_w) {
-  ctx->saved_data["mode"] = std::string(mode);
-  ctx->saved_data["scale_h"] = scale_h;
-  ctx->saved_data["scale_w"] = scale_w;
-}
+// The coordinate mode and the caller's scales, kept for the backward.
+struct Resize {
+  std::string mode;
+  OptDouble scale_h, scale_w;
+};
 
 // The backward is the compiled deterministic gather.
-struct UpsampleBilinear2d : Function<UpsampleBilinear2d> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, SymIntArrayRef output_size,
-                            string_view mode, OptDouble scale_h, OptDouble scale_w) {
-    ctx->saved_data["input_size"] = x.sym_sizes();
-    save_resize(ctx, mode, scale_h, scale_w);
-    return below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& data = ctx->saved_data;
-    return {call_backward_op(upsample_backward_op(), grads[0], data["input_size"].toSymIntVector(),
-                             data["mode"].toStringRef(), data["scale_h"].toOptional<double>(),
-                             data["scale_w"].toOptional<double>(), true),
-            {}, {}, {}, {}};
+struct UpsampleBilinear2dBackward : Node {
+  std::vector<c10::SymInt> input_size;
+  Resize r;
+  std::string name() const override { return "labops::UpsampleBilinear2dBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(upsample_backward_op(), grads[0], input_size, r.mode, r.scale_h, r.scale_w, true)};
   }
 };
 
 // The backward op is linear in grad_output (grad_in = A_h^T G A_w): its gradient is the forward.
-struct UpsampleBilinear2dBackward : Function<UpsampleBilinear2dBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad_output, SymIntArrayRef input_size,
-                            string_view mode, OptDouble scale_h, OptDouble scale_w, bool deterministic) {
-    ctx->saved_data["output_size"] = last2(grad_output.sym_sizes());
-    save_resize(ctx, mode, scale_h, scale_w);
-    return below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& data = ctx->saved_data;
-    return {call_backward_op(upsample_op(), grads[0], data["output_size"].toSymIntVector(),
-                             data["mode"].toStringRef(), data["scale_h"].toOptional<double>(),
-                             data["scale_w"].toOptional<double>()),
-            {}, {}, {}, {}, {}};
+struct UpsampleBilinear2dBackwardBackward : Node {
+  std::vector<c10::SymInt> output_size;
+  Resize r;
+  std::string name() const override { return "labops::UpsampleBilinear2dBackwardBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(upsample_op(), grads[0], output_size, r.mode, r.scale_h, r.scale_w)};
   }
 };
 
 at::Tensor upsample_autograd(const at::Tensor& x, SymIntArrayRef output_size, string_view mode, OptDouble scale_h,
                              OptDouble scale_w) {
-  return graph_needed(x) ? UpsampleBilinear2d::apply(x, output_size, mode, scale_h, scale_w)
-                         : below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
+  if (!graph_needed(x)) return below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
+  auto node = new_node<UpsampleBilinear2dBackward>(x);
+  node->input_size = x.sym_sizes().vec();
+  node->r = {std::string(mode), scale_h, scale_w};
+  auto y = below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 at::Tensor upsample_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size, string_view mode,
                                       OptDouble scale_h, OptDouble scale_w, bool deterministic) {
-  return graph_needed(grad_output)
-             ? UpsampleBilinear2dBackward::apply(grad_output, input_size, mode, scale_h, scale_w, deterministic)
-             : below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
+  if (!graph_needed(grad_output)) {
+    return below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
+  }
+  auto node = new_node<UpsampleBilinear2dBackwardBackward>(grad_output);
+  node->output_size = last2(grad_output.sym_sizes()).vec();
+  node->r = {std::string(mode), scale_h, scale_w};
+  auto y = below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---------------------------------------------------------------- softmax.py: softmax, cross_entropy
@@ -444,24 +466,32 @@ using CrossEntropySig = at::Tensor(const at::Tensor&, const at::Tensor&, string_
 using CrossEntropyBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, string_view);
 const auto& cross_entropy_op() { static auto op = find_op<CrossEntropySig>("labops::cross_entropy"); return op; }
 
-struct CrossEntropy : Function<CrossEntropy> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& target,
-                            string_view reduction) {
-    ctx->save_for_backward({logits, target});
-    ctx->saved_data["reduction"] = std::string(reduction);
-    return below_autograd(cross_entropy_op(), logits, target, reduction);
+// One edge, to the logits: the target holds integers, which never require grad.
+struct CrossEntropyBackward : Node {
+  SavedVariable logits, target;  // the backward recomputes softmax from the logits
+  std::string reduction;
+  std::string name() const override { return "labops::CrossEntropyBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    logits.reset_data();
+    target.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  variable_list apply(variable_list&& grads) override {
     static auto backward_op = find_op<CrossEntropyBackwardSig>("labops::cross_entropy_backward");
-    auto saved = ctx->get_saved_variables();
-    return {call_backward_op(backward_op, grads[0], saved[0], saved[1], ctx->saved_data["reduction"].toStringRef()),
-            {}, {}};
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(backward_op, grads[0], logits.unpack(), target.unpack(), reduction)};
   }
 };
 
 at::Tensor cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& target, string_view reduction) {
-  return graph_needed(logits, target) ? CrossEntropy::apply(logits, target, reduction)
-                                      : below_autograd(cross_entropy_op(), logits, target, reduction);
+  if (!graph_needed(logits)) return below_autograd(cross_entropy_op(), logits, target, reduction);
+  auto node = new_node<CrossEntropyBackward>(logits);
+  node->logits = SavedVariable(logits, /*is_output=*/false);
+  node->target = SavedVariable(target, /*is_output=*/false);
+  node->reduction = std::string(reduction);
+  auto loss = below_autograd(cross_entropy_op(), logits, target, reduction);
+  torch::autograd::set_history(loss, node);
+  return loss;
 }
 
 // ---------------------------------------------------------------- reorg.py: a permutation and its inverse

@@ -19,6 +19,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -49,6 +50,16 @@ decltype(auto) below_autograd(const c10::TypedOperatorHandle<Sig>& op, Args&&...
   return op.call(std::forward<Args>(args)...);
 }
 
+// Call a backward op from a backward formula. The engine runs a backward with grad mode on only
+// for create_graph=True (double backward); otherwise nothing can be recorded, so skip the Autograd
+// key: for the backward ops without an Autograd kernel here that key is PyTorch's boxed autograd
+// fallback, which boxes every argument onto a stack to find that no graph is needed.
+template <class Sig, class... Args>
+decltype(auto) call_backward_op(const c10::TypedOperatorHandle<Sig>& op, Args&&... args) {
+  if (at::GradMode::is_enabled()) return op.call(std::forward<Args>(args)...);
+  return below_autograd(op, std::forward<Args>(args)...);
+}
+
 inline bool requires_grad(const at::Tensor& t) { return t.requires_grad(); }
 inline bool requires_grad(const OptTensor& t) { return t.has_value() && t->defined() && t->requires_grad(); }
 
@@ -61,6 +72,23 @@ bool graph_needed(const Ts&... tensors) {
 std::vector<int64_t> vec(IntArrayRef a) { return a.vec(); }
 SymIntArrayRef last2(SymIntArrayRef sizes) { return sizes.slice(sizes.size() - 2); }
 
+// Graph nodes written by hand. A Function<T> (the ops below) is the readable way to write a
+// backward, but Function::apply does general work on every call that builds a graph: a CppNode
+// holding a hash map of saved data, input and output info, sets of dirty and non-differentiable
+// outputs, and a demangled type name at every backward. On a tiny tensor that costs several
+// times the op itself (.ci/host_time.py, "fwd rg"). The single-input ops whose host time matters
+// build their node the way PyTorch's generated VariableType code does: a Node subclass with
+// plain fields, its edges to the input's gradient, then set_history on the output.
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
+
+template <class N>
+c10::intrusive_ptr<N> new_node(const at::Tensor& x) {
+  auto node = c10::make_intrusive<N>();
+  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  return node;
+}
+
 // ---------------------------------------------------------------- activation.py: tanh, gelu
 
 using TanhSig = at::Tensor(const at::Tensor&);
@@ -68,19 +96,26 @@ using TanhBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&);
 const auto& tanh_op() { static auto op = find_op<TanhSig>("labops::tanh"); return op; }
 const auto& tanh_backward_op() { static auto op = find_op<TanhBackwardSig>("labops::tanh_backward"); return op; }
 
-struct Tanh : Function<Tanh> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
-    auto y = below_autograd(tanh_op(), x);
-    ctx->save_for_backward({y});  // tanh's gradient needs y, not x
-    return y;
+struct TanhBackward : Node {
+  SavedVariable output;  // tanh's gradient needs y, not x
+  std::string name() const override { return "labops::TanhBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    output.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {tanh_backward_op().call(grads[0], ctx->get_saved_variables()[0])};
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(tanh_backward_op(), grads[0], output.unpack(getptr()))};
   }
 };
 
 at::Tensor tanh_autograd(const at::Tensor& x) {
-  return graph_needed(x) ? Tanh::apply(x) : below_autograd(tanh_op(), x);
+  if (!graph_needed(x)) return below_autograd(tanh_op(), x);
+  auto node = new_node<TanhBackward>(x);
+  auto y = below_autograd(tanh_op(), x);
+  torch::autograd::set_history(y, node);
+  node->output = SavedVariable(y, /*is_output=*/true);
+  return y;
 }
 
 using GeluSig = at::Tensor(const at::Tensor&, string_view);
@@ -88,20 +123,28 @@ using GeluBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, string_
 const auto& gelu_op() { static auto op = find_op<GeluSig>("labops::gelu"); return op; }
 const auto& gelu_backward_op() { static auto op = find_op<GeluBackwardSig>("labops::gelu_backward"); return op; }
 
-struct Gelu : Function<Gelu> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, string_view approximate) {
-    ctx->save_for_backward({x});
-    ctx->saved_data["approximate"] = std::string(approximate);
-    return below_autograd(gelu_op(), x, approximate);
+struct GeluBackward : Node {
+  SavedVariable input;
+  std::string approximate;
+  std::string name() const override { return "labops::GeluBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    input.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto& approximate = ctx->saved_data["approximate"].toStringRef();
-    return {gelu_backward_op().call(grads[0], ctx->get_saved_variables()[0], approximate), {}};
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(gelu_backward_op(), grads[0], input.unpack(), approximate)};
   }
 };
 
 at::Tensor gelu_autograd(const at::Tensor& x, string_view approximate) {
-  return graph_needed(x) ? Gelu::apply(x, approximate) : below_autograd(gelu_op(), x, approximate);
+  if (!graph_needed(x)) return below_autograd(gelu_op(), x, approximate);
+  auto node = new_node<GeluBackward>(x);
+  node->input = SavedVariable(x, /*is_output=*/false);
+  node->approximate = std::string(approximate);
+  auto y = below_autograd(gelu_op(), x, approximate);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---------------------------------------------------------------- pooling.py: global_avg_pool2d
@@ -114,37 +157,43 @@ const auto& pool_backward_op() {
   return op;
 }
 
-struct GlobalAvgPool2d : Function<GlobalAvgPool2d> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
-    ctx->saved_data["input_size"] = x.sym_sizes();  // the gradient needs only the shape, not x
-    return below_autograd(pool_op(), x);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {pool_backward_op().call(grads[0], ctx->saved_data["input_size"].toSymIntVector())};
+struct GlobalAvgPool2dBackward : Node {
+  std::vector<c10::SymInt> input_size;  // the gradient needs only the shape, not x
+  std::string name() const override { return "labops::GlobalAvgPool2dBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(pool_backward_op(), grads[0], input_size)};
   }
 };
 
 // The backward is linear in grad_output; its adjoint is the forward (mean of each plane).
-struct GlobalAvgPool2dBackward : Function<GlobalAvgPool2dBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad_output, SymIntArrayRef input_size) {
-    return below_autograd(pool_backward_op(), grad_output, input_size);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {pool_op().call(grads[0]), {}};
+struct GlobalAvgPool2dBackwardBackward : Node {
+  std::string name() const override { return "labops::GlobalAvgPool2dBackwardBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(pool_op(), grads[0])};
   }
 };
 
 at::Tensor pool_autograd(const at::Tensor& x) {
-  return graph_needed(x) ? GlobalAvgPool2d::apply(x) : below_autograd(pool_op(), x);
+  if (!graph_needed(x)) return below_autograd(pool_op(), x);
+  auto node = new_node<GlobalAvgPool2dBackward>(x);
+  node->input_size = x.sym_sizes().vec();
+  auto y = below_autograd(pool_op(), x);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 at::Tensor pool_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size) {
-  return graph_needed(grad_output) ? GlobalAvgPool2dBackward::apply(grad_output, input_size)
-                                   : below_autograd(pool_backward_op(), grad_output, input_size);
+  if (!graph_needed(grad_output)) return below_autograd(pool_backward_op(), grad_output, input_size);
+  auto node = new_node<GlobalAvgPool2dBackwardBackward>(grad_output);
+  auto y = below_autograd(pool_backward_op(), grad_output, input_size);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---------------------------------------------------------------- the window of a convolution
 
-// stride, padding and dilation, kept from the forward for the backward (the convolutions, im2col, col2im).
+// stride, padding and dilation, kept from the forward for the backward of the convolutions.
 struct Window {
   std::vector<int64_t> stride, padding, dilation;
 };
@@ -206,13 +255,13 @@ struct DepthwiseConv2d : Function<DepthwiseConv2d> {
     const Window w = saved_window(ctx);
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) {  // updateGradInput
-      grad_x = input_op.call(g, weight, x.sym_sizes(), w.stride, w.padding, w.dilation);
+      grad_x = call_backward_op(input_op, g, weight, x.sym_sizes(), w.stride, w.padding, w.dilation);
     }
     if (ctx->needs_input_grad(1)) {  // accGradParameters, weight
-      grad_w = weight_op.call(g, x, weight.sym_sizes(), w.stride, w.padding, w.dilation);
+      grad_w = call_backward_op(weight_op, g, x, weight.sym_sizes(), w.stride, w.padding, w.dilation);
     }
     if (saved_has_bias(ctx) && ctx->needs_input_grad(2)) {  // accGradParameters, bias
-      grad_b = bias_op.call(g);
+      grad_b = call_backward_op(bias_op, g);
     }
     return {grad_x, grad_w, grad_b, {}, {}, {}};
   }
@@ -225,49 +274,51 @@ using Col2imSig = at::Tensor(const at::Tensor&, SymIntArrayRef, IntArrayRef, Int
 const auto& im2col_op() { static auto op = find_op<Im2colSig>("labops::im2col"); return op; }
 const auto& col2im_op() { static auto op = find_op<Col2imSig>("labops::col2im"); return op; }
 
-void save_window(AutogradContext* ctx, IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
-  ctx->saved_data["kernel_size"] = vec(k);
-  save_window(ctx, s, p, d);
-}
+// The window of im2col / col2im, kept in their nodes for the backward.
+struct ConvWindow {
+  std::vector<int64_t> kernel_size, stride, padding, dilation;
+  ConvWindow(IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d)
+      : kernel_size(k.vec()), stride(s.vec()), padding(p.vec()), dilation(d.vec()) {}
+};
 
 // The adjoint of "copy each pixel into every column that sees it" is "sum those columns back".
-struct Im2col : Function<Im2col> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, IntArrayRef k, IntArrayRef s,
-                            IntArrayRef p, IntArrayRef d) {
-    ctx->saved_data["image_size"] = last2(x.sym_sizes());
-    save_window(ctx, k, s, p, d);
-    return below_autograd(im2col_op(), x, k, s, p, d);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& data = ctx->saved_data;
-    const Window w = saved_window(ctx);
-    return {col2im_op().call(grads[0], data["image_size"].toSymIntVector(), data["kernel_size"].toIntVector(),
-                             w.stride, w.padding, w.dilation),
-            {}, {}, {}, {}};
+struct Im2colBackward : Node {
+  std::vector<c10::SymInt> image_size;
+  std::optional<ConvWindow> w;
+  std::string name() const override { return "labops::Im2colBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(col2im_op(), grads[0], image_size, w->kernel_size, w->stride, w->padding,
+                             w->dilation)};
   }
 };
 
-struct Col2im : Function<Col2im> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& cols, SymIntArrayRef output_size,
-                            IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
-    save_window(ctx, k, s, p, d);
-    return below_autograd(col2im_op(), cols, output_size, k, s, p, d);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const Window w = saved_window(ctx);
-    return {im2col_op().call(grads[0], ctx->saved_data["kernel_size"].toIntVector(), w.stride, w.padding,
-                             w.dilation),
-            {}, {}, {}, {}, {}};
+struct Col2imBackward : Node {
+  std::optional<ConvWindow> w;
+  std::string name() const override { return "labops::Col2imBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(im2col_op(), grads[0], w->kernel_size, w->stride, w->padding, w->dilation)};
   }
 };
 
 at::Tensor im2col_autograd(const at::Tensor& x, IntArrayRef k, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
-  return graph_needed(x) ? Im2col::apply(x, k, s, p, d) : below_autograd(im2col_op(), x, k, s, p, d);
+  if (!graph_needed(x)) return below_autograd(im2col_op(), x, k, s, p, d);
+  auto node = new_node<Im2colBackward>(x);
+  node->image_size = last2(x.sym_sizes()).vec();
+  node->w.emplace(k, s, p, d);
+  auto y = below_autograd(im2col_op(), x, k, s, p, d);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 at::Tensor col2im_autograd(const at::Tensor& cols, SymIntArrayRef output_size, IntArrayRef k, IntArrayRef s,
                            IntArrayRef p, IntArrayRef d) {
-  return graph_needed(cols) ? Col2im::apply(cols, output_size, k, s, p, d)
-                            : below_autograd(col2im_op(), cols, output_size, k, s, p, d);
+  if (!graph_needed(cols)) return below_autograd(col2im_op(), cols, output_size, k, s, p, d);
+  auto node = new_node<Col2imBackward>(cols);
+  node->w.emplace(k, s, p, d);
+  auto y = below_autograd(col2im_op(), cols, output_size, k, s, p, d);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 using ConvInputSig = DepthwiseGradSig;
@@ -299,7 +350,8 @@ struct Conv2dMM : Function<Conv2dMM> {
     auto g = grads[0].contiguous();
     at::Tensor grad_x, grad_w, grad_b;
     if (ctx->needs_input_grad(0)) {  // updateGradInput
-      grad_x = input_op.call(g, weight, data["input_size"].toSymIntVector(), w.stride, w.padding, w.dilation);
+      grad_x = call_backward_op(input_op, g, weight, data["input_size"].toSymIntVector(), w.stride, w.padding,
+                                w.dilation);
     }
     if (ctx->needs_input_grad(1) || (has_bias && ctx->needs_input_grad(2))) {
       // accGradParameters into zeroed buffers with scale 1 is exactly the gradient.
@@ -328,55 +380,55 @@ const auto& upsample_backward_op() {
   return op;
 }
 
-void save_resize(AutogradContext* ctx, string_view mode, OptDouble scale_h, OptDouble scale_w) {
-  ctx->saved_data["mode"] = std::string(mode);
-  ctx->saved_data["scale_h"] = scale_h;
-  ctx->saved_data["scale_w"] = scale_w;
-}
+// The coordinate mode and the caller's scales, kept for the backward.
+struct Resize {
+  std::string mode;
+  OptDouble scale_h, scale_w;
+};
 
 // The backward is the compiled deterministic gather.
-struct UpsampleBilinear2d : Function<UpsampleBilinear2d> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, SymIntArrayRef output_size,
-                            string_view mode, OptDouble scale_h, OptDouble scale_w) {
-    ctx->saved_data["input_size"] = x.sym_sizes();
-    save_resize(ctx, mode, scale_h, scale_w);
-    return below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& data = ctx->saved_data;
-    return {upsample_backward_op().call(grads[0], data["input_size"].toSymIntVector(), data["mode"].toStringRef(),
-                                        data["scale_h"].toOptional<double>(), data["scale_w"].toOptional<double>(),
-                                        true),
-            {}, {}, {}, {}};
+struct UpsampleBilinear2dBackward : Node {
+  std::vector<c10::SymInt> input_size;
+  Resize r;
+  std::string name() const override { return "labops::UpsampleBilinear2dBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(upsample_backward_op(), grads[0], input_size, r.mode, r.scale_h, r.scale_w, true)};
   }
 };
 
 // The backward op is linear in grad_output (grad_in = A_h^T G A_w): its gradient is the forward.
-struct UpsampleBilinear2dBackward : Function<UpsampleBilinear2dBackward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad_output, SymIntArrayRef input_size,
-                            string_view mode, OptDouble scale_h, OptDouble scale_w, bool deterministic) {
-    ctx->saved_data["output_size"] = last2(grad_output.sym_sizes());
-    save_resize(ctx, mode, scale_h, scale_w);
-    return below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& data = ctx->saved_data;
-    return {upsample_op().call(grads[0], data["output_size"].toSymIntVector(), data["mode"].toStringRef(),
-                               data["scale_h"].toOptional<double>(), data["scale_w"].toOptional<double>()),
-            {}, {}, {}, {}, {}};
+struct UpsampleBilinear2dBackwardBackward : Node {
+  std::vector<c10::SymInt> output_size;
+  Resize r;
+  std::string name() const override { return "labops::UpsampleBilinear2dBackwardBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(upsample_op(), grads[0], output_size, r.mode, r.scale_h, r.scale_w)};
   }
 };
 
 at::Tensor upsample_autograd(const at::Tensor& x, SymIntArrayRef output_size, string_view mode, OptDouble scale_h,
                              OptDouble scale_w) {
-  return graph_needed(x) ? UpsampleBilinear2d::apply(x, output_size, mode, scale_h, scale_w)
-                         : below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
+  if (!graph_needed(x)) return below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
+  auto node = new_node<UpsampleBilinear2dBackward>(x);
+  node->input_size = x.sym_sizes().vec();
+  node->r = {std::string(mode), scale_h, scale_w};
+  auto y = below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 at::Tensor upsample_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size, string_view mode,
                                       OptDouble scale_h, OptDouble scale_w, bool deterministic) {
-  return graph_needed(grad_output)
-             ? UpsampleBilinear2dBackward::apply(grad_output, input_size, mode, scale_h, scale_w, deterministic)
-             : below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
+  if (!graph_needed(grad_output)) {
+    return below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
+  }
+  auto node = new_node<UpsampleBilinear2dBackwardBackward>(grad_output);
+  node->output_size = last2(grad_output.sym_sizes()).vec();
+  node->r = {std::string(mode), scale_h, scale_w};
+  auto y = below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---------------------------------------------------------------- softmax.py: softmax, cross_entropy
@@ -385,44 +437,61 @@ using SoftmaxSig = at::Tensor(const at::Tensor&, int64_t);
 using SoftmaxBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
 const auto& softmax_op() { static auto op = find_op<SoftmaxSig>("labops::softmax"); return op; }
 
-struct Softmax : Function<Softmax> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t dim) {
-    auto y = below_autograd(softmax_op(), x, dim);
-    ctx->save_for_backward({y});  // the gradient needs y, not x
-    ctx->saved_data["dim"] = dim;
-    return y;
+struct SoftmaxBackward : Node {
+  SavedVariable output;  // the gradient needs y, not x
+  int64_t dim = 0;
+  std::string name() const override { return "labops::SoftmaxBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    output.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  variable_list apply(variable_list&& grads) override {
     static auto backward_op = find_op<SoftmaxBackwardSig>("labops::softmax_backward");
-    return {backward_op.call(grads[0], ctx->get_saved_variables()[0], ctx->saved_data["dim"].toInt()), {}};
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(backward_op, grads[0], output.unpack(getptr()), dim)};
   }
 };
 
 at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) {
-  return graph_needed(x) ? Softmax::apply(x, dim) : below_autograd(softmax_op(), x, dim);
+  if (!graph_needed(x)) return below_autograd(softmax_op(), x, dim);
+  auto node = new_node<SoftmaxBackward>(x);
+  auto y = below_autograd(softmax_op(), x, dim);
+  torch::autograd::set_history(y, node);
+  node->output = SavedVariable(y, /*is_output=*/true);
+  node->dim = dim;
+  return y;
 }
 
 using CrossEntropySig = at::Tensor(const at::Tensor&, const at::Tensor&, string_view);
 using CrossEntropyBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, string_view);
 const auto& cross_entropy_op() { static auto op = find_op<CrossEntropySig>("labops::cross_entropy"); return op; }
 
-struct CrossEntropy : Function<CrossEntropy> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& target,
-                            string_view reduction) {
-    ctx->save_for_backward({logits, target});
-    ctx->saved_data["reduction"] = std::string(reduction);
-    return below_autograd(cross_entropy_op(), logits, target, reduction);
+// One edge, to the logits: the target holds integers, which never require grad.
+struct CrossEntropyBackward : Node {
+  SavedVariable logits, target;  // the backward recomputes softmax from the logits
+  std::string reduction;
+  std::string name() const override { return "labops::CrossEntropyBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    logits.reset_data();
+    target.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  variable_list apply(variable_list&& grads) override {
     static auto backward_op = find_op<CrossEntropyBackwardSig>("labops::cross_entropy_backward");
-    auto saved = ctx->get_saved_variables();
-    return {backward_op.call(grads[0], saved[0], saved[1], ctx->saved_data["reduction"].toStringRef()), {}, {}};
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(backward_op, grads[0], logits.unpack(), target.unpack(), reduction)};
   }
 };
 
 at::Tensor cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& target, string_view reduction) {
-  return graph_needed(logits, target) ? CrossEntropy::apply(logits, target, reduction)
-                                      : below_autograd(cross_entropy_op(), logits, target, reduction);
+  if (!graph_needed(logits)) return below_autograd(cross_entropy_op(), logits, target, reduction);
+  auto node = new_node<CrossEntropyBackward>(logits);
+  node->logits = SavedVariable(logits, /*is_output=*/false);
+  node->target = SavedVariable(target, /*is_output=*/false);
+  node->reduction = std::string(reduction);
+  auto loss = below_autograd(cross_entropy_op(), logits, target, reduction);
+  torch::autograd::set_history(loss, node);
+  return loss;
 }
 
 // ---------------------------------------------------------------- reorg.py: a permutation and its inverse
@@ -433,20 +502,24 @@ const auto& reorg_backward_op() { static auto op = find_op<ReorgSig>("labops::re
 
 // Forward is `op`, backward is `inverse`: reorg and reorg_backward are each other's gradient.
 template <bool IsBackward>
-struct Reorg : Function<Reorg<IsBackward>> {
+struct Reorg : Node {
+  int64_t stride = 0;
+  std::string order;
   static const c10::TypedOperatorHandle<ReorgSig>& op() { return IsBackward ? reorg_backward_op() : reorg_op(); }
   static const c10::TypedOperatorHandle<ReorgSig>& inverse() { return IsBackward ? reorg_op() : reorg_backward_op(); }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t stride, string_view order) {
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["order"] = std::string(order);
-    return below_autograd(op(), x, stride, order);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {inverse().call(grads[0], ctx->saved_data["stride"].toInt(), ctx->saved_data["order"].toStringRef()),
-            {}, {}};
+  std::string name() const override { return IsBackward ? "labops::ReorgBackwardBackward" : "labops::ReorgBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(inverse(), grads[0], stride, order)};
   }
   static at::Tensor kernel(const at::Tensor& x, int64_t stride, string_view order) {
-    return graph_needed(x) ? Reorg::apply(x, stride, order) : below_autograd(op(), x, stride, order);
+    if (!graph_needed(x)) return below_autograd(op(), x, stride, order);
+    auto node = new_node<Reorg>(x);
+    node->stride = stride;
+    node->order = std::string(order);
+    auto y = below_autograd(op(), x, stride, order);
+    torch::autograd::set_history(y, node);
+    return y;
   }
 };
 

@@ -56,7 +56,7 @@ def pair(value, op: str, arg: str, min: int | None = None) -> list:
     0 for padding). TypeError for anything but ints (bool included); ValueError for a length
     other than 2 or an entry below ``min``.
     """
-    if _is_int(value):
+    if type(value) is int or _is_int(value):  # `type(...) is int` first: the common case, and the cheapest test
         items = [value, value]
     else:
         try:

@@ -133,14 +133,27 @@ struct SoftmaxOps {
                         c, "), got values from ", at::min(tc).item<int64_t>(), " to ",
                         at::max(tc).item<int64_t>());
     }
-    at::Tensor loss;
-    if (red == Reduction::None) {
-      loss = loss_rows;
-    } else {
-      loss = at::sum(loss_rows);
-      if (red == Reduction::Mean) loss = loss.div(static_cast<double>(n));  // n = 0: NaN, as torch
-    }
+    if (red == Reduction::None) return loss_rows.to(lc.scalar_type());
+    if (loss_rows.is_cpu()) return reduce_on_host(loss_rows, red, lc.scalar_type());
+    at::Tensor loss = at::sum(loss_rows);
+    if (red == Reduction::Mean) loss = loss.div(static_cast<double>(n));  // n = 0: NaN, as torch
     return loss.to(lc.scalar_type());
+  }
+
+  // 'mean' or 'sum' of per-row losses that are in host memory: a loop here, in double, instead of
+  // sum, div and a cast through the dispatcher (three ops, each costing more host time than the
+  // whole kernel on a small batch: .ci/host_time.py).
+  static at::Tensor reduce_on_host(const at::Tensor& loss_rows, Reduction red, at::ScalarType dtype) {
+    at::Tensor loss = at::empty({}, loss_rows.options().dtype(dtype));
+    const int64_t n = loss_rows.numel();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "labops_cross_entropy_reduce", [&] {
+      const auto* rows = loss_rows.const_data_ptr<at::opmath_type<scalar_t>>();
+      double total = 0;
+      for (int64_t r = 0; r < n; ++r) total += static_cast<double>(rows[r]);
+      if (red == Reduction::Mean) total /= static_cast<double>(n);  // n = 0: 0 / 0 = NaN, as torch
+      *loss.mutable_data_ptr<scalar_t>() = static_cast<scalar_t>(total);
+    });
+    return loss;
   }
 
   static at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const at::Tensor& logits,

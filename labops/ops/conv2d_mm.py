@@ -20,6 +20,12 @@ from .._checks import check_floating, check_like, check_tensor, conv_output_size
 
 __all__ = ["col2im", "conv2d_mm", "im2col"]
 
+# The ops' OpOverloads, looked up once: `torch.ops.labops.im2col(...)` would walk three attributes
+# and resolve the overload on every call, a measurable share of a tiny call's host time
+# (.ci/host_time.py).
+_im2col = torch.ops.labops.im2col.default
+_col2im = torch.ops.labops.col2im.default
+
 
 def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
     """Unfold every kernel_size window of x into a column, like ``F.unfold``.
@@ -41,7 +47,7 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
     """
     op = "im2col"
     check_tensor(x, op, "x")
-    return torch.ops.labops.im2col(x, *_window(op, kernel_size, stride, padding, dilation))
+    return _im2col(x, *_window(op, kernel_size, stride, padding, dilation))
 
 
 def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
@@ -67,8 +73,7 @@ def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
     """
     op = "col2im"
     check_tensor(cols, op, "cols")
-    return torch.ops.labops.col2im(cols, pair(output_size, op, "output_size"),
-                                   *_window(op, kernel_size, stride, padding, dilation))
+    return _col2im(cols, pair(output_size, op, "output_size"), *_window(op, kernel_size, stride, padding, dilation))
 
 
 def conv2d_mm(x, weight, bias=None, stride=1, padding=0, dilation=1):
@@ -102,7 +107,7 @@ def _window(op, kernel_size, stride, padding, dilation):
 
     Only normalised here: the op checks their values (csrc/ops/conv2d_mm_ops.h, and _params below).
     """
-    window = [pair(v, op, arg) for v, arg in ((stride, "stride"), (padding, "padding"), (dilation, "dilation"))]
+    window = [pair(stride, op, "stride"), pair(padding, op, "padding"), pair(dilation, op, "dilation")]
     return window if kernel_size is None else [pair(kernel_size, op, "kernel_size"), *window]
 
 

@@ -16,6 +16,11 @@ REORG_ORDERS = ("darknet", "dcr", "crd")
 
 _INT64_MAX = 2**63 - 1
 
+# The ops' OpOverloads, looked up once: `torch.ops.labops.reorg(...)` would walk three attributes
+# and resolve the overload on every call, a measurable share of a tiny call's host time
+# (.ci/host_time.py).
+_reorg = torch.ops.labops.reorg.default
+
 
 def reorg(x: torch.Tensor, stride: int = 2, order: str = "darknet") -> torch.Tensor:
     """Move each stride x stride block of pixels into channels: (N, C, H, W) -> (N, C*s*s, H/s, W/s).
@@ -46,10 +51,10 @@ def reorg(x: torch.Tensor, stride: int = 2, order: str = "darknet") -> torch.Ten
         True
     """
     check_tensor(x, "reorg", "x")
-    if isinstance(stride, bool) or not isinstance(stride, int):
+    if type(stride) is not int and (isinstance(stride, bool) or not isinstance(stride, int)):
         raise TypeError(f"labops.reorg: stride must be an int, got {type(stride).__name__}")
     check_choice(order, REORG_ORDERS, "reorg", "order")
-    return torch.ops.labops.reorg(x, stride, order)
+    return _reorg(x, stride, order)
 
 
 # ---- the rules of csrc/ops/reorg_ops.h, in its words, for the fakes (torch.compile) ----

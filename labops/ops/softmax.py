@@ -14,6 +14,12 @@ __all__ = ["CROSS_ENTROPY_REDUCTIONS", "cross_entropy", "softmax"]
 
 CROSS_ENTROPY_REDUCTIONS = ("mean", "sum", "none")
 
+# The ops' OpOverloads, looked up once: `torch.ops.labops.softmax(...)` would walk three attributes
+# and resolve the overload on every call, a measurable share of a tiny call's host time
+# (.ci/host_time.py).
+_softmax = torch.ops.labops.softmax.default
+_cross_entropy = torch.ops.labops.cross_entropy.default
+
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim`` (numerically stable).
@@ -35,9 +41,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
                 [0.5000, 0.5000]])
     """
     check_tensor(x, "softmax", "x")
-    if isinstance(dim, bool) or not isinstance(dim, int):
+    if type(dim) is not int and (isinstance(dim, bool) or not isinstance(dim, int)):
         raise TypeError(f"labops.softmax: dim must be an int, got {type(dim).__name__}")
-    return torch.ops.labops.softmax(x, dim)
+    return _softmax(x, dim)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -64,7 +70,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "
     check_tensor(logits, "cross_entropy", "logits")
     check_tensor(target, "cross_entropy", "target")
     check_choice(reduction, CROSS_ENTROPY_REDUCTIONS, "cross_entropy", "reduction")
-    return torch.ops.labops.cross_entropy(logits, target, reduction)
+    return _cross_entropy(logits, target, reduction)
 
 
 # ---- the rules of csrc/ops/softmax_ops.h, in its words, for the fakes (torch.compile) ----

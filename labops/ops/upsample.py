@@ -33,6 +33,11 @@ __all__ = ["upsample_bilinear2d", "upsample_bilinear2d_output_size"]
 
 _OP = "upsample_bilinear2d"
 
+# The ops' OpOverloads, looked up once: `torch.ops.labops.upsample_bilinear2d(...)` would walk three attributes
+# and resolve the overload on every call, a measurable share of a tiny call's host time
+# (.ci/host_time.py).
+_upsample_bilinear2d = torch.ops.labops.upsample_bilinear2d.default
+
 
 def _positive_pair(value, arg, kind):
     """``size`` (kind int) or ``scale_factor`` (kind float), a number or a pair -> a 2-tuple of numbers > 0.
@@ -41,13 +46,20 @@ def _positive_pair(value, arg, kind):
     may be a float.
     """
     items = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    ok_type = numbers.Integral if kind is int else numbers.Real
-    if len(items) != 2 or not all(isinstance(v, ok_type) and not isinstance(v, bool) for v in items):
+    if len(items) != 2 or not (_is_number(items[0], kind) and _is_number(items[1], kind)):
         what = "an int or a pair of ints" if kind is int else "a number or a pair of numbers"
         raise ValueError(f"labops.{_OP}: {arg} must be {what}, got {value!r}")
-    if not all(v > 0 and math.isfinite(v) for v in items):
+    h, w = items
+    if not (h > 0 and w > 0 and math.isfinite(h) and math.isfinite(w)):
         raise ValueError(f"labops.{_OP}: {arg} must be positive, got {value!r}")
-    return tuple(kind(v) for v in items)
+    return kind(h), kind(w)
+
+
+def _is_number(v, kind):
+    """An int (kind int) or a real number (kind float), bool excluded."""
+    if type(v) is int or (kind is float and type(v) is float):  # the common cases, without an ABC's isinstance
+        return True
+    return isinstance(v, numbers.Integral if kind is int else numbers.Real) and not isinstance(v, bool)
 
 
 def resolve_arguments(x, size=None, scale_factor=None, align_corners=False, coordinate_mode=None):
@@ -65,7 +77,8 @@ def resolve_arguments(x, size=None, scale_factor=None, align_corners=False, coor
     """
     check_tensor(x, _OP, "x")
     _check_x(x, _OP, "x")
-    if x.shape[2] == 0 or x.shape[3] == 0:
+    shape = x.shape
+    if shape[2] == 0 or shape[3] == 0:
         raise ValueError(f"labops.{_OP}: x's height and width must be between 1 and 2^24, got {tuple(x.shape)}")
     if (size is None) == (scale_factor is None):
         raise ValueError(f"labops.{_OP}: give exactly one of size and scale_factor, got "
@@ -77,7 +90,7 @@ def resolve_arguments(x, size=None, scale_factor=None, align_corners=False, coor
         return list(_positive_pair(size, "size", int)), coordinate_mode, None, None
     scales = _positive_pair(scale_factor, "scale_factor", float)
     # F.interpolate's rule: floor(in * scale_factor), computed in double.
-    out = [math.floor(float(x.shape[2 + i]) * scales[i]) for i in range(2)]
+    out = [math.floor(float(shape[2]) * scales[0]), math.floor(float(shape[3]) * scales[1])]
     if min(out) < 1:
         raise ValueError(f"labops.{_OP}: scale_factor {scale_factor!r} must leave at least one output pixel, "
                          f"got output size {tuple(out)} from input size {tuple(x.shape[2:])}")
@@ -128,8 +141,7 @@ def upsample_bilinear2d(x: torch.Tensor, size=None, scale_factor=None, align_cor
         >>> labops.upsample_bilinear2d(x, size=(1, 4), coordinate_mode="asymmetric")
         tensor([[[[0.0000, 0.5000, 1.0000, 1.0000]]]])
     """
-    return torch.ops.labops.upsample_bilinear2d(x, *resolve_arguments(x, size, scale_factor, align_corners,
-                                                                      coordinate_mode))
+    return _upsample_bilinear2d(x, *resolve_arguments(x, size, scale_factor, align_corners, coordinate_mode))
 
 
 # ---- the rules of csrc/ops/upsample_ops.h, in its words, for the fakes (torch.compile) ----

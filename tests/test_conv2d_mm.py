@@ -239,8 +239,9 @@ def test_backward_input_op_matches_conv2d_gradient(device):
 
 def test_columns_chunking_covers_every_image(device):
     # Enough images that the columns buffer is cut into several chunks on any
-    # device (a chunk holds at most kColumnBudgetBytes: 64 MiB on the CPU, 512 MiB on a GPU).
-    # 3 (CPU) or 9 (GPU) images of 12 x H x W give chunks of 2 + 1 or 4 + 4 + 1 images.
+    # device (a chunk holds at most kColumnBudgetBytes: 1 MiB on the CPU, 512 MiB on a GPU).
+    # 9 GPU images of 12 x H x W give chunks of 4 + 4 + 1 images; on the CPU one image's
+    # columns (28 MiB) already pass the budget, so each image is cut into bands of output rows.
     n, hw = (3, 512) if device == "cpu" else (9, 1024)
     x = torch.randn(n, 12, hw // 4, hw, device=device)
     w = torch.randn(2, 12, 3, 3, device=device) / 6
@@ -254,6 +255,33 @@ def test_columns_chunking_covers_every_image(device):
     F.conv2d(xr, wr, None, 1, 1).backward(g.double())
     assert_close_scaled(gx, xr.grad, torch.float32, factor=4)
     assert_close_scaled(gw, wr.grad, torch.float32, factor=10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_column_bands_cover_every_output_row(device, dtype):
+    # One image's columns pass the CPU's 1 MiB budget, so the forward and the weight
+    # gradient unfold it a band of output rows at a time (chunk_of moves the top padding
+    # down by oh0 * stride_h). Stride, dilation and padding differ along h, and the last
+    # band is shorter than the others: 23 output rows in bands of 9 (float64) or 18 (float32).
+    randn = Seeded(device, dtype, 3).randn
+    x = randn(2, 16, 45, 61)
+    w = randn(6, 16, 3, 5) / (16 * 15) ** 0.5
+    b = randn(6)
+    s, p, d = [2, 1], [2, 1], [2, 1]
+    out = labops.conv2d_mm(x, w, b, s, p, d)
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, w, b))
+    expected = F.conv2d(xr, wr, br, s, p, d)
+    assert out.shape == expected.shape == (2, 6, 23, 59)
+    assert_close_scaled(out, expected.detach(), dtype, factor=4)
+    g = randn(*out.shape)
+    expected.backward(g.double())
+    gx = torch.ops.labops.conv2d_mm_backward_input(g, w, list(x.shape), s, p, d)
+    assert_close_scaled(gx, xr.grad, dtype, factor=4)
+    # accGradParameters accumulates scale * gradient onto what is there
+    gw, gb = torch.ones_like(w), torch.ones_like(b)
+    torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, gw, gb, s, p, d, 0.5)
+    assert_close_scaled(gw, 1 + 0.5 * wr.grad, dtype, factor=10)
+    assert_close_scaled(gb, 1 + 0.5 * br.grad, dtype, factor=10)
 
 
 def test_module_matches_nn_conv2d(device):

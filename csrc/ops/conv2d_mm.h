@@ -75,28 +75,42 @@ LABOPS_HOST_DEVICE int64_t im2col_source(const Im2colShape& s, int64_t plane, in
 }
 
 // One row of the columns: the out_w values of tap (kh, kw) at output row oh
-// of one plane (what the CPU launcher runs). Zero where the tap sees padding;
-// inside, a plain copy of the input row at unit stride, and the per-element
-// body otherwise.
+// of one plane, given the tap's range `inside` = tap_output_range(kw, ...) of
+// outputs that read inside the input row (callers compute it once per tap).
+// Zero where the tap sees padding; inside, a plain copy of the input row at
+// unit stride, and a strided gather otherwise.
 template <typename scalar_t>
 LABOPS_HOST_DEVICE void im2col_row(const Im2colShape& s, const scalar_t* x, int64_t plane, int64_t kh, int64_t kw,
-                                   int64_t oh, scalar_t* out) {
+                                   int64_t oh, conv::Range<int64_t> inside, scalar_t* out) {
   const scalar_t zero = scalar_t(0.0f);
   const int64_t ih = conv::input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
-  int64_t lo = 0, hi = 0;  // the outputs whose tap reads inside the row; none in a padding row
-  if (conv::in_bounds(ih, s.height)) {
-    const conv::Range<int64_t> r = conv::tap_output_range(kw, s.stride_w, s.pad_w, s.dilation_w, s.width, s.out_w);
-    lo = r.lo;
-    hi = r.hi;
+  if (!conv::in_bounds(ih, s.height)) {  // a padding row: all zeros
+    for (int64_t ow = 0; ow < s.out_w; ++ow) out[ow] = zero;
+    return;
   }
-  for (int64_t ow = 0; ow < lo; ++ow) out[ow] = zero;
-  if (hi > lo && s.stride_w == 1) {
-    const scalar_t* src = x + (plane * s.height + ih) * s.width + conv::input_coord<int64_t>(0, kw, 1, s.pad_w, s.dilation_w);
-    for (int64_t ow = lo; ow < hi; ++ow) out[ow] = src[ow];
-  } else if (hi > lo) {
-    for (int64_t ow = lo; ow < hi; ++ow) out[ow] = x[im2col_source(s, plane, kh, kw, oh, ow)];
+  const scalar_t* src = x + (plane * s.height + ih) * s.width;
+  for (int64_t ow = 0; ow < inside.lo; ++ow) out[ow] = zero;
+  if (s.stride_w == 1) {
+    const int64_t shift = conv::input_coord<int64_t>(0, kw, 1, s.pad_w, s.dilation_w);  // iw = ow + shift
+    for (int64_t ow = inside.lo; ow < inside.hi; ++ow) out[ow] = src[ow + shift];
+  } else {
+    for (int64_t ow = inside.lo; ow < inside.hi; ++ow) {
+      out[ow] = src[conv::input_coord(ow, kw, s.stride_w, s.pad_w, s.dilation_w)];
+    }
   }
-  for (int64_t ow = hi; ow < s.out_w; ++ow) out[ow] = zero;
+  for (int64_t ow = inside.hi; ow < s.out_w; ++ow) out[ow] = zero;
+}
+
+// One column row of tap (kh, kw) of one plane: its L = out_h * out_w values,
+// stored contiguously at `out` (what the CPU launcher runs per task). The
+// range of outputs reading inside the input along w is the same for every
+// output row, so it is computed once here instead of once per row.
+template <typename scalar_t>
+LABOPS_HOST_DEVICE void im2col_tap(const Im2colShape& s, const scalar_t* x, int64_t plane, int64_t kh, int64_t kw,
+                                   scalar_t* out) {
+  const conv::Range<int64_t> inside =
+      conv::tap_output_range(kw, s.stride_w, s.pad_w, s.dilation_w, s.width, s.out_w);
+  for (int64_t oh = 0; oh < s.out_h; ++oh, out += s.out_w) im2col_row(s, x, plane, kh, kw, oh, inside, out);
 }
 
 // One work item of the launchers: V consecutive positions p0 .. p0+V-1 of one
@@ -159,9 +173,14 @@ LABOPS_HOST_DEVICE acc_t col2im_gather(const Im2colShape& s, const scalar_t* col
   return sum;
 }
 
-// The same for a whole image row (plane, ih): sums[iw] for iw in [0, W),
-// with the (kh, kw) loops outside so the work per tap is one pass over the
-// row (what the CPU runs; the additions happen in the same order as above).
+// The same for a whole image row (plane, ih): sums[iw] for iw in [0, W)
+// (what the CPU runs). The (kh, kw) loops are outside, and for each tap the
+// loop runs over the outputs ow that read inside the row,
+// tap_output_range(kw), adding column element ow to the pixel it was copied
+// from, input_coord(ow, kw): no test or division per element, and at unit
+// stride a straight vectorizable add of two rows. Every pixel still receives
+// its terms in (kh, kw) ascending order, so the sums equal col2im_gather's
+// bit for bit.
 template <typename acc_t, typename scalar_t>
 LABOPS_HOST_DEVICE void col2im_gather_row(const Im2colShape& s, const scalar_t* col, int64_t plane, int64_t ih,
                                           acc_t* sums) {
@@ -172,9 +191,15 @@ LABOPS_HOST_DEVICE void col2im_gather_row(const Im2colShape& s, const scalar_t* 
     if (oh < 0) continue;
     for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
       const scalar_t* src = plane_col + (kh * s.kernel_w + kw) * s.col_row_stride + oh * s.out_w;
-      for (int64_t iw = 0; iw < s.width; ++iw) {
-        int64_t ow = conv::output_coord(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
-        if (ow >= 0) sums[iw] += static_cast<acc_t>(src[ow]);
+      const conv::Range<int64_t> inside =
+          conv::tap_output_range(kw, s.stride_w, s.pad_w, s.dilation_w, s.width, s.out_w);
+      if (s.stride_w == 1) {
+        const int64_t shift = conv::input_coord<int64_t>(0, kw, 1, s.pad_w, s.dilation_w);  // iw = ow + shift
+        for (int64_t ow = inside.lo; ow < inside.hi; ++ow) sums[ow + shift] += static_cast<acc_t>(src[ow]);
+      } else {
+        for (int64_t ow = inside.lo; ow < inside.hi; ++ow) {
+          sums[conv::input_coord(ow, kw, s.stride_w, s.pad_w, s.dilation_w)] += static_cast<acc_t>(src[ow]);
+        }
       }
     }
   }

@@ -101,5 +101,5 @@ def _gelu_backward_fake(grad_output, x, approximate="none"):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-# Autograd: a torch::autograd::Function in csrc/autograd.cpp (backward: tanh_backward from the saved output,
+# Autograd: a graph node built in csrc/autograd.cpp (backward: tanh_backward from the saved output,
 # gelu_backward from x).

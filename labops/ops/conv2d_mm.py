@@ -247,5 +247,5 @@ def _conv2d_mm_acc_grad_parameters_fake(grad_output, x, grad_weight, grad_bias, 
     return None
 
 
-# Autograd: a torch::autograd::Function in csrc/autograd.cpp (im2col and col2im are each other's gradient;
+# Autograd: csrc/autograd.cpp (im2col and col2im build their graph nodes by hand and are each other's gradient;
 # conv2d_mm's is conv2d_mm_backward_input and conv2d_mm_acc_grad_parameters into zeroed buffers).

@@ -64,5 +64,5 @@ def _global_avg_pool2d_backward_fake(grad_output, input_size):
     return grad_output.new_empty(input_size)
 
 
-# Autograd: a torch::autograd::Function in csrc/autograd.cpp (backward: global_avg_pool2d_backward; its own
+# Autograd: a graph node built in csrc/autograd.cpp (backward: global_avg_pool2d_backward; its own
 # backward is the forward, so double backward works).

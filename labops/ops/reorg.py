@@ -105,5 +105,5 @@ def _reorg_backward_fake(grad_output, stride=2, order="darknet"):
     return grad_output.new_empty(shape)
 
 
-# Autograd: a torch::autograd::Function in csrc/autograd.cpp (a permutation's gradient is the inverse
+# Autograd: a graph node built in csrc/autograd.cpp (a permutation's gradient is the inverse
 # permutation: reorg and reorg_backward are each other's gradient).

@@ -144,5 +144,5 @@ def _cross_entropy_backward_fake(grad_loss, logits, target, reduction):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
-# Autograd: a torch::autograd::Function in csrc/autograd.cpp (softmax_backward from the saved output,
+# Autograd: a graph node built in csrc/autograd.cpp (softmax_backward from the saved output,
 # cross_entropy_backward from the logits).

@@ -202,5 +202,5 @@ def _upsample_backward_fake(grad_output, input_size, coordinate_mode, scale_h, s
     return grad_output.new_empty(tuple(input_size))
 
 
-# Autograd: a torch::autograd::Function in csrc/autograd.cpp (the backward is the compiled deterministic
+# Autograd: a graph node built in csrc/autograd.cpp (the backward is the compiled deterministic
 # gather; the backward op's own gradient is the forward, so double backward works).

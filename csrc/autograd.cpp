@@ -22,7 +22,9 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -82,9 +84,17 @@ SymIntArrayRef last2(SymIntArrayRef sizes) { return sizes.slice(sizes.size() - 2
 using torch::autograd::Node;
 using torch::autograd::SavedVariable;
 
+// The pointer that owns a graph node: c10::intrusive_ptr<Node> since torch 2.13, std::shared_ptr<Node>
+// before (the GPU machines run 2.11). An Edge holds one, so its type says which.
+using NodePtr = std::decay_t<decltype(std::declval<torch::autograd::Edge>().function)>;
+constexpr bool kSharedNodes = std::is_same_v<NodePtr, std::shared_ptr<Node>>;
+
 template <class N>
-c10::intrusive_ptr<N> new_node(const at::Tensor& x) {
-  auto node = c10::make_intrusive<N>();
+auto new_node(const at::Tensor& x) {
+  auto node = [] {
+    if constexpr (kSharedNodes) return std::make_shared<N>();
+    else return c10::make_intrusive<N>();
+  }();
   node->set_next_edges(torch::autograd::collect_next_edges(x));
   return node;
 }

@@ -49,13 +49,20 @@ _OPS = _public_ops()
 
 
 def _lazy_op(name: str, doc: str):
-    """A stand-in for labops.<name> that builds and imports the ops on its first call."""
+    """A stand-in for labops.<name> that builds and imports the ops on its first call.
+
+    It carries the op's docstring up to its examples: doctest would otherwise collect them as
+    examples of this module (the stand-in belongs to it), where the names the op's own module
+    imports (torch) are missing. The op itself, once loaded, has them all.
+    """
 
     def op(*args, **kwargs):
         return _resolve(name)(*args, **kwargs)
 
+    lines = doc.splitlines()
+    examples = next((i for i, line in enumerate(lines) if line.strip().startswith(("Example", ">>>"))), len(lines))
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = doc
+    op.__doc__ = "\n".join(lines[:examples]).rstrip()
     op.__module__ = __name__
     return op
 

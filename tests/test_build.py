@@ -161,6 +161,22 @@ def test_dir_and_help_list_the_ops_without_building(tmp_path):
     assert "compiling" not in run.stderr and not list(tmp_path.rglob("*.so"))
 
 
+def test_stand_ins_are_not_doctests_of_labops(tmp_path):
+    """Before the build, labops.tanh is a stand-in carrying tanh's docstring. A test module that
+    reads labops.tanh at import (CI's fresh build cache) must not make doctest collect that
+    docstring as labops's, where its examples lack the names labops.ops.activation imports."""
+    run = _python("""
+        import doctest, sys
+        import labops
+        stand_in = labops.tanh, labops.global_avg_pool2d
+        found = [t.name for t in doctest.DocTestFinder().find(labops) if t.examples]
+        print(labops._OPS["tanh"][1].startswith(stand_in[0].__doc__), ">>>" in stand_in[0].__doc__, found,
+              "labops.ops" in sys.modules)
+        """, LABOPS_CACHE_DIR=str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "True False [] False"
+
+
 def test_import_labops_loads_built_ops_for_torch_ops():
     from labops import ops  # noqa: F401 (builds here if this run has not yet)
 

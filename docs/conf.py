@@ -133,9 +133,12 @@ def draw_benchmarks() -> None:
                                  timing="graph" if graph else "eager")
             fig.savefig(png, dpi=80)
         timing = ("GPU time from a CUDA graph" if graph else "eager calls from Python")
-        what = (f"`{suite}`: labops (blue) and native PyTorch (grey) as % of the copy bandwidth "
-                f"({result['copy_GBps']:.0f} GB/s), {timing}; the number right of each pair is "
-                f"labops's speedup over native. Data: `docs/benchmarks/{path.name}`.")
+        peers = sorted({name for r in result["rows"] for name in r.get("peers", {})})
+        also = f", with {' and '.join(f'“{p}”' for p in peers)} in colour where timed" if peers else ""
+        what = (f"`{suite}`: labops (blue) and native PyTorch (grey){also}, as % of the copy bandwidth "
+                f"({result['copy_GBps']:.0f} GB/s), {timing}; the numbers right of each row are "
+                f"labops's speedup over native{', then over each peer' if peers else ''}. "
+                f"Data: `docs/benchmarks/{path.name}`.")
         alt = (f"Bar chart of the {suite} benchmark: for each case, labops and native PyTorch as a "
                f"percentage of copy bandwidth on {result['device']}")
         blocks.append(f"### {suite}\n\n```{{figure}} /_generated/{png.name}\n:alt: {alt}\n:width: 100%\n\n"

@@ -8,7 +8,9 @@ Usage (on the GPU machine, from the repository root; .ci/gpu_before_after.sh run
 `rows` times every case of a benchmark suite as the `labops bench` table does (eager burst and
 CUDA-graph replay, labops and native), without the peers, and writes the rows. Running the two
 checkouts alternately, suite by suite, on the same machine is what makes their times comparable.
-`compare` prints, per case, native/labops before and after (graph replay: GPU time only, where the
+The "after" side may also be a `labops bench --json` file (same row keys, peers ignored), and
+rows are matched by (op, shape, dtype, k-th such row), so cases added since the older checkout are left out.
+`--device cpu` times eager calls only. `compare` prints, per case, native/labops before and after (graph replay: GPU time only, where the
 case can be captured) and labops' after/before time.
 """
 
@@ -19,23 +21,37 @@ import statistics
 from pathlib import Path
 
 
-def rows(suite, json_path):
+def rows(suite, json_path, device):
     import torch
 
     import labops
     from labops import bench
 
     module = importlib.import_module(f"labops.bench.{suite}")
+    cuda = device == "cuda"
     out = []
-    for case in module.cases("cuda", None):
+    for case in module.cases(device, None):
         out.append({
             "op": case.op, "shape": case.shape, "dtype": str(case.dtype).replace("torch.", ""),
-            "labops_ms": bench.time_ms(case.labops, "cuda"), "native_ms": bench.time_ms(case.native, "cuda"),
-            "labops_graph_ms": bench.graph_ms(case.labops), "native_graph_ms": bench.graph_ms(case.native),
+            "labops_ms": bench.time_ms(case.labops, device), "native_ms": bench.time_ms(case.native, device),
+            "labops_graph_ms": bench.graph_ms(case.labops) if cuda else None,
+            "native_graph_ms": bench.graph_ms(case.native) if cuda else None,
         })
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     Path(json_path).write_text(json.dumps({"labops": labops.__file__, "rows": out}, indent=1))
     print(f"{suite}: {len(out)} rows from {labops.__file__}", flush=True)
+
+
+def _by_case(rows):
+    """Rows keyed by (op, shape, dtype, k): the k-th row of that case (conv2d_mm times one
+    case against two natives, F.unfold+matmul and cuDNN, in that order in both checkouts)."""
+    keyed, seen = {}, {}
+    for row in rows:
+        case = (row["op"], row["shape"], row["dtype"])
+        seen[case] = seen.get(case, -1) + 1
+        keyed[(*case, seen[case])] = row
+    return keyed
 
 
 def compare(before_dir, after_dir):
@@ -43,10 +59,14 @@ def compare(before_dir, after_dir):
     print("|---|---|---|---|---|---|")
     changes = []
     for before_file in sorted(Path(before_dir).glob("*.json")):
-        before = json.loads(before_file.read_text())["rows"]
-        after = json.loads((Path(after_dir) / before_file.name).read_text())["rows"]
-        for b, a in zip(before, after, strict=True):
-            assert (b["op"], b["shape"], b["dtype"]) == (a["op"], a["shape"], a["dtype"])
+        after_file = Path(after_dir) / before_file.name
+        if not after_file.is_file():
+            continue
+        after = _by_case(json.loads(after_file.read_text())["rows"])
+        for case, b in _by_case(json.loads(before_file.read_text())["rows"]).items():
+            a = after.get(case)
+            if a is None:  # a case the older checkout timed and this one no longer does
+                continue
             graph = bool(b["labops_graph_ms"] and a["labops_graph_ms"] and b["native_graph_ms"])
             lab, nat = ("labops_graph_ms", "native_graph_ms") if graph else ("labops_ms", "native_ms")
             change = a[lab] / b[lab]
@@ -63,11 +83,12 @@ if __name__ == "__main__":
     one = sub.add_parser("rows")
     one.add_argument("--suite", required=True)
     one.add_argument("--json", required=True)
+    one.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     both = sub.add_parser("compare")
     both.add_argument("before")
     both.add_argument("after")
     args = parser.parse_args()
     if args.cmd == "rows":
-        rows(args.suite, args.json)
+        rows(args.suite, args.json, args.device)
     else:
         compare(args.before, args.after)

@@ -107,13 +107,16 @@ def test_backward_matches_oracle(device, dtype):
                 f"{case}: {name}: max error {err.max():.3g}, allowed there {allowed.flatten()[err.argmax()]:.3g}"
 
 
-def test_every_output_element_is_written(device):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_every_output_element_is_written(device, dtype):
     # With deterministic algorithms on, torch fills fresh allocations (outputs and the
     # reduction workspace) with NaN: an element a kernel forgets to write shows up.
+    # float16 too: the tiled CUDA kernels take tiles several columns wide, per dtype (odd widths leave
+    # columns over).
     old = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        for case, x, w, b, s, p, d in sample_inputs(device, torch.float32, seed=2):
+        for case, x, w, b, s, p, d in sample_inputs(device, dtype, seed=2):
             out = L.depthwise_conv2d(x, w, b, [s] * 2 if isinstance(s, int) else s,
                                      [p] * 2 if isinstance(p, int) else p, [d] * 2 if isinstance(d, int) else d)
             args = ([s, s] if isinstance(s, int) else list(s), [p, p] if isinstance(p, int) else list(p),

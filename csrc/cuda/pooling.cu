@@ -40,86 +40,89 @@ constexpr int kLoadsInFlight = 4;
 // chunk holding the tensor's last element. A tensor whose data pointer is
 // not 16-byte aligned takes the same kernel with one-element packs. When hw
 // is a multiple of the pack (14x14 and 56x56 planes, not 7x7) no pack is
-// shared and gap_forward_aligned_kernel skips the masks: on an H100 that took
+// shared and lane_sum_whole_packs skips the masks: on an H100 that took
 // 256x512x14x14 float32 from 82 % to 96 % of copy bandwidth (graph timing).
+// Lane `lane`'s share of plane `plane`'s sum, in general: the packs that cover
+// the plane, elements of neighbouring planes masked.
 template <typename scalar_t, int kVec, int G>
-__global__ void __launch_bounds__(G > kThreadsPerBlock ? G : kThreadsPerBlock)
-    gap_forward_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, int64_t planes, int64_t hw) {
+__device__ __forceinline__ at::opmath_type<scalar_t> lane_sum_masked(const scalar_t* __restrict__ x,
+                                                                     int64_t plane, int64_t hw, int lane) {
   using acc_t = at::opmath_type<scalar_t>;
   using P = Pack<scalar_t, kVec>;
-  constexpr int kThreads = G > kThreadsPerBlock ? G : kThreadsPerBlock;
-  constexpr int kPlanesPerBlock = kThreads / G;
-  __shared__ acc_t warp_sums[kThreads / kWarpSize];
-  const int lane = threadIdx.x % G;
-  const int group = threadIdx.x / G;
-
-  // The loop bound is the same for the whole block (group_sum may sync).
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kPlanesPerBlock; base < planes;
-       base += static_cast<int64_t>(gridDim.x) * kPlanesPerBlock) {
-    const int64_t plane = base + group;
-    acc_t sum = acc_t(0);
-    if (plane < planes) {
-      const int64_t start = plane * hw, end = start + hw;
-      const int64_t last_pack = (end - 1) / kVec;
-      for (int64_t q0 = start / kVec + lane; q0 <= last_pack; q0 += G * kLoadsInFlight) {
-        P loaded[kLoadsInFlight];
+  acc_t sum = acc_t(0);
+  const int64_t start = plane * hw, end = start + hw;
+  const int64_t last_pack = (end - 1) / kVec;
+  for (int64_t q0 = start / kVec + lane; q0 <= last_pack; q0 += G * kLoadsInFlight) {
+    P loaded[kLoadsInFlight];
 #pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
-          if (q0 + u * G <= last_pack) loaded[u] = load_pack<kVec>(x, q0 + u * G);
-        }
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      if (q0 + u * G <= last_pack) loaded[u] = load_pack<kVec>(x, q0 + u * G);
+    }
 #pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
-          const int64_t first_elem = (q0 + u * G) * kVec;
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int64_t first_elem = (q0 + u * G) * kVec;
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) {
-            const int64_t e = first_elem + j;
-            if (q0 + u * G <= last_pack && e >= start && e < end) {
-              sum = pooling::gap_accumulate(sum, loaded[u].val[j]);
-            }
-          }
-        }
+      for (int j = 0; j < kVec; ++j) {
+        const int64_t e = first_elem + j;
+        if (q0 + u * G <= last_pack && e >= start && e < end) sum = pooling::gap_accumulate(sum, loaded[u].val[j]);
       }
     }
-    sum = group_sum<G>(sum, warp_sums);
-    if (lane == 0 && plane < planes) y[plane] = static_cast<scalar_t>(pooling::gap_mean(sum, hw));
   }
+  return sum;
 }
 
-// The same groups when every plane starts on a pack boundary (hw a multiple
-// of kVec, the common case: 14x14 and 56x56 planes): each pack belongs to one
-// plane, so no element is masked, and pack indices are index_t (32-bit when
-// the tensor allows). Fewer registers than gap_forward_kernel, so twice the
-// warps per multiprocessor keep loads in flight.
+// The same share when every plane starts on a pack boundary (hw a multiple of
+// kVec, the common case: 14x14 and 56x56 planes): each pack belongs to one
+// plane, so nothing is masked, and pack indices are index_t (32-bit when the
+// tensor allows). Fewer registers, so twice the warps per multiprocessor keep
+// loads in flight.
 template <typename scalar_t, int kVec, int G, typename index_t>
-__global__ void __launch_bounds__(G > kThreadsPerBlock ? G : kThreadsPerBlock)
-    gap_forward_aligned_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, index_t planes,
-                               index_t packs_per_plane, int64_t hw) {
+__device__ __forceinline__ at::opmath_type<scalar_t> lane_sum_whole_packs(const scalar_t* __restrict__ x,
+                                                                          index_t plane, index_t packs_per_plane,
+                                                                          int lane) {
   using acc_t = at::opmath_type<scalar_t>;
   using P = Pack<scalar_t, kVec>;
+  acc_t sum = acc_t(0);
+  const index_t first = plane * packs_per_plane;
+  for (index_t q = lane; q < packs_per_plane; q += G * kLoadsInFlight) {
+    P loaded[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      if (q + u * G < packs_per_plane) loaded[u] = load_pack<kVec>(x, first + q + u * G);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      if (q + u * G < packs_per_plane) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum = pooling::gap_accumulate(sum, loaded[u].val[j]);
+      }
+    }
+  }
+  return sum;
+}
+
+// Groups of G lanes per plane (Note [plane groups]); kWholePacks picks
+// lane_sum_whole_packs (hw % kVec == 0) over lane_sum_masked.
+template <typename scalar_t, int kVec, int G, typename index_t, bool kWholePacks>
+__global__ void __launch_bounds__(G > kThreadsPerBlock ? G : kThreadsPerBlock)
+    gap_forward_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, index_t planes, int64_t hw) {
+  using acc_t = at::opmath_type<scalar_t>;
   constexpr int kThreads = G > kThreadsPerBlock ? G : kThreadsPerBlock;
   constexpr int kPlanesPerBlock = kThreads / G;
   __shared__ acc_t warp_sums[kThreads / kWarpSize];
   const int lane = threadIdx.x % G;
   const int group = threadIdx.x / G;
+  const index_t packs_per_plane = static_cast<index_t>(hw / kVec);  // used when kWholePacks
+  // The loop bound is the same for the whole block (group_sum may sync).
   for (index_t base = static_cast<index_t>(blockIdx.x) * kPlanesPerBlock; base < planes;
        base += static_cast<index_t>(gridDim.x) * kPlanesPerBlock) {
     const index_t plane = base + group;
     acc_t sum = acc_t(0);
     if (plane < planes) {
-      const index_t first = plane * packs_per_plane;
-      for (index_t q = lane; q < packs_per_plane; q += G * kLoadsInFlight) {
-        P loaded[kLoadsInFlight];
-#pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
-          if (q + u * G < packs_per_plane) loaded[u] = load_pack<kVec>(x, first + q + u * G);
-        }
-#pragma unroll
-        for (int u = 0; u < kLoadsInFlight; ++u) {
-          if (q + u * G < packs_per_plane) {
-#pragma unroll
-            for (int j = 0; j < kVec; ++j) sum = pooling::gap_accumulate(sum, loaded[u].val[j]);
-          }
-        }
+      if constexpr (kWholePacks) {
+        sum = lane_sum_whole_packs<scalar_t, kVec, G>(x, plane, packs_per_plane, lane);
+      } else {
+        sum = lane_sum_masked<scalar_t, kVec, G>(x, static_cast<int64_t>(plane), hw, lane);
       }
     }
     sum = group_sum<G>(sum, warp_sums);
@@ -175,14 +178,14 @@ void launch_forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, 
     const int64_t packs_per_plane = hw / kVec;
     // The grid loop's last step may pass the plane count by one grid of planes.
     if (fits_int32((planes + blocks * kPlanesPerBlock) * packs_per_plane)) {
-      gap_forward_aligned_kernel<scalar_t, kVec, G, uint32_t><<<blocks, kThreads, 0, stream>>>(
-          x, y, static_cast<uint32_t>(planes), static_cast<uint32_t>(packs_per_plane), hw);
+      gap_forward_kernel<scalar_t, kVec, G, uint32_t, true>
+          <<<blocks, kThreads, 0, stream>>>(x, y, static_cast<uint32_t>(planes), hw);
     } else {
-      gap_forward_aligned_kernel<scalar_t, kVec, G, uint64_t><<<blocks, kThreads, 0, stream>>>(
-          x, y, static_cast<uint64_t>(planes), static_cast<uint64_t>(packs_per_plane), hw);
+      gap_forward_kernel<scalar_t, kVec, G, uint64_t, true>
+          <<<blocks, kThreads, 0, stream>>>(x, y, static_cast<uint64_t>(planes), hw);
     }
   } else {
-    gap_forward_kernel<scalar_t, kVec, G><<<blocks, kThreads, 0, stream>>>(x, y, planes, hw);
+    gap_forward_kernel<scalar_t, kVec, G, int64_t, false><<<blocks, kThreads, 0, stream>>>(x, y, planes, hw);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

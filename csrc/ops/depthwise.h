@@ -291,34 +291,61 @@ LABOPS_HOST_DEVICE int64_t spread_coord(int64_t o, int64_t k, int64_t s, int64_t
 // taps - 1 - t: (kH-1-kh)*kW + (kW-1-kw) = kH*kW - 1 - (kh*kW + kw).
 LABOPS_HOST_DEVICE int64_t flipped_tap(int64_t t, int64_t taps) { return taps - 1 - t; }
 
+// At stride 1 the identity needs no spreading: q(o) = o + (K-1)*d - p, so
+// updateGradInput is the forward's correlation, kernel flipped, over
+// grad_output padded by (K-1)*d - p. With multiplier 1 (one output channel per
+// input channel) that is a forward with this geometry: grad_output as the
+// input, grad_input as the output. The tiled CUDA backward-input uses it.
+LABOPS_HOST_DEVICE bool gather_is_flipped_forward(const Geometry& g) {
+  return g.stride_h == 1 && g.stride_w == 1 && g.multiplier == 1 && g.pad_h <= (g.k_h - 1) * g.dil_h &&
+         g.pad_w <= (g.k_w - 1) * g.dil_w;
+}
+LABOPS_HOST_DEVICE Geometry flipped_forward_geometry(const Geometry& g) {
+  Geometry f = g;
+  f.in_h = g.out_h;
+  f.in_w = g.out_w;
+  f.out_h = g.in_h;
+  f.out_w = g.in_w;
+  f.pad_h = (g.k_h - 1) * g.dil_h - g.pad_h;
+  f.pad_w = (g.k_w - 1) * g.dil_w - g.pad_w;
+  return f;
+}
+
 // ---- the tiled CUDA kernels' helpers -----------------------------------------------
 
 // Note [row reuse in a tile]
-// A tiled CUDA thread computes V outputs oh0 .. oh0+V-1 down one column
-// (dilation 1, stride SH, KH taps). Output oh0 + v reads input rows
-// input_coord(oh0 + v, kh) = tile_first_row + v*SH + kh, so the tile reads the
-// tile_rows(V, SH, KH) = (V-1)*SH + KH rows from tile_first_row on, and row r of
-// them serves output v through tap kh = tile_tap(r, v, SH) when 0 <= kh < KH.
-// Each row's KW inputs are loaded once and reused by every output that reads it.
+// A tiled CUDA thread computes a tile of V x U outputs: rows oh0 .. oh0+V-1 of
+// columns ow0 .. ow0+U-1 (dilation 1, stride (SH, SW), KH x KW taps). Output
+// row oh0 + v reads input rows first_row + v*SH + kh, so the tile reads the
+// tile_span(V, SH, KH) = (V-1)*SH + KH rows from first_row on, and row r of
+// them serves output row v through tap kh = tile_tap(r, v, SH) when
+// 0 <= kh < KH. Columns work the same way: each of those rows is loaded once
+// as a span of tile_span(U, SW, KW) inputs, and tap kw of output column u is
+// element u*SW + kw of it (span_element). Every input the tile reads is loaded
+// once and reused by every output of the tile that reads it: per output,
+// (tile_span(V,SH,KH) * tile_span(U,SW,KW)) / (V*U) loads instead of KH*KW.
 
-// The thread's (plane, tile, column): flat = (plane * tiles + tile) * width + col.
+// The thread's tile: flat = (plane * row_tiles + row_tile) * col_tiles + col_tile.
 struct TileIndex {
-  int col, tile, plane;
+  int col_tile, row_tile, plane;
 };
-LABOPS_HOST_DEVICE TileIndex tile_index(int flat, int width, int tiles) {
-  const Split<int> row = split_index(flat, width);
-  const Split<int> pt = split_index(row.outer, tiles);
+LABOPS_HOST_DEVICE TileIndex tile_index(int flat, int col_tiles, int row_tiles) {
+  const Split<int> row = split_index(flat, col_tiles);
+  const Split<int> pt = split_index(row.outer, row_tiles);
   return {row.inner, pt.inner, pt.outer};
 }
 
-// First output (or input) row of tile `tile` of V rows.
-LABOPS_HOST_DEVICE int tile_first(int tile, int v) { return tile * v; }
+// First output (or input) row or column of tile `tile` of `size` rows or columns.
+LABOPS_HOST_DEVICE int tile_first(int tile, int size) { return tile * size; }
 
-// Input rows a tile of V outputs reads.
-LABOPS_HOST_DEVICE constexpr int tile_rows(int v, int sh, int kh) { return (v - 1) * sh + kh; }
+// Input rows (columns) read by a tile of `size` output rows (columns), stride s, k taps.
+LABOPS_HOST_DEVICE constexpr int tile_span(int size, int s, int k) { return (size - 1) * s + k; }
 
-// The tap through which tile row r serves the tile's output v (may be out of [0, KH)).
+// The tap through which span row r serves the tile's output row v (may be out of [0, KH)).
 LABOPS_HOST_DEVICE int tile_tap(int r, int v, int sh) { return r - v * sh; }
+
+// The span element that tap kw of the tile's output column u reads.
+LABOPS_HOST_DEVICE constexpr int span_element(int u, int kw, int sw) { return u * sw + kw; }
 
 // Note [split reductions]
 // The CUDA weight and bias gradients split each channel's reduction over

@@ -10,6 +10,7 @@ best of --repeats bursts of --calls calls; on CUDA the burst ends with one
 synchronize (tiny kernels: the host is the bottleneck, the queue never fills).
 
 Usage: PYTHONPATH=. python .ci/host_time.py [--device cpu|cuda|all] [--json PATH]
+       PYTHONPATH=. python .ci/host_time.py --device cuda --ops conv2d_mm --profile fwd   (where the time goes)
 """
 
 from __future__ import annotations
@@ -98,6 +99,29 @@ def measure(device, calls, repeats, ops=None):
                    "native": native_name, "native_us": round(b, 2), "ratio": round(a / b, 2)}
 
 
+def profile_host(device, ops, mode, calls=200):
+    """torch.profiler over `calls` eager calls of each op in `mode`, labops then native: which host
+    work (ATen ops, CUDA runtime calls such as a synchronizing copy) each call pays for."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    for name, mine, native, native_name, inputs, diff in _cases(device):
+        if name not in ops:
+            continue
+        for who, fn in (("labops", mine), (native_name, native)):
+            step = _steps(fn, inputs, diff)[mode]
+            for _ in range(50):
+                step()
+            sync()
+            with profile(activities=activities) as prof:
+                for _ in range(calls):
+                    step()
+                sync()
+            print(f"\n### {name} {mode}, {who}: {calls} calls on {device}")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
+
+
 def _commit():
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -116,6 +140,8 @@ def main(argv=None):
                          "region on a busy machine costs milliseconds that are not host time)")
     ap.add_argument("--ops", nargs="*", help="only these ops (names as in the table)")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--profile", metavar="MODE", choices=["fwd", "fwd rg", "fwd+bwd"],
+                    help="instead of timing, print a torch.profiler table per op of --ops in this mode")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
@@ -123,6 +149,10 @@ def main(argv=None):
         if args.device == "cuda":
             sys.exit("host_time: no CUDA device")
         devices.remove("cuda")
+    if args.profile:
+        for device in devices:
+            profile_host(device, args.ops or [name for name, *_ in _cases(device)], args.profile)
+        return
     meta = {"torch": torch.__version__, "commit": _commit(), "python": platform.python_version(),
             "threads": torch.get_num_threads(), "calls": args.calls, "repeats": args.repeats,
             "cpu": platform.processor() or platform.machine(),

@@ -1,18 +1,44 @@
 #!/usr/bin/env bash
-# Compile every csrc/cuda/*.cu for sm_90 against a CUDA build of torch, on a
-# machine without a GPU, to catch compile errors before spending GPU time.
-# Usage: .ci/check_cuda_compiles.sh [file.cu ...]   (TORCH_CUDA_PYTHON picks the venv)
+# Compile every csrc/cuda/*.cu for sm_90 on a machine without a GPU or a CUDA toolkit, to catch
+# compile errors (and register spills: -warn-spills) before spending GPU time.
+# Usage: bash .ci/check_cuda_compiles.sh [file.cu ...]
+#   nvcc: $NVCC, else nvcc on PATH, else NVIDIA's pip wheels (nvcc, nvvm, crt, runtime, cccl;
+#         about 130 MB, downloaded once into $CUDA_WHEELS_DIR, default /tmp/cuda-wheels).
+#   torch headers: those of the GPU machines' torch (2.11, the wheel .ci/check_old_torch_headers.sh
+#         downloads into $TORCH_HEADERS_DIR): the CPU wheel CI installs lacks some CUDA headers.
 set -euo pipefail
-py=${TORCH_CUDA_PYTHON:-/opt/venv-cuda/bin/python}
-inc=$("$py" -c "import torch, os; print(os.path.dirname(torch.__file__) + '/include')")
-pyinc=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+version=${TORCH_VERSION:-2.11.0}
+tdir=${TORCH_HEADERS_DIR:-/tmp/torch-$version}
+if [ ! -d "$tdir/torch/include" ]; then
+  mkdir -p "$tdir"
+  python3 -m pip download "torch==$version" --no-deps -d "$tdir" >/dev/null
+  (cd "$tdir" && unzip -q -o torch-"$version"-*.whl 'torch/include/*')
+fi
+inc=$tdir/torch/include
+cuda_inc=()
+nvcc=${NVCC:-$(command -v nvcc || true)}
+if [ -z "$nvcc" ]; then
+  wheels=${CUDA_WHEELS_DIR:-/tmp/cuda-wheels}
+  if [ ! -x "$wheels/nvidia/cu13/bin/nvcc" ]; then
+    mkdir -p "$wheels"
+    python3 -m pip download --no-deps -d "$wheels" nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-crt \
+      nvidia-cuda-runtime nvidia-cuda-cccl >/dev/null
+    for w in "$wheels"/*.whl; do (cd "$wheels" && unzip -q -o "$w" 'nvidia/*'); done
+    chmod +x "$wheels"/nvidia/cu13/bin/* "$wheels"/nvidia/cu13/nvvm/bin/*
+  fi
+  nvcc=$wheels/nvidia/cu13/bin/nvcc
+  cuda_inc=(-I"$wheels/nvidia/cu13/include" -I"$wheels/nvidia/cu13/include/cccl")
+fi
+pyinc=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 out=$(mktemp -d)
 files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(csrc/cuda/*.cu)
 for f in "${files[@]}"; do
   echo "== $f"
-  nvcc -c "$f" -o "$out/$(basename "$f").o" -std=c++20 -O3 --expt-relaxed-constexpr -arch=sm_90 \
-    -Xptxas -warn-spills -I"$inc" -I"$inc/torch/csrc/api/include" -I"$pyinc" -Xcompiler -fPIC
+  "$nvcc" -c "$f" -o "$out/$(basename "$f").o" -std=c++20 -O3 --expt-relaxed-constexpr -arch=sm_90 \
+    -Xptxas -warn-spills "${cuda_inc[@]}" -I"$inc" -I"$inc/torch/csrc/api/include" -I"$pyinc" -Xcompiler -fPIC \
+    2>&1 | grep -v "Warning: The .* is deprecated" || true
+  [ -f "$out/$(basename "$f").o" ] || { echo "FAILED: $f"; rm -rf "$out"; exit 1; }
 done
 rm -rf "$out"
 echo "all compiled"

@@ -39,9 +39,11 @@ constexpr int kLoadsInFlight = 4;
 // the elements that belong to its neighbours. Reads stay inside the 16-byte
 // chunk holding the tensor's last element. A tensor whose data pointer is
 // not 16-byte aligned takes the same kernel with one-element packs. When hw
-// is a multiple of the pack (14x14 and 56x56 planes, not 7x7) no pack is
-// shared and lane_sum_whole_packs skips the masks: on an H100 that took
+// is a multiple of the pack (float32 14x14 and 56x56 planes; in float16,
+// 8-element packs, 56x56 but not 14x14) no pack is shared and
+// lane_sum_whole_packs skips the masks: on an H100 that took
 // 256x512x14x14 float32 from 82 % to 96 % of copy bandwidth (graph timing).
+
 // Lane `lane`'s share of plane `plane`'s sum, in general: the packs that cover
 // the plane, elements of neighbouring planes masked.
 template <typename scalar_t, int kVec, int G>
@@ -72,8 +74,8 @@ __device__ __forceinline__ at::opmath_type<scalar_t> lane_sum_masked(const scala
 }
 
 // The same share when every plane starts on a pack boundary (hw a multiple of
-// kVec, the common case: 14x14 and 56x56 planes): each pack belongs to one
-// plane, so nothing is masked, and pack indices are index_t (32-bit when the
+// kVec: float32 14x14 and 56x56 planes, float16 56x56): each pack belongs
+// to one plane, so nothing is masked, and pack indices are index_t (32-bit when the
 // tensor allows). Fewer registers, so twice the warps per multiprocessor keep
 // loads in flight.
 template <typename scalar_t, int kVec, int G, typename index_t>

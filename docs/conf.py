@@ -40,7 +40,7 @@ extensions = [
 # MathJax from _static/mathjax/ (copied there by sphinx-mathjax-offline), never from a CDN.
 mathjax_path = "mathjax/tex-chtml.js"
 
-exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "README.md"]
+exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "README.md", "benchmarks/**"]  # benchmarks/: data (JSON, comparison tables), drawn by draw_benchmarks
 if not (ROOT / "labops" / "rtc.py").exists():  # labops.rtc is optional: its page only when it exists
     exclude_patterns.append("api/rtc.rst")
 

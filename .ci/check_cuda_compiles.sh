@@ -4,17 +4,11 @@
 # Usage: bash .ci/check_cuda_compiles.sh [file.cu ...]
 #   nvcc: $NVCC, else nvcc on PATH, else NVIDIA's pip wheels (nvcc, nvvm, crt, runtime, cccl;
 #         about 130 MB, downloaded once into $CUDA_WHEELS_DIR, default /tmp/cuda-wheels).
-#   torch headers: those of the GPU machines' torch (2.11, the wheel .ci/check_old_torch_headers.sh
+#   torch headers: those of the GPU machines' torch (2.11, the wheel .ci/torch_headers.sh
 #         downloads into $TORCH_HEADERS_DIR): the CPU wheel CI installs lacks some CUDA headers.
 set -euo pipefail
-version=${TORCH_VERSION:-2.11.0}
-tdir=${TORCH_HEADERS_DIR:-/tmp/torch-$version}
-if [ ! -d "$tdir/torch/include" ]; then
-  mkdir -p "$tdir"
-  python3 -m pip download "torch==$version" --no-deps -d "$tdir" >/dev/null
-  (cd "$tdir" && unzip -q -o torch-"$version"-*.whl 'torch/include/*')
-fi
-inc=$tdir/torch/include
+source "$(dirname "$0")/torch_headers.sh"
+inc=$(torch_headers "${TORCH_VERSION:-2.11.0}")
 cuda_inc=()
 nvcc=${NVCC:-$(command -v nvcc || true)}
 if [ -z "$nvcc" ]; then

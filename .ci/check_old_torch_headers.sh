@@ -5,13 +5,8 @@
 # Usage: bash .ci/check_old_torch_headers.sh [version]   (downloads that torch's wheel once, ~530 MB)
 set -euo pipefail
 version=${1:-2.11.0}
-dir=${TORCH_HEADERS_DIR:-/tmp/torch-$version}
-if [ ! -d "$dir/torch/include" ]; then
-  mkdir -p "$dir"
-  python3 -m pip download "torch==$version" --no-deps -d "$dir" >/dev/null
-  (cd "$dir" && unzip -q -o torch-"$version"-*.whl 'torch/include/*')
-fi
-inc=$dir/torch/include
+source "$(dirname "$0")/torch_headers.sh"
+inc=$(torch_headers "$version")
 py=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 status=0
 for f in csrc/*.cpp csrc/cpu/*.cpp; do

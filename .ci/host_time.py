@@ -156,7 +156,7 @@ def main(argv=None):
             profile_host(device, args.ops or [name for name, *_ in _cases(device)], args.profile)
         return
     meta = {"torch": torch.__version__, "commit": _commit(), "python": platform.python_version(),
-            "threads": torch.get_num_threads(), "calls": args.calls, "repeats": args.repeats,
+            "threads": torch.get_num_threads(), "calls": args.calls, "repeats": args.repeats, "bursts": "alternating",
             "cpu": platform.processor() or platform.machine(),
             "gpu": torch.cuda.get_device_name() if "cuda" in devices else None}
     print(f"host time per call, µs (best of {args.repeats} x {args.calls} calls); torch {meta['torch']}, "

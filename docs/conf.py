@@ -116,6 +116,38 @@ def _caption(result: dict, what: str) -> str:
             f"{result.get('date', 'date not recorded')}.")
 
 
+def host_time_tables(folder: Path) -> str:
+    """docs/benchmarks/host_time/{cuda,cpu}.json (.ci/host_time.py --json) -> one MyST table per device."""
+    parts = []
+    for name, where in (("cuda.json", "on the GPU machine's host"), ("cpu.json", "on the CPU")):
+        path = folder / name
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        meta, rows = data["meta"], data["rows"]
+        modes = list(dict.fromkeys(r["mode"] for r in rows))
+        ops = list(dict.fromkeys((r["op"], r["native"]) for r in rows))
+        cell = {(r["op"], r["mode"]): r for r in rows}
+        lines = ["| op | native | " + " | ".join(modes) + " |", "|---|---|" + "---|" * len(modes)]
+        for op, native in ops:
+            cells = [f"{cell[op, m]['labops_us']:.1f} / {cell[op, m]['native_us']:.1f} ({cell[op, m]['ratio']:.2f})"
+                     for m in modes]
+            lines.append(f"| `{op}` | `{native}` | " + " | ".join(cells) + " |")
+        device = meta.get("gpu") or meta.get("cpu")
+        order = ("labops's and native's bursts alternating" if meta.get("bursts") == "alternating"
+                 else "labops's bursts, then native's")
+        parts.append(f"### {where}\n\n" + "\n".join(lines) + f"\n\nMicroseconds per call, labops / native "
+                     f"(labops's time over native's); best of {meta['repeats']} bursts of {meta['calls']} calls "
+                     f"each, {order}; {device}, torch {meta['torch']}. "
+                     f"Data: `docs/benchmarks/host_time/{name}`.\n")
+    if not parts:
+        return ""
+    return ("## Host time per eager call\n\nOn tiny inputs the kernels cost next to nothing, so these times are "
+            "the host's work per call: the Python face, the dispatcher, the autograd node, allocation, launches. "
+            "*fwd*: no input requires grad; *fwd rg*: the input requires grad, so the graph is built; *fwd+bwd*: "
+            "forward and `torch.autograd.grad`. Made with `.ci/host_time.py`.\n\n" + "\n".join(parts))
+
+
 def draw_benchmarks() -> None:
     """docs/benchmarks/*.json and docs/roofline_cuda.json -> PNGs and a MyST snippet in docs/_generated/."""
     from labops import viz
@@ -157,6 +189,7 @@ def draw_benchmarks() -> None:
                "intensity, under the copy-bandwidth slope and the matmul peaks")
         blocks.insert(0, f"## The roofline\n\n```{{figure}} /_generated/{png.name}\n:alt: {alt}\n"
                          f":width: 90%\n\n{_caption(result, what)}\n```\n\n## Each suite\n")
+    blocks.append(host_time_tables(DOCS / "benchmarks" / "host_time"))
     snippet = gen / "benchmarks.md"
     text = "\n".join(blocks)
     if not snippet.exists() or snippet.read_text() != text:

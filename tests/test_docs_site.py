@@ -143,3 +143,14 @@ def test_benchmark_figures_are_drawn_with_their_device_and_date():
         result = json.loads(path.read_text())
         assert f"bench_{path.stem}.png" in html
         assert result["device"] in html and result["torch"] in html and result["date"] in html
+
+
+def test_host_time_tables_show_every_committed_row():
+    html = (SITE / "performance.html").read_text()
+    assert "Host time per eager call" in html
+    for path in sorted((ROOT / "docs" / "benchmarks" / "host_time").glob("c*.json")):
+        if "_" in path.stem:  # an older checkout's table, kept as data
+            continue
+        for row in json.loads(path.read_text())["rows"]:
+            cell = f"{row['labops_us']:.1f} / {row['native_us']:.1f} ({row['ratio']:.2f})"
+            assert cell in html, f"{path.name}: {row['op']} {row['mode']} not on the page"

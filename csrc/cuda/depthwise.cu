@@ -30,6 +30,12 @@ namespace {
 using namespace ops::depthwise;  // the layer's bodies and named index helpers
 
 constexpr int kTileRows = 4;  // output rows per tiled thread (Note [tiled kernels])
+// Output columns per tiled thread. One-column tiles were bound by their loads
+// and conversions, not by the memory (a float16 plane took as long as a
+// float32 one); two columns read a 3-tap row with four loads instead of six,
+// and on an H100 cut the forward's time by a fifth to a third in float32 and
+// float16 (four columns for 2-byte types were slower than two).
+constexpr int kTileCols = 2;
 
 // ---------------------------------------------------------------- generic ----
 
@@ -107,21 +113,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // ------------------------------------------------------------------ tiled ----
 // Note [tiled kernels]
 // Templated on the kernel size and stride. A thread computes a tile of
-// kTileRows x tile_cols<scalar_t>() outputs, so each input it loads serves
+// kTileRows x kTileCols outputs, so each input it loads serves
 // every output of the tile that reads it, from registers (Note [row reuse in
 // a tile], ops/depthwise.h); the weights sit in registers; neighbouring
 // threads take neighbouring tiles of a row (coalesced loads; the overlap
 // between their spans hits L1); and the index arithmetic (divisions) is paid
 // once per tile, in 32-bit.
-
-// Columns per tile. One-column tiles were bound by their loads and
-// conversions, not by the memory (a float16 plane took as long as a float32
-// one); two columns read a 3-tap row with four loads instead of six, and on an
-// H100 cut the forward's time by a fifth to a third in float32 and float16.
-template <typename scalar_t>
-constexpr int tile_cols() {
-  return 2;
-}
 
 // Row reuse for a tile of V x U outputs whose top-left output is (oh0, ow0)
 // (Note [row reuse in a tile]): each of the tile's input rows is loaded once
@@ -336,16 +333,23 @@ at::Tensor workspace(int64_t n) {
                             .device(at::kCUDA, c10::cuda::current_device()));
 }
 
+// How the tiled kernels cover g's output planes: row_tiles x col_tiles tiles each.
+struct OutputTiles {
+  int64_t rows, cols;
+};
+OutputTiles output_tiles(const Geometry& g) {
+  return {ceil_div<int64_t>(g.out_h, kTileRows), ceil_div<int64_t>(g.out_w, kTileCols)};
+}
+
 // The tiled forward for g, if one exists for its kernel size and stride.
 template <bool kFlipped, typename scalar_t>
 bool launch_forward_tiled(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
                           const Geometry& g, cudaStream_t stream) {
   return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-    constexpr int cols = tile_cols<scalar_t>();
-    const int64_t row_tiles = ceil_div<int64_t>(g.out_h, kTileRows), col_tiles = ceil_div<int64_t>(g.out_w, cols);
-    const int64_t total = g.batch * g.out_channels * row_tiles * col_tiles;
-    forward_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, cols, kFlipped>
-        <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(x, w, bias, out, g, int(row_tiles), int(col_tiles),
+    const OutputTiles tiles = output_tiles(g);
+    const int64_t total = g.batch * g.out_channels * tiles.rows * tiles.cols;
+    forward_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, kTileCols, kFlipped>
+        <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(x, w, bias, out, g, int(tiles.rows), int(tiles.cols),
                                                              total);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -400,15 +404,14 @@ struct DepthwiseLauncher {
     at::Tensor partial;
     int64_t splits = 1;
     const bool tiled = dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-      constexpr int cols = tile_cols<scalar_t>();
-      const int64_t row_tiles = ceil_div<int64_t>(g.out_h, kTileRows), col_tiles = ceil_div<int64_t>(g.out_w, cols);
-      const int64_t items = g.batch * row_tiles * col_tiles;
+      const OutputTiles tiles = output_tiles(g);
+      const int64_t items = g.batch * tiles.rows * tiles.cols;
       splits = splits_for(g.out_channels, items);
       const int64_t chunk = ceil_div<int64_t>(items, splits);
       partial = workspace<acc_t>(g.out_channels * splits * g.taps());
-      backward_weight_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, cols>
+      backward_weight_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, kTileCols>
           <<<dim3(g.out_channels, splits), kThreadsPerBlock, 0, stream>>>(
-              grad_out, x, partial.mutable_data_ptr<acc_t>(), g, int(row_tiles), int(col_tiles), int(items),
+              grad_out, x, partial.mutable_data_ptr<acc_t>(), g, int(tiles.rows), int(tiles.cols), int(items),
               int(chunk));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });

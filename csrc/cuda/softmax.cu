@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include <ATen/OpMathType.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
@@ -451,12 +451,34 @@ __global__ void __launch_bounds__(long_threads<scalar_t>())
 }
 
 // Sets *bad when any target lies outside [0, classes) (see Note
-// [cross-entropy target check]): reads only the N targets, so the host's wait
-// for it is short and the forward kernel after it is queued behind no sync.
+// [cross-entropy target check]): reads only the N targets, so the host, which
+// waits for it and not for the loss kernel queued behind it, waits briefly.
 __global__ void find_bad_target(const int64_t* __restrict__ target, int64_t n, int64_t classes, int* bad) {
   LABOPS_KERNEL_LOOP(i, n) {
     if (!target_in_range(target[i], classes)) *bad = 1;
   }
+}
+
+// The flag find_bad_target raises, one per host thread and device: a word of
+// pinned host memory mapped into the GPU's address space (the kernel writes it
+// in place, the host reads it with a load), and the event after the check.
+// Per thread, so concurrent callers never share a flag; created on first use
+// and kept for the thread's life (a few bytes).
+struct TargetFlag {
+  int* host = nullptr;
+  int* device = nullptr;  // the same word, as the GPU addresses it
+  cudaEvent_t checked = nullptr;
+};
+TargetFlag& target_flag(int device) {
+  thread_local std::vector<TargetFlag> per_device;
+  if (per_device.size() <= static_cast<size_t>(device)) per_device.resize(device + 1);
+  TargetFlag& f = per_device[device];
+  if (f.host == nullptr) {
+    C10_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&f.host), sizeof(int), cudaHostAllocMapped));
+    C10_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&f.device), f.host, 0));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&f.checked, cudaEventDisableTiming));
+  }
+  return f;
 }
 
 // ---- strided rows (dim is not the last): one thread per row ----
@@ -683,25 +705,28 @@ struct SoftmaxLauncher {
   }
 
   // Note [cross-entropy target check]
-  // Targets are validated without a device-side assert: find_bad_target sets
-  // a flag for a target outside [0, C), the host reads the flag and the entry
-  // point raises ValueError; the CUDA context stays usable. The check runs
-  // before the forward kernel, not after it: the host then waits only for a
-  // read of N integers, and launches the forward (and, in training, the
-  // backward) while the GPU is still busy, instead of leaving the GPU idle
-  // from the end of the forward until the host's next launch arrives.
-  // The kernels still never read logits at an out-of-range target (they write
-  // NaN there), so calling them without the check cannot read out of bounds.
+  // Targets are validated without a device-side assert: find_bad_target
+  // raises a flag for a target outside [0, C), the host reads the flag and the
+  // entry point raises ValueError; the CUDA context stays usable. The flag is
+  // a word of pinned host memory that the GPU writes directly (TargetFlag), so
+  // the check costs one launch: no zeroing kernel, no device-to-host copy. The
+  // loss kernel is queued right behind the check, and the host then waits on
+  // an event recorded between the two: it waits only for a read of N
+  // integers, while the GPU goes on with the loss (and, in training, the
+  // backward the host launches next) instead of idling until the host's next
+  // launch arrives. The kernels never read logits at an out-of-range target
+  // (they write NaN there), so running the loss before the verdict is safe.
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
   static bool cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss, int64_t n,
                                     int64_t c) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     constexpr int kVec = vec_width<scalar_t>();
     const RowGeometry geo{n, c, 1};
-    at::Tensor bad = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, c10::cuda::current_device()));
-    find_bad_target<<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(target, n, c, bad.mutable_data_ptr<int>());
+    TargetFlag& bad = target_flag(c10::cuda::current_device());
+    *bad.host = 0;  // this thread's last check finished: it waited on bad.checked
+    find_bad_target<<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(target, n, c, bad.device);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (bad.item<int>() != 0) return false;  // waits: the price of a ValueError instead of an assert
+    C10_CUDA_CHECK(cudaEventRecord(bad.checked, stream));
     const bool aligned = is_aligned(logits);
     constexpr int kLoads = max_loads<scalar_t>(1);
     // The forward only reads: with a lane per 16 bytes of a 128-class row it
@@ -721,7 +746,9 @@ struct SoftmaxLauncher {
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }
-    return true;
+    // Waits: the price of a ValueError instead of an assert (no graph capture of this op).
+    C10_CUDA_CHECK(cudaEventSynchronize(bad.checked));
+    return *static_cast<volatile int*>(bad.host) == 0;
   }
 
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>

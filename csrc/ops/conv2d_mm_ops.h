@@ -153,12 +153,21 @@ inline Im2colShape chunk_of(Im2colShape s, int64_t images, int64_t oh0, int64_t 
   return s;
 }
 
-// The first `numel` elements of `buffer` as a tensor of `sizes` (chunks at the
-// end of a batch or an image are smaller than the buffer).
-inline at::Tensor front_view(const at::Tensor& buffer, at::IntArrayRef sizes) {
+// The first `numel` elements of slot `slot` of the columns buffer (slots,
+// size) as a tensor of `sizes` (chunks at the end of a batch or an image are
+// smaller than the buffer). A call with one chunk takes its columns with one
+// view op instead of four: each op through the dispatcher costs more host
+// time than a small convolution's kernels (.ci/host_time.py).
+inline at::Tensor slot_view(const at::Tensor& buffer, int64_t slot, at::IntArrayRef sizes) {
   int64_t numel = 1;
   for (int64_t v : sizes) numel *= v;
-  return buffer.view(-1).narrow(0, 0, numel).view(sizes);
+  if (buffer.size(0) == 1 && buffer.size(1) == numel) return buffer.view(sizes);
+  return buffer.select(0, slot).narrow(0, 0, numel).view(sizes);
+}
+
+// t.narrow(dim, start, length), or t itself (no op) when that is all of t.
+inline at::Tensor narrow_or_all(const at::Tensor& t, int64_t dim, int64_t start, int64_t length) {
+  return start == 0 && length == t.size(dim) ? t : t.narrow(dim, start, length);
 }
 
 inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
@@ -244,9 +253,9 @@ struct Conv2dMMOps {
       run_chunks(s, chunk, x4, [&](int64_t n0, int64_t nb, int64_t oh0, int64_t out_rows, int64_t slot) {
         const Im2colShape sc = chunk_of(s, nb, oh0, out_rows);
         const int64_t Lc = sc.blocks();
-        at::Tensor cols_n = front_view(cols[slot], {nb, rows, Lc});
-        unfold_into(sc, x4.narrow(0, n0, nb), cols_n);
-        at::Tensor out_n = out3.narrow(0, n0, nb).narrow(2, oh0 * s.out_w, Lc);
+        at::Tensor cols_n = slot_view(cols, slot, {nb, rows, Lc});
+        unfold_into(sc, narrow_or_all(x4, 0, n0, nb), cols_n);
+        at::Tensor out_n = narrow_or_all(narrow_or_all(out3, 0, n0, nb), 2, oh0 * s.out_w, Lc);
         at::Tensor w_n = w2.expand({nb, O, rows});
         if (bias.has_value()) {
           at::baddbmm_out(out_n, bias->view({1, O, 1}).expand({nb, O, Lc}), w_n, cols_n);
@@ -283,9 +292,9 @@ struct Conv2dMMOps {
       const Chunk chunk = chunk_size(s, grad_output.element_size(), Launcher::kColumnBudgetBytes, true);
       at::Tensor cols = at::empty({chunk_slots(grad_output), chunk.images * rows * L}, grad_output.options());
       run_chunks(s, chunk, grad_output, [&](int64_t n0, int64_t nb, int64_t, int64_t, int64_t slot) {
-        at::Tensor cols_n = front_view(cols[slot], {nb, rows, L});
-        at::bmm_out(cols_n, wt.expand({nb, rows, O}), g3.narrow(0, n0, nb));
-        fold_into(chunk_of(s, nb, 0, s.out_h), cols_n, grad_input.narrow(0, n0, nb));
+        at::Tensor cols_n = slot_view(cols, slot, {nb, rows, L});
+        at::bmm_out(cols_n, wt.expand({nb, rows, O}), narrow_or_all(g3, 0, n0, nb));
+        fold_into(chunk_of(s, nb, 0, s.out_h), cols_n, narrow_or_all(grad_input, 0, n0, nb));
       });
     }
     return input_size.size() == 4 ? grad_input : grad_input.squeeze(0);
@@ -330,18 +339,19 @@ struct Conv2dMMOps {
     const int64_t slots = chunk_slots(x4);
     at::Tensor cols = at::empty({slots, rows * chunk.images * chunk.out_rows * s.out_w}, x4.options());
     // Chunks running at once add into separate sums, added up at the end.
-    at::Tensor sums = slots == 1 ? gw2.unsqueeze(0) : at::zeros({slots, O, rows}, gw2.options());
+    at::Tensor sums = slots == 1 ? at::Tensor() : at::zeros({slots, O, rows}, gw2.options());
     run_chunks(s, chunk, x4, [&](int64_t n0, int64_t nb, int64_t oh0, int64_t out_rows, int64_t slot) {
       Im2colShape sc = chunk_of(s, nb, oh0, out_rows);
       const int64_t Lc = sc.blocks();
       sc.col_row_stride = nb * Lc;  // (rows, nb * Lc): image n's block starts at column n * Lc
       sc.col_batch_stride = Lc;
-      at::Tensor cols_n = front_view(cols[slot], {rows, nb * Lc});
-      unfold_into(sc, x4.narrow(0, n0, nb), cols_n);
+      at::Tensor cols_n = slot_view(cols, slot, {rows, nb * Lc});
+      unfold_into(sc, narrow_or_all(x4, 0, n0, nb), cols_n);
       // (nb, O, Lc) -> (O, nb * Lc): one copy of grad_output, 1/(kH*kW) of the columns' size when
       // O == C; a view (no copy) for a single image.
-      at::Tensor g2 = g3.narrow(0, n0, nb).narrow(2, oh0 * s.out_w, Lc).transpose(0, 1).reshape({O, nb * Lc});
-      sums[slot].addmm_(g2, cols_n.t(), 1.0, scale);
+      at::Tensor g2 = narrow_or_all(narrow_or_all(g3, 0, n0, nb), 2, oh0 * s.out_w, Lc).transpose(0, 1)
+                          .reshape({O, nb * Lc});
+      (slots == 1 ? gw2 : sums.select(0, slot)).addmm_(g2, cols_n.t(), 1.0, scale);
     });
     if (slots > 1) gw2.add_(sums.sum(0));
     if (!in_place) grad_weight.add_(gw2.view(grad_weight.sizes()));

@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/max.h>
+#include <ATen/ops/mean.h>
 #include <ATen/ops/min.h>
 #include <ATen/ops/sum.h>
 #include <c10/core/DeviceGuard.h>
@@ -135,8 +136,8 @@ struct SoftmaxOps {
     }
     if (red == Reduction::None) return loss_rows.to(lc.scalar_type());
     if (loss_rows.is_cpu()) return reduce_on_host(loss_rows, red, lc.scalar_type());
-    at::Tensor loss = at::sum(loss_rows);
-    if (red == Reduction::Mean) loss = loss.div(static_cast<double>(n));  // n = 0: NaN, as torch
+    // One reduction kernel either way (a sum then a div would be two launches); mean of n = 0: NaN, as torch.
+    const at::Tensor loss = red == Reduction::Mean ? at::mean(loss_rows) : at::sum(loss_rows);
     return loss.to(lc.scalar_type());
   }
 

@@ -364,17 +364,15 @@ struct Conv2dMM : Function<Conv2dMM> {
                                 w.dilation);
     }
     if (ctx->needs_input_grad(1) || (has_bias && ctx->needs_input_grad(2))) {
-      // accGradParameters into zeroed buffers with scale 1 is exactly the gradient.
-      auto weight_size = data["weight_size"].toSymIntVector();
-      auto options = at::TensorOptions().dtype(data["dtype"].toScalarType()).device(data["device"].toDevice());
-      if (has_bias) grad_b = at::zeros_symint({weight_size[0]}, options);
+      // accGradParameters into a zeroed buffer with scale 1 is exactly the weight gradient. The bias
+      // gradient, the sum of grad_output over (N, oh, ow), is one reduction: accumulating it into
+      // zeros would cost a zeros and an add_ more per call (host time, .ci/host_time.py).
       if (ctx->needs_input_grad(1)) {
-        grad_w = at::zeros_symint(weight_size, options);
-        acc_op.call(g, x, grad_w, has_bias ? OptTensor(grad_b) : std::nullopt, w.stride, w.padding, w.dilation,
-                    1.0);
-      } else {  // only the bias: sum grad_output over (N, oh, ow)
-        grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
+        auto options = at::TensorOptions().dtype(data["dtype"].toScalarType()).device(data["device"].toDevice());
+        grad_w = at::zeros_symint(data["weight_size"].toSymIntVector(), options);
+        call_backward_op(acc_op, g, x, grad_w, std::nullopt, w.stride, w.padding, w.dilation, 1.0);
       }
+      if (has_bias && ctx->needs_input_grad(2)) grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
     }
     return {grad_x, grad_w, grad_b, {}, {}, {}};
   }

@@ -2,6 +2,7 @@
 oracles (torch.softmax, F.cross_entropy), gradcheck, opcheck, torch.compile,
 huge inputs, out-of-range targets and bad arguments."""
 
+import contextlib
 import math
 
 import numpy as np
@@ -287,6 +288,40 @@ def test_cross_entropy_rejects_out_of_range_target(device, bad):
     torch.testing.assert_close(y, torch.softmax(logits, -1))
     ok = labops.cross_entropy(logits, torch.tensor([1, 2, 3, 9], device=device))
     assert ok.isfinite()
+
+
+def test_cross_entropy_target_check_is_per_call(device):
+    # The CUDA check raises a flag in host memory that each host thread owns (Note [cross-entropy target
+    # check]): calls from several threads, good and bad interleaved, on side streams too, each get their own verdict.
+    import threading
+    logits = torch.randn(6, 10, device=device)
+    good, bad = torch.tensor([1, 2, 3, 9, 0, 4], device=device), torch.tensor([1, 2, 10, 9, 0, 4], device=device)
+    expected = F.cross_entropy(logits, good)
+    if device == "cuda":
+        torch.cuda.synchronize()  # the side streams below do not wait for the default one
+    errors = []
+
+    def worker(k):
+        stream = torch.cuda.Stream() if device == "cuda" else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for i in range(20):
+                if (i + k) % 3 == 0:
+                    try:
+                        labops.cross_entropy(logits, bad)
+                        errors.append(f"thread {k} call {i}: no error for a bad target")
+                    except ValueError:
+                        pass
+                else:
+                    loss = labops.cross_entropy(logits, good)
+                    if not torch.allclose(loss, expected, atol=1e-5, rtol=1e-5):
+                        errors.append(f"thread {k} call {i}: loss {loss.item()} != {expected.item()}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
 
 
 def test_cross_entropy_backward_op_marks_bad_target_rows_nan(device):

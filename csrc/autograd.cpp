@@ -1,5 +1,5 @@
-// Autograd kernels of the labops ops, in C++: one torch::autograd::Function per
-// differentiable op, registered at the Autograd key.
+// Autograd kernels of the labops ops, in C++: one graph node per differentiable
+// op, registered at the Autograd key.
 //
 // Why not torch.library.register_autograd (Python)? Every eager call of an op
 // crosses its Autograd kernel, even when nothing needs a gradient: the Python
@@ -7,22 +7,24 @@
 // (.ci/host_time.py measures it). These kernels do the same work in C++, and
 // skip the graph entirely when no input requires grad.
 //
-// Each Function mirrors the Python face named beside it (labops/ops/*.py):
-// the same saved values, the same gradients, the same needs_input_grad rules.
-// Forward calls the op below autograd; backward calls the labops backward ops
-// through the dispatcher, so where a backward op has an Autograd kernel here
-// (pooling, upsample, reorg, im2col/col2im) double backward works.
+// Each node mirrors the Python face named beside it (labops/ops/*.py): the
+// same saved values, the same gradients, computed only for the inputs that
+// want one. Forward calls the op below autograd; backward calls the labops
+// backward ops through the dispatcher, so where a backward op has an Autograd
+// kernel here (pooling, upsample, reorg, im2col/col2im) double backward works.
 //
 // Sizes taken from tensors travel as SymInts: under torch.compile with dynamic
 // shapes they are symbols, and the CPU/CUDA kernels (which take IntArrayRef)
 // get them as plain ints from the dispatcher.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/zeros.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <string>
@@ -30,8 +32,6 @@
 
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::Function;
 using torch::autograd::variable_list;
 using at::IntArrayRef;
 using c10::SymIntArrayRef;
@@ -71,16 +71,15 @@ bool graph_needed(const Ts&... tensors) {
   return at::GradMode::is_enabled() && (requires_grad(tensors) || ...);
 }
 
-std::vector<int64_t> vec(IntArrayRef a) { return a.vec(); }
 SymIntArrayRef last2(SymIntArrayRef sizes) { return sizes.slice(sizes.size() - 2); }
 
-// Graph nodes written by hand. A Function<T> (the ops below) is the readable way to write a
+// Graph nodes written by hand. A torch::autograd::Function<T> is the shorter way to write a
 // backward, but Function::apply does general work on every call that builds a graph: a CppNode
 // holding a hash map of saved data, input and output info, sets of dirty and non-differentiable
 // outputs, and a demangled type name at every backward. On a tiny tensor that costs several
-// times the op itself (.ci/host_time.py, "fwd rg"). The single-input ops whose host time matters
-// build their node the way PyTorch's generated VariableType code does: a Node subclass with
-// plain fields, its edges to the input's gradient, then set_history on the output.
+// times the op itself (.ci/host_time.py, "fwd rg"). So every op builds its node the way
+// PyTorch's generated VariableType code does: a Node subclass with plain fields, its edges to
+// the inputs' gradients, then set_history on the output.
 using torch::autograd::Node;
 using torch::autograd::SavedVariable;
 
@@ -89,13 +88,14 @@ using torch::autograd::SavedVariable;
 using NodePtr = std::decay_t<decltype(std::declval<torch::autograd::Edge>().function)>;
 constexpr bool kSharedNodes = std::is_same_v<NodePtr, std::shared_ptr<Node>>;
 
-template <class N>
-auto new_node(const at::Tensor& x) {
+// A new node of type N whose edges lead to the gradients of `inputs` (edge i: input i).
+template <class N, class... Inputs>
+auto new_node(const Inputs&... inputs) {
   auto node = [] {
     if constexpr (kSharedNodes) return std::make_shared<N>();
     else return c10::make_intrusive<N>();
   }();
-  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs...));
   return node;
 }
 
@@ -201,79 +201,86 @@ at::Tensor pool_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef 
   return y;
 }
 
-// ---------------------------------------------------------------- the window of a convolution
-
-// stride, padding and dilation, kept from the forward for the backward of the convolutions.
-struct Window {
-  std::vector<int64_t> stride, padding, dilation;
-};
-
-void save_window(AutogradContext* ctx, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
-  ctx->saved_data["stride"] = vec(s);
-  ctx->saved_data["padding"] = vec(p);
-  ctx->saved_data["dilation"] = vec(d);
-}
-
-Window saved_window(AutogradContext* ctx) {
-  auto& data = ctx->saved_data;
-  return {data["stride"].toIntVector(), data["padding"].toIntVector(), data["dilation"].toIntVector()};
-}
+// ---------------------------------------------------------------- the convolutions' graph node
 
 // The convolutions (depthwise_conv2d, conv2d_mm) share one signature,
-// (x, weight, bias?, stride, padding, dilation), and save the same things for their backward:
-// the window and whether a bias was given.
+// (x, weight, bias?, stride, padding, dilation), and one graph node: it keeps
+// the window, the sizes, whether a bias was given, and only the tensors the
+// wanted gradients read (grad_x reads the weight, grad_w reads x). Each
+// convolution's Kind names its ops and says how its three gradients are made.
 using ConvSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
                            IntArrayRef);
+// called with sizes as SymInts: the schemas say int[], the kernels get ints (see the top of this file)
+using ConvInputSig = at::Tensor(const at::Tensor&, const at::Tensor&, SymIntArrayRef, IntArrayRef, IntArrayRef,
+                                IntArrayRef);
 
-void save_conv(AutogradContext* ctx, const OptTensor& bias, IntArrayRef s, IntArrayRef p, IntArrayRef d) {
-  ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-  save_window(ctx, s, p, d);
-}
+template <class Kind>
+struct ConvBackward : Node {
+  SavedVariable x, weight;  // each saved only when the gradient that reads it is wanted
+  std::vector<c10::SymInt> input_size, weight_size;
+  std::vector<int64_t> stride, padding, dilation;
+  at::TensorOptions weight_options;
+  bool has_bias = false;
 
-bool saved_has_bias(AutogradContext* ctx) { return ctx->saved_data["has_bias"].toBool(); }
+  std::string name() const override { return Kind::kNodeName; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    x.reset_data();
+    weight.reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
+    const at::Tensor& g = grads[0];
+    if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    // Edge i is input i (x, weight, bias): invalid, or not wanted by this backward call, means no gradient.
+    return Kind::gradients(*this, g, task_should_compute_output(0), task_should_compute_output(1),
+                           has_bias && task_should_compute_output(2));
+  }
+};
 
-// A convolution's Autograd kernel: through Function F when a gradient is wanted, else straight to
-// the op that `op()` returns.
-template <class F, const c10::TypedOperatorHandle<ConvSig>& (*op)()>
+// A convolution's Autograd kernel: straight to the op when no gradient is wanted, else the op and a
+// ConvBackward<Kind> node holding what the backward needs.
+template <class Kind>
 at::Tensor conv_autograd(const at::Tensor& x, const at::Tensor& weight, const OptTensor& bias, IntArrayRef stride,
                          IntArrayRef padding, IntArrayRef dilation) {
-  return graph_needed(x, weight, bias) ? F::apply(x, weight, bias, stride, padding, dilation)
-                                       : below_autograd(op(), x, weight, bias, stride, padding, dilation);
+  if (!graph_needed(x, weight, bias)) return below_autograd(Kind::op(), x, weight, bias, stride, padding, dilation);
+  auto node = new_node<ConvBackward<Kind>>(x, weight, bias);
+  if (weight.requires_grad()) node->x = SavedVariable(x, /*is_output=*/false);
+  if (x.requires_grad()) node->weight = SavedVariable(weight, /*is_output=*/false);
+  node->input_size = x.sym_sizes().vec();
+  node->weight_size = weight.sym_sizes().vec();
+  node->weight_options = weight.options();
+  node->stride = stride.vec();
+  node->padding = padding.vec();
+  node->dilation = dilation.vec();
+  node->has_bias = bias.has_value() && bias->defined();
+  auto y = below_autograd(Kind::op(), x, weight, bias, stride, padding, dilation);
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
 // ---------------------------------------------------------------- depthwise.py: depthwise_conv2d
 
-// called with sizes as SymInts: the schema says int[], the kernels get ints (see the top of this file)
-using DepthwiseGradSig = at::Tensor(const at::Tensor&, const at::Tensor&, SymIntArrayRef, IntArrayRef, IntArrayRef,
-                                    IntArrayRef);
-using DepthwiseBiasSig = at::Tensor(const at::Tensor&);
-const auto& depthwise_op() { static auto op = find_op<ConvSig>("labops::depthwise_conv2d"); return op; }
-
-struct DepthwiseConv2d : Function<DepthwiseConv2d> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const OptTensor& bias, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
-    ctx->save_for_backward({x, weight});
-    save_conv(ctx, bias, stride, padding, dilation);
-    return below_autograd(depthwise_op(), x, weight, bias, stride, padding, dilation);
+// The gradient is three compiled ops, each called only when its gradient is wanted.
+struct Depthwise {
+  static constexpr const char* kNodeName = "labops::DepthwiseConv2dBackward";
+  static const c10::TypedOperatorHandle<ConvSig>& op() {
+    static auto handle = find_op<ConvSig>("labops::depthwise_conv2d");
+    return handle;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static auto input_op = find_op<DepthwiseGradSig>("labops::depthwise_conv2d_backward_input");
-    static auto weight_op = find_op<DepthwiseGradSig>("labops::depthwise_conv2d_backward_weight");
-    static auto bias_op = find_op<DepthwiseBiasSig>("labops::depthwise_conv2d_backward_bias");
-    auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &weight = saved[1], &g = grads[0];
-    const Window w = saved_window(ctx);
+  static variable_list gradients(ConvBackward<Depthwise>& n, const at::Tensor& g, bool want_x, bool want_w,
+                                 bool want_b) {
+    static auto input_op = find_op<ConvInputSig>("labops::depthwise_conv2d_backward_input");
+    static auto weight_op = find_op<ConvInputSig>("labops::depthwise_conv2d_backward_weight");
+    static auto bias_op = find_op<at::Tensor(const at::Tensor&)>("labops::depthwise_conv2d_backward_bias");
     at::Tensor grad_x, grad_w, grad_b;
-    if (ctx->needs_input_grad(0)) {  // updateGradInput
-      grad_x = call_backward_op(input_op, g, weight, x.sym_sizes(), w.stride, w.padding, w.dilation);
+    if (want_x) {  // updateGradInput
+      grad_x = call_backward_op(input_op, g, n.weight.unpack(), n.input_size, n.stride, n.padding, n.dilation);
     }
-    if (ctx->needs_input_grad(1)) {  // accGradParameters, weight
-      grad_w = call_backward_op(weight_op, g, x, weight.sym_sizes(), w.stride, w.padding, w.dilation);
+    if (want_w) {  // accGradParameters, weight
+      grad_w = call_backward_op(weight_op, g, n.x.unpack(), n.weight_size, n.stride, n.padding, n.dilation);
     }
-    if (saved_has_bias(ctx) && ctx->needs_input_grad(2)) {  // accGradParameters, bias
-      grad_b = call_backward_op(bias_op, g);
-    }
-    return {grad_x, grad_w, grad_b, {}, {}, {}};
+    if (want_b) grad_b = call_backward_op(bias_op, g);  // accGradParameters, bias
+    return {grad_x, grad_w, grad_b};
   }
 };
 
@@ -331,50 +338,33 @@ at::Tensor col2im_autograd(const at::Tensor& cols, SymIntArrayRef output_size, I
   return y;
 }
 
-using ConvInputSig = DepthwiseGradSig;
 using ConvAccSig = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef,
                         IntArrayRef, IntArrayRef, double);
-const auto& conv_op() { static auto op = find_op<ConvSig>("labops::conv2d_mm"); return op; }
 
-struct Conv2dMM : Function<Conv2dMM> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const OptTensor& bias, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation) {
-    // Save only what the wanted gradients read: grad_x needs the weight, grad_w needs x.
-    ctx->save_for_backward({ctx->needs_input_grad(1) ? x : at::Tensor(),
-                            ctx->needs_input_grad(0) ? weight : at::Tensor()});
-    ctx->saved_data["input_size"] = x.sym_sizes();
-    ctx->saved_data["weight_size"] = weight.sym_sizes();
-    ctx->saved_data["dtype"] = weight.scalar_type();
-    ctx->saved_data["device"] = weight.device();
-    save_conv(ctx, bias, stride, padding, dilation);
-    return below_autograd(conv_op(), x, weight, bias, stride, padding, dilation);
+// updateGradInput, then accGradParameters into a zeroed buffer with scale 1 (exactly the weight
+// gradient). The bias gradient, the sum of grad_output over (N, oh, ow), is one reduction:
+// accumulating it into zeros would cost a zeros and an add_ more per call (.ci/host_time.py).
+struct Conv2dMM {
+  static constexpr const char* kNodeName = "labops::Conv2dMMBackward";
+  static const c10::TypedOperatorHandle<ConvSig>& op() {
+    static auto handle = find_op<ConvSig>("labops::conv2d_mm");
+    return handle;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  static variable_list gradients(ConvBackward<Conv2dMM>& n, const at::Tensor& grad, bool want_x, bool want_w,
+                                 bool want_b) {
     static auto input_op = find_op<ConvInputSig>("labops::conv2d_mm_backward_input");
     static auto acc_op = find_op<ConvAccSig>("labops::conv2d_mm_acc_grad_parameters");
-    auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &weight = saved[1];
-    auto& data = ctx->saved_data;
-    const Window w = saved_window(ctx);
-    const bool has_bias = saved_has_bias(ctx);
-    auto g = grads[0].contiguous();
+    const at::Tensor g = grad.contiguous();
     at::Tensor grad_x, grad_w, grad_b;
-    if (ctx->needs_input_grad(0)) {  // updateGradInput
-      grad_x = call_backward_op(input_op, g, weight, data["input_size"].toSymIntVector(), w.stride, w.padding,
-                                w.dilation);
+    if (want_x) {
+      grad_x = call_backward_op(input_op, g, n.weight.unpack(), n.input_size, n.stride, n.padding, n.dilation);
     }
-    if (ctx->needs_input_grad(1) || (has_bias && ctx->needs_input_grad(2))) {
-      // accGradParameters into a zeroed buffer with scale 1 is exactly the weight gradient. The bias
-      // gradient, the sum of grad_output over (N, oh, ow), is one reduction: accumulating it into
-      // zeros would cost a zeros and an add_ more per call (host time, .ci/host_time.py).
-      if (ctx->needs_input_grad(1)) {
-        auto options = at::TensorOptions().dtype(data["dtype"].toScalarType()).device(data["device"].toDevice());
-        grad_w = at::zeros_symint(data["weight_size"].toSymIntVector(), options);
-        call_backward_op(acc_op, g, x, grad_w, std::nullopt, w.stride, w.padding, w.dilation, 1.0);
-      }
-      if (has_bias && ctx->needs_input_grad(2)) grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
+    if (want_w) {
+      grad_w = at::zeros_symint(n.weight_size, n.weight_options);
+      call_backward_op(acc_op, g, n.x.unpack(), grad_w, std::nullopt, n.stride, n.padding, n.dilation, 1.0);
     }
-    return {grad_x, grad_w, grad_b, {}, {}, {}};
+    if (want_b) grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
+    return {grad_x, grad_w, grad_b};
   }
 };
 
@@ -538,10 +528,10 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("gelu", &gelu_autograd);
   m.impl("global_avg_pool2d", &pool_autograd);
   m.impl("global_avg_pool2d_backward", &pool_backward_autograd);
-  m.impl("depthwise_conv2d", &conv_autograd<DepthwiseConv2d, depthwise_op>);
+  m.impl("depthwise_conv2d", &conv_autograd<Depthwise>);
   m.impl("im2col", &im2col_autograd);
   m.impl("col2im", &col2im_autograd);
-  m.impl("conv2d_mm", &conv_autograd<Conv2dMM, conv_op>);
+  m.impl("conv2d_mm", &conv_autograd<Conv2dMM>);
   m.impl("upsample_bilinear2d", &upsample_autograd);
   m.impl("upsample_bilinear2d_backward", &upsample_backward_autograd);
   m.impl("softmax", &softmax_autograd);

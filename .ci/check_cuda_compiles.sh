@@ -2,22 +2,26 @@
 # Compile every csrc/cuda/*.cu for sm_90 on a machine without a GPU or a CUDA toolkit, to catch
 # compile errors (and register spills: -warn-spills) before spending GPU time.
 # Usage: bash .ci/check_cuda_compiles.sh [file.cu ...]
-#   nvcc: $NVCC, else nvcc on PATH, else NVIDIA's pip wheels (nvcc, nvvm, crt, runtime, cccl;
-#         about 130 MB, downloaded once into $CUDA_WHEELS_DIR, default /tmp/cuda-wheels).
+#   nvcc: $NVCC, else NVIDIA's pip wheels when $CUDA_WHEELS_DIR is given, else nvcc on PATH, else the
+#         wheels (nvcc, nvvm, crt, runtime, cccl, and the headers of cuBLAS, cuSPARSE and cuSOLVER that
+#         ATen/cuda/CUDABlas.h includes; downloaded once into $CUDA_WHEELS_DIR, default /tmp/cuda-wheels).
 #   torch headers: those of the GPU machines' torch (2.11, the wheel .ci/torch_headers.sh
 #         downloads into $TORCH_HEADERS_DIR): the CPU wheel CI installs lacks some CUDA headers.
 set -euo pipefail
 source "$(dirname "$0")/torch_headers.sh"
 inc=$(torch_headers "${TORCH_VERSION:-2.11.0}")
 cuda_inc=()
-nvcc=${NVCC:-$(command -v nvcc || true)}
+nvcc=${NVCC:-}
+[ -n "$nvcc" ] || [ -n "${CUDA_WHEELS_DIR:-}" ] || nvcc=$(command -v nvcc || true)
 if [ -z "$nvcc" ]; then
   wheels=${CUDA_WHEELS_DIR:-/tmp/cuda-wheels}
-  if [ ! -x "$wheels/nvidia/cu13/bin/nvcc" ]; then
+  if [ ! -x "$wheels/nvidia/cu13/bin/nvcc" ] || [ ! -f "$wheels/nvidia/cu13/include/cusparse.h" ]; then
     mkdir -p "$wheels"
     python3 -m pip download --no-deps -d "$wheels" nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-crt \
-      nvidia-cuda-runtime nvidia-cuda-cccl >/dev/null
-    for w in "$wheels"/*.whl; do (cd "$wheels" && unzip -q -o "$w" 'nvidia/*'); done
+      nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cublas nvidia-cusparse nvidia-cusolver >/dev/null
+    for w in "$wheels"/*.whl; do (cd "$wheels" && unzip -q -o "$w" 'nvidia/cu13/bin/*' 'nvidia/cu13/nvvm/*' \
+      'nvidia/cu13/include/*' 'nvidia/cu13/lib/*' -x 'nvidia/cu13/lib/libcublas*' 'nvidia/cu13/lib/libcus*' \
+      2>/dev/null || true; rm -f "$w"); done  # unzip exits 11 for a wheel without one of the folders
     chmod +x "$wheels"/nvidia/cu13/bin/* "$wheels"/nvidia/cu13/nvvm/bin/*
   fi
   nvcc=$wheels/nvidia/cu13/bin/nvcc

@@ -3,6 +3,8 @@
 // ops/conv2d_mm.h under at::parallel_for.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/baddbmm.h>
+#include <ATen/ops/bmm.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -39,6 +41,25 @@ struct Conv2dMMLauncher {
         ops::conv2d_mm::im2col_tap(s, x, plane, tap / s.kernel_w, tap % s.kernel_w, out);
       }
     });
+  }
+
+  // The GEMMs are ATen's (MKL). W is broadcast over the batch with stride 0 (expand, no copy), and the
+  // bias, expanded to every column, is baddbmm's C: out = C + W . columns.
+  static void gemm_forward(at::Tensor out, const at::Tensor& w, const at::Tensor& cols,
+                           const std::optional<at::Tensor>& bias) {
+    const int64_t nb = cols.size(0), O = w.size(0);
+    const at::Tensor w_n = w.expand({nb, O, w.size(1)});
+    if (bias.has_value()) {
+      at::baddbmm_out(out, bias->view({1, O, 1}).expand({nb, O, cols.size(2)}), w_n, cols);
+    } else {
+      at::bmm_out(out, w_n, cols);
+    }
+  }
+  static void gemm_backward_input(at::Tensor cols, const at::Tensor& w, const at::Tensor& g) {
+    at::bmm_out(cols, w.t().expand({g.size(0), w.size(1), w.size(0)}), g);  // W^T: a transposed view
+  }
+  static void gemm_acc_grad_weight(const at::Tensor& gw, const at::Tensor& g, const at::Tensor& cols, double scale) {
+    gw.addmm_(g, cols.t(), 1.0, scale);
   }
 
   template <typename scalar_t>

@@ -1,7 +1,10 @@
 // CUDA kernels of im2col, col2im and conv2d_mm: the shared entry points
 // (ops/conv2d_mm_ops.h) with a CUDA launcher that runs the bodies of
-// ops/conv2d_mm.h. The GEMMs of conv2d_mm go to cuBLAS through at::bmm.
+// ops/conv2d_mm.h. The GEMMs of conv2d_mm call cuBLAS directly (see Note
+// [GEMMs without ATen's wrapper]).
+#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
+#include <ATen/cuda/CUDABlas.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
@@ -54,6 +57,36 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+// out[b, o, l] = bias[o] for every image b and column l: the C that the
+// forward GEMM then adds W . columns to (beta = 1).
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    broadcast_bias_kernel(const scalar_t* __restrict__ bias, scalar_t* __restrict__ out, int64_t channels,
+                          int64_t cols, int64_t channel_stride, int64_t image_stride, int64_t n) {
+  LABOPS_KERNEL_LOOP(i, n) {
+    const int64_t l = i % cols, row = i / cols;  // row = b * channels + o
+    const int64_t o = row % channels, b = row / channels;
+    out[b * image_stride + o * channel_stride + l] = bias[o];
+  }
+}
+
+// Note [GEMMs without ATen's wrapper]
+// at::bmm and at::baddbmm check, resize and view their arguments on every
+// call; on an H100 host that cost about 20 us per call, more than the whole
+// of cuDNN's convolution on a small input (.ci/host_time.py). The GEMMs here
+// go to ATen's cuBLAS wrapper one level down (at::cuda::blas::bgemm / gemm):
+// the same cuBLAS call, precision settings (TF32, reduced-precision
+// reductions) and stream, without the tensor-level work. cuBLAS is
+// column-major: a row-major matrix M in memory reads as M^T, so a row-major
+// C = A . B is computed as C^T = B^T . A^T, operands swapped.
+
+// A row-major matrix view cuBLAS can read: unit column stride and a row
+// stride (leading dimension) of at least the row length; else a copy that is.
+at::Tensor gemm_operand(const at::Tensor& m) {
+  const bool ok = m.stride(-1) == 1 && m.stride(-2) >= std::max<int64_t>(1, m.size(-1));
+  return ok ? m : m.contiguous();
+}
+
 struct Conv2dMMLauncher {
   // Columns of at most this many bytes at a time (the benchmark layers need
   // up to 231 MB in float32, so they run as one batched GEMM: one
@@ -87,6 +120,57 @@ struct Conv2dMMLauncher {
     } else {
       launch_im2col<1>(s, x, col);
     }
+  }
+
+  // out[b] = w . cols[b] (+ bias), out (nb, O, Lc) with any row stride (a band of the output).
+  static void gemm_forward(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& columns,
+                           const std::optional<at::Tensor>& bias) {
+    const at::Tensor w = gemm_operand(weight), cols = gemm_operand(columns);
+    const int64_t nb = cols.size(0), O = w.size(0), K = w.size(1), L = cols.size(2);
+    TORCH_INTERNAL_ASSERT(out.stride(2) == 1, "conv2d_mm: the output's columns must be contiguous");
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "labops_conv2d_mm_gemm", [&] {
+      using acc_t = at::opmath_type<scalar_t>;
+      if (bias.has_value()) {
+        const at::Tensor b = bias->contiguous();
+        const int64_t n = nb * O * L;
+        broadcast_bias_kernel<scalar_t><<<get_blocks(n), kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+            b.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), O, L, out.stride(1), out.stride(0), n);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
+      // out^T (L x O) = cols^T (L x K) . w^T (K x O); w is shared by the batch (stride 0).
+      at::cuda::blas::bgemm<scalar_t>('n', 'n', L, O, K, acc_t(1), cols.const_data_ptr<scalar_t>(), cols.stride(1),
+                                      cols.stride(0), w.const_data_ptr<scalar_t>(), w.stride(0), 0,
+                                      acc_t(bias.has_value() ? 1 : 0), out.mutable_data_ptr<scalar_t>(),
+                                      out.stride(1), out.stride(0), nb);
+    });
+  }
+
+  // cols[b] = w^T . g[b], cols (nb, K, L) contiguous.
+  static void gemm_backward_input(const at::Tensor& cols, const at::Tensor& weight, const at::Tensor& grad) {
+    const at::Tensor w = gemm_operand(weight), g = gemm_operand(grad);
+    const int64_t nb = g.size(0), O = w.size(0), K = w.size(1), L = g.size(2);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cols.scalar_type(), "labops_conv2d_mm_gemm", [&] {
+      using acc_t = at::opmath_type<scalar_t>;
+      // cols^T (L x K) = g^T (L x O) . w (O x K); w's memory reads as w^T, hence 't'.
+      at::cuda::blas::bgemm<scalar_t>('n', 't', L, K, O, acc_t(1), g.const_data_ptr<scalar_t>(), g.stride(1),
+                                      g.stride(0), w.const_data_ptr<scalar_t>(), w.stride(0), 0, acc_t(0),
+                                      cols.mutable_data_ptr<scalar_t>(), cols.stride(1), cols.stride(0), nb);
+    });
+  }
+
+  // gw += scale * g . cols^T, gw (O, K), g (O, M), cols (K, M).
+  static void gemm_acc_grad_weight(const at::Tensor& gw, const at::Tensor& grad, const at::Tensor& columns,
+                                   double scale) {
+    const at::Tensor g = gemm_operand(grad), cols = gemm_operand(columns);
+    const int64_t O = g.size(0), M = g.size(1), K = cols.size(0);
+    TORCH_INTERNAL_ASSERT(gw.stride(1) == 1 && gw.stride(0) >= K, "conv2d_mm: grad_weight must be row-major");
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gw.scalar_type(), "labops_conv2d_mm_gemm", [&] {
+      using acc_t = at::opmath_type<scalar_t>;
+      // gw^T (K x O) += scale * cols (K x M) . g^T (M x O); cols' memory reads as cols^T, hence 't'.
+      at::cuda::blas::gemm<scalar_t>('t', 'n', K, O, M, acc_t(scale), cols.const_data_ptr<scalar_t>(),
+                                     cols.stride(0), g.const_data_ptr<scalar_t>(), g.stride(0), acc_t(1),
+                                     gw.mutable_data_ptr<scalar_t>(), gw.stride(0));
+    });
   }
 
   template <typename scalar_t>

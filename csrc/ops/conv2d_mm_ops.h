@@ -6,8 +6,13 @@
 //   template <typename scalar_t> static void im2col(const Im2colShape&, const scalar_t* x, scalar_t* col);
 //   template <typename scalar_t> static void col2im(const Im2colShape&, const scalar_t* col, scalar_t* image);
 //   static constexpr int64_t kColumnBudgetBytes;  // largest `columns` buffer to allocate at once
-// and the GEMMs go through ATen (at::bmm / at::baddbmm / addmm_: MKL on the
-// CPU, cuBLAS on the GPU).
+// and the three GEMMs of the layer, on tensors (row-major matrices, batch first):
+//   static void gemm_forward(out, w, cols, bias);           // out[n] = w . cols[n] (+ bias[o] on row o)
+//   static void gemm_backward_input(cols, w, g);            // cols[n] = w^T . g[n]
+//   static void gemm_acc_grad_weight(gw, g, cols, scale);   // gw += scale * g . cols^T
+// The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
+// directly, without ATen's checks and views around each call, which cost more
+// host time than a small convolution's kernels (.ci/host_time.py).
 
 #pragma once
 
@@ -19,8 +24,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/baddbmm.h>
-#include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
@@ -255,13 +258,8 @@ struct Conv2dMMOps {
         const int64_t Lc = sc.blocks();
         at::Tensor cols_n = slot_view(cols, slot, {nb, rows, Lc});
         unfold_into(sc, narrow_or_all(x4, 0, n0, nb), cols_n);
-        at::Tensor out_n = narrow_or_all(narrow_or_all(out3, 0, n0, nb), 2, oh0 * s.out_w, Lc);
-        at::Tensor w_n = w2.expand({nb, O, rows});
-        if (bias.has_value()) {
-          at::baddbmm_out(out_n, bias->view({1, O, 1}).expand({nb, O, Lc}), w_n, cols_n);
-        } else {
-          at::bmm_out(out_n, w_n, cols_n);
-        }
+        Launcher::gemm_forward(narrow_or_all(narrow_or_all(out3, 0, n0, nb), 2, oh0 * s.out_w, Lc), w2, cols_n,
+                               bias);
       });
     }
     return x.dim() == 4 ? out : out.squeeze(0);
@@ -288,12 +286,12 @@ struct Conv2dMMOps {
     at::Tensor g3 = grad_output.reshape({s.batch, O, L});
     at::Tensor grad_input = at::empty({s.batch, s.channels, s.height, s.width}, grad_output.options());
     if (grad_input.numel() > 0) {
-      at::Tensor wt = weight.reshape({O, rows}).t();  // (rows, O), a transposed view: cuBLAS reads it as is
+      at::Tensor w2 = weight.reshape({O, rows});
       const Chunk chunk = chunk_size(s, grad_output.element_size(), Launcher::kColumnBudgetBytes, true);
       at::Tensor cols = at::empty({chunk_slots(grad_output), chunk.images * rows * L}, grad_output.options());
       run_chunks(s, chunk, grad_output, [&](int64_t n0, int64_t nb, int64_t, int64_t, int64_t slot) {
         at::Tensor cols_n = slot_view(cols, slot, {nb, rows, L});
-        at::bmm_out(cols_n, wt.expand({nb, rows, O}), narrow_or_all(g3, 0, n0, nb));
+        Launcher::gemm_backward_input(cols_n, w2, narrow_or_all(g3, 0, n0, nb));
         fold_into(chunk_of(s, nb, 0, s.out_h), cols_n, narrow_or_all(grad_input, 0, n0, nb));
       });
     }
@@ -304,7 +302,7 @@ struct Conv2dMMOps {
   // grad_weight += scale * sum_n grad_output[n] . columns[n]^T and
   // grad_bias += scale * sum over n, oh, ow of grad_output. The columns of a
   // chunk are written as one (C*kH*kW) x (nb*L) matrix, so the sum over images
-  // is the inner dimension of a single GEMM (addmm_ with beta = 1 accumulates).
+  // is the inner dimension of a single GEMM that accumulates (beta = 1).
   // A band of output rows of one image is a (C*kH*kW) x (rows * out_w) chunk
   // like any other, read against the same band of grad_output.
   static void conv2d_mm_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
@@ -351,7 +349,7 @@ struct Conv2dMMOps {
       // O == C; a view (no copy) for a single image.
       at::Tensor g2 = narrow_or_all(narrow_or_all(g3, 0, n0, nb), 2, oh0 * s.out_w, Lc).transpose(0, 1)
                           .reshape({O, nb * Lc});
-      (slots == 1 ? gw2 : sums.select(0, slot)).addmm_(g2, cols_n.t(), 1.0, scale);
+      Launcher::gemm_acc_grad_weight(slots == 1 ? gw2 : sums.select(0, slot), g2, cols_n, scale);
     });
     if (slots > 1) gw2.add_(sums.sum(0));
     if (!in_place) grad_weight.add_(gw2.view(grad_weight.sizes()));

@@ -2,9 +2,13 @@
 // (ops/conv2d_mm_ops.h) with a CUDA launcher that runs the bodies of
 // ops/conv2d_mm.h. The GEMMs of conv2d_mm call cuBLAS directly (see Note
 // [GEMMs without ATen's wrapper]).
+#include <limits>
+
+#include <ATen/Context.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/cuda/CUDABlas.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cublas_v2.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
@@ -74,17 +78,81 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // at::bmm and at::baddbmm check, resize and view their arguments on every
 // call; on an H100 host that cost about 20 us per call, more than the whole
 // of cuDNN's convolution on a small input (.ci/host_time.py). The GEMMs here
-// go to ATen's cuBLAS wrapper one level down (at::cuda::blas::bgemm / gemm):
-// the same cuBLAS call, precision settings (TF32, reduced-precision
-// reductions) and stream, without the tensor-level work. cuBLAS is
-// column-major: a row-major matrix M in memory reads as M^T, so a row-major
-// C = A . B is computed as C^T = B^T . A^T, operands swapped.
+// call cuBLAS directly, on the handle and stream ATen's GEMMs use
+// (at::cuda::getCurrentCUDABlasHandle), with the precision ATen would pick:
+// float32 on TF32 tensor cores only when torch allows it for matmuls,
+// half and bfloat16 accumulated in float. cuBLAS is column-major: a row-major
+// matrix M in memory reads as M^T, so a row-major C = A . B is computed as
+// C^T = B^T . A^T, operands swapped.
+
+// The cuBLAS types of scalar_t: its data type, the compute type, and the type
+// of alpha and beta.
+template <typename scalar_t>
+struct CublasTypes;
+template <>
+struct CublasTypes<double> {
+  static constexpr cudaDataType_t data = CUDA_R_64F;
+  using scale_t = double;
+  static cublasComputeType_t compute() { return CUBLAS_COMPUTE_64F; }
+};
+template <>
+struct CublasTypes<float> {
+  static constexpr cudaDataType_t data = CUDA_R_32F;
+  using scale_t = float;
+  static cublasComputeType_t compute() {
+    return at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  }
+};
+template <>
+struct CublasTypes<at::Half> {
+  static constexpr cudaDataType_t data = CUDA_R_16F;
+  using scale_t = float;
+  static cublasComputeType_t compute() { return CUBLAS_COMPUTE_32F; }
+};
+template <>
+struct CublasTypes<at::BFloat16> {
+  static constexpr cudaDataType_t data = CUDA_R_16BF;
+  using scale_t = float;
+  static cublasComputeType_t compute() { return CUBLAS_COMPUTE_32F; }
+};
+
+int cublas_int(int64_t v, const char* what) {
+  TORCH_CHECK(v <= std::numeric_limits<int>::max(), "labops.conv2d_mm: ", what, " = ", v,
+              " is too large for one cuBLAS call");
+  return static_cast<int>(v);
+}
+
+// Column-major C[b] = alpha * op(A[b]) . op(B[b]) + beta * C[b] for b < batch,
+// op(X) = X ('n') or X^T ('t'); op(A) is m x k, op(B) k x n, C m x n.
+template <typename scalar_t>
+void gemm_batched(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, double alpha, const scalar_t* a,
+                  int64_t lda, int64_t stride_a, const scalar_t* b, int64_t ldb, int64_t stride_b, double beta,
+                  scalar_t* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+  using T = CublasTypes<scalar_t>;
+  const typename T::scale_t alpha_v = static_cast<typename T::scale_t>(alpha);
+  const typename T::scale_t beta_v = static_cast<typename T::scale_t>(beta);
+  const auto op = [](char t) { return t == 't' ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  const cublasStatus_t status = cublasGemmStridedBatchedEx(
+      at::cuda::getCurrentCUDABlasHandle(), op(trans_a), op(trans_b), cublas_int(m, "m"), cublas_int(n, "n"),
+      cublas_int(k, "k"), &alpha_v, a, T::data, cublas_int(lda, "lda"), stride_a, b, T::data, cublas_int(ldb, "ldb"),
+      stride_b, &beta_v, c, T::data, cublas_int(ldc, "ldc"), stride_c, cublas_int(batch, "batch"), T::compute(),
+      CUBLAS_GEMM_DEFAULT);
+  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "labops.conv2d_mm: cuBLAS GEMM failed: ",
+              cublasGetStatusString(status));
+}
 
 // A row-major matrix view cuBLAS can read: unit column stride and a row
 // stride (leading dimension) of at least the row length; else a copy that is.
 at::Tensor gemm_operand(const at::Tensor& m) {
-  const bool ok = m.stride(-1) == 1 && m.stride(-2) >= std::max<int64_t>(1, m.size(-1));
+  const bool ok = (m.stride(-1) == 1 || m.size(-1) == 1) && (m.stride(-2) >= m.size(-1) || m.size(-2) == 1);
   return ok ? m : m.contiguous();
+}
+
+// The leading dimension cuBLAS gets for a row-major matrix view: its row
+// stride. A single row never steps by it (its stride may be anything), but
+// cuBLAS still checks it against the row length.
+int64_t leading_dim(const at::Tensor& m) {
+  return m.size(-2) == 1 ? std::max<int64_t>(1, m.size(-1)) : m.stride(-2);
 }
 
 struct Conv2dMMLauncher {
@@ -129,7 +197,6 @@ struct Conv2dMMLauncher {
     const int64_t nb = cols.size(0), O = w.size(0), K = w.size(1), L = cols.size(2);
     TORCH_INTERNAL_ASSERT(out.stride(2) == 1, "conv2d_mm: the output's columns must be contiguous");
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "labops_conv2d_mm_gemm", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
       if (bias.has_value()) {
         const at::Tensor b = bias->contiguous();
         const int64_t n = nb * O * L;
@@ -138,10 +205,10 @@ struct Conv2dMMLauncher {
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       // out^T (L x O) = cols^T (L x K) . w^T (K x O); w is shared by the batch (stride 0).
-      at::cuda::blas::bgemm<scalar_t>('n', 'n', L, O, K, acc_t(1), cols.const_data_ptr<scalar_t>(), cols.stride(1),
-                                      cols.stride(0), w.const_data_ptr<scalar_t>(), w.stride(0), 0,
-                                      acc_t(bias.has_value() ? 1 : 0), out.mutable_data_ptr<scalar_t>(),
-                                      out.stride(1), out.stride(0), nb);
+      gemm_batched<scalar_t>('n', 'n', L, O, K, 1.0, cols.const_data_ptr<scalar_t>(), leading_dim(cols),
+                             cols.stride(0), w.const_data_ptr<scalar_t>(), leading_dim(w), 0,
+                             bias.has_value() ? 1.0 : 0.0, out.mutable_data_ptr<scalar_t>(), leading_dim(out),
+                             out.stride(0), nb);
     });
   }
 
@@ -150,11 +217,10 @@ struct Conv2dMMLauncher {
     const at::Tensor w = gemm_operand(weight), g = gemm_operand(grad);
     const int64_t nb = g.size(0), O = w.size(0), K = w.size(1), L = g.size(2);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cols.scalar_type(), "labops_conv2d_mm_gemm", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
       // cols^T (L x K) = g^T (L x O) . w (O x K); w's memory reads as w^T, hence 't'.
-      at::cuda::blas::bgemm<scalar_t>('n', 't', L, K, O, acc_t(1), g.const_data_ptr<scalar_t>(), g.stride(1),
-                                      g.stride(0), w.const_data_ptr<scalar_t>(), w.stride(0), 0, acc_t(0),
-                                      cols.mutable_data_ptr<scalar_t>(), cols.stride(1), cols.stride(0), nb);
+      gemm_batched<scalar_t>('n', 't', L, K, O, 1.0, g.const_data_ptr<scalar_t>(), leading_dim(g), g.stride(0),
+                             w.const_data_ptr<scalar_t>(), leading_dim(w), 0, 0.0, cols.mutable_data_ptr<scalar_t>(),
+                             leading_dim(cols), cols.stride(0), nb);
     });
   }
 
@@ -163,13 +229,12 @@ struct Conv2dMMLauncher {
                                    double scale) {
     const at::Tensor g = gemm_operand(grad), cols = gemm_operand(columns);
     const int64_t O = g.size(0), M = g.size(1), K = cols.size(0);
-    TORCH_INTERNAL_ASSERT(gw.stride(1) == 1 && gw.stride(0) >= K, "conv2d_mm: grad_weight must be row-major");
+    TORCH_INTERNAL_ASSERT(gw.stride(1) == 1 && leading_dim(gw) >= K, "conv2d_mm: grad_weight must be row-major");
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gw.scalar_type(), "labops_conv2d_mm_gemm", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
       // gw^T (K x O) += scale * cols (K x M) . g^T (M x O); cols' memory reads as cols^T, hence 't'.
-      at::cuda::blas::gemm<scalar_t>('t', 'n', K, O, M, acc_t(scale), cols.const_data_ptr<scalar_t>(),
-                                     cols.stride(0), g.const_data_ptr<scalar_t>(), g.stride(0), acc_t(1),
-                                     gw.mutable_data_ptr<scalar_t>(), gw.stride(0));
+      gemm_batched<scalar_t>('t', 'n', K, O, M, scale, cols.const_data_ptr<scalar_t>(), leading_dim(cols), 0,
+                             g.const_data_ptr<scalar_t>(), leading_dim(g), 0, 1.0, gw.mutable_data_ptr<scalar_t>(),
+                             leading_dim(gw), 0, 1);
     });
   }
 

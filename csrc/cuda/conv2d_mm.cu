@@ -2,7 +2,9 @@
 // (ops/conv2d_mm_ops.h) with a CUDA launcher that runs the bodies of
 // ops/conv2d_mm.h. The GEMMs of conv2d_mm call cuBLAS directly (see Note
 // [GEMMs without ATen's wrapper]).
+#include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include <ATen/Context.h>
 #include <ATen/Dispatch.h>
@@ -62,15 +64,22 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 }
 
 // out[b, o, l] = bias[o] for every image b and column l: the C that the
-// forward GEMM then adds W . columns to (beta = 1).
-template <typename scalar_t>
+// forward GEMM then adds W . columns to (beta = 1). Block y-index walks the
+// rows (b, o), so the channel costs one division per row, not per element;
+// the x-index walks a row's columns V at a time (16-byte stores when the
+// launcher found every row aligned).
+template <int V, typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     broadcast_bias_kernel(const scalar_t* __restrict__ bias, scalar_t* __restrict__ out, int64_t channels,
-                          int64_t cols, int64_t channel_stride, int64_t image_stride, int64_t n) {
-  LABOPS_KERNEL_LOOP(i, n) {
-    const int64_t l = i % cols, row = i / cols;  // row = b * channels + o
+                          int64_t cols, int64_t channel_stride, int64_t image_stride, int64_t rows) {
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const int64_t o = row % channels, b = row / channels;
-    out[b * image_stride + o * channel_stride + l] = bias[o];
+    scalar_t* dst = out + b * image_stride + o * channel_stride;
+    Pack<scalar_t, V> value;
+#pragma unroll
+    for (int u = 0; u < V; ++u) value.val[u] = bias[o];
+    const int64_t packs = cols / V, step = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < packs; q += step) store_pack<V>(dst, q, value);
   }
 }
 
@@ -190,6 +199,24 @@ struct Conv2dMMLauncher {
     }
   }
 
+  template <typename scalar_t>
+  static void launch_broadcast_bias(const scalar_t* bias, const at::Tensor& out, int64_t nb, int64_t O, int64_t L) {
+    constexpr int V = vec_width<scalar_t>();
+    const int64_t rows = nb * O;
+    scalar_t* dst = out.mutable_data_ptr<scalar_t>();
+    const bool vec = L % V == 0 && out.stride(1) % V == 0 && out.stride(0) % V == 0 && is_aligned(dst);
+    const auto launch = [&](auto v) {
+      constexpr int kV = decltype(v)::value;
+      const dim3 grid(static_cast<unsigned>(std::min<int64_t>(ceil_div<int64_t>(L / kV, kThreadsPerBlock), 64)),
+                      static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+      broadcast_bias_kernel<kV, scalar_t><<<grid, kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          bias, dst, O, L, out.stride(1), out.stride(0), rows);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (vec) launch(std::integral_constant<int, V>{});
+    else launch(std::integral_constant<int, 1>{});
+  }
+
   // out[b] = w . cols[b] (+ bias), out (nb, O, Lc) with any row stride (a band of the output).
   static void gemm_forward(const at::Tensor& out, const at::Tensor& weight, const at::Tensor& columns,
                            const std::optional<at::Tensor>& bias) {
@@ -197,13 +224,7 @@ struct Conv2dMMLauncher {
     const int64_t nb = cols.size(0), O = w.size(0), K = w.size(1), L = cols.size(2);
     TORCH_INTERNAL_ASSERT(out.stride(2) == 1, "conv2d_mm: the output's columns must be contiguous");
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "labops_conv2d_mm_gemm", [&] {
-      if (bias.has_value()) {
-        const at::Tensor b = bias->contiguous();
-        const int64_t n = nb * O * L;
-        broadcast_bias_kernel<scalar_t><<<get_blocks(n), kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
-            b.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), O, L, out.stride(1), out.stride(0), n);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      }
+      if (bias.has_value()) launch_broadcast_bias(bias->contiguous().const_data_ptr<scalar_t>(), out, nb, O, L);
       // out^T (L x O) = cols^T (L x K) . w^T (K x O); w is shared by the batch (stride 0).
       gemm_batched<scalar_t>('n', 'n', L, O, K, 1.0, cols.const_data_ptr<scalar_t>(), leading_dim(cols),
                              cols.stride(0), w.const_data_ptr<scalar_t>(), leading_dim(w), 0,

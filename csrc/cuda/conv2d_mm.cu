@@ -64,22 +64,22 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 }
 
 // out[b, o, l] = bias[o] for every image b and column l: the C that the
-// forward GEMM then adds W . columns to (beta = 1). Block y-index walks the
-// rows (b, o), so the channel costs one division per row, not per element;
-// the x-index walks a row's columns V at a time (16-byte stores when the
-// launcher found every row aligned).
+// forward GEMM then adds W . columns to (beta = 1). A block is threadIdx.y
+// rows (b, o) of blockDim.x threads each, so the channel costs one division
+// per row, not per element, and a short row (196 columns of a 14 x 14 plane)
+// does not leave most of a block idle; each thread stores V columns at once.
 template <int V, typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     broadcast_bias_kernel(const scalar_t* __restrict__ bias, scalar_t* __restrict__ out, int64_t channels,
                           int64_t cols, int64_t channel_stride, int64_t image_stride, int64_t rows) {
-  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+  const int64_t packs = cols / V, row_step = int64_t(gridDim.x) * blockDim.y;
+  for (int64_t row = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; row < rows; row += row_step) {
     const int64_t o = row % channels, b = row / channels;
     scalar_t* dst = out + b * image_stride + o * channel_stride;
     Pack<scalar_t, V> value;
 #pragma unroll
     for (int u = 0; u < V; ++u) value.val[u] = bias[o];
-    const int64_t packs = cols / V, step = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < packs; q += step) store_pack<V>(dst, q, value);
+    for (int64_t q = threadIdx.x; q < packs; q += blockDim.x) store_pack<V>(dst, q, value);
   }
 }
 
@@ -201,19 +201,26 @@ struct Conv2dMMLauncher {
 
   template <typename scalar_t>
   static void launch_broadcast_bias(const scalar_t* bias, const at::Tensor& out, int64_t nb, int64_t O, int64_t L) {
-    constexpr int V = vec_width<scalar_t>();
     const int64_t rows = nb * O;
     scalar_t* dst = out.mutable_data_ptr<scalar_t>();
-    const bool vec = L % V == 0 && out.stride(1) % V == 0 && out.stride(0) % V == 0 && is_aligned(dst);
-    const auto launch = [&](auto v) {
-      constexpr int kV = decltype(v)::value;
-      const dim3 grid(static_cast<unsigned>(std::min<int64_t>(ceil_div<int64_t>(L / kV, kThreadsPerBlock), 64)),
-                      static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
-      broadcast_bias_kernel<kV, scalar_t><<<grid, kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+    // The widest store (16 bytes down to one element) that every row's start and length allow.
+    const auto fits = [&](int v) {
+      return L % v == 0 && out.stride(1) % v == 0 && out.stride(0) % v == 0 && is_aligned(dst, v * sizeof(scalar_t));
+    };
+    const auto launch = [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      const int64_t x = std::min<int64_t>(kThreadsPerBlock, ceil_div<int64_t>(L / V, 32) * 32);
+      const dim3 block(static_cast<unsigned>(x), static_cast<unsigned>(kThreadsPerBlock / x));
+      const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(rows, block.y), int64_t(multiprocessor_count()) * 32);
+      cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+      broadcast_bias_kernel<V, scalar_t><<<static_cast<unsigned>(blocks), block, 0, stream>>>(
           bias, dst, O, L, out.stride(1), out.stride(0), rows);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
-    if (vec) launch(std::integral_constant<int, V>{});
+    constexpr int kVec = vec_width<scalar_t>();
+    if (fits(kVec)) launch(std::integral_constant<int, kVec>{});
+    else if (kVec >= 4 && fits(kVec / 2)) launch(std::integral_constant<int, std::max(1, kVec / 2)>{});
+    else if (kVec >= 8 && fits(kVec / 4)) launch(std::integral_constant<int, std::max(1, kVec / 4)>{});
     else launch(std::integral_constant<int, 1>{});
   }
 

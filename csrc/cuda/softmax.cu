@@ -463,7 +463,8 @@ __global__ void find_bad_target(const int64_t* __restrict__ target, int64_t n, i
 // pinned host memory mapped into the GPU's address space (the kernel writes it
 // in place, the host reads it with a load), and the event after the check.
 // Per thread, so concurrent callers never share a flag; created on first use
-// and kept for the thread's life (a few bytes).
+// and kept for the thread's life: one pinned page, not freed at thread exit,
+// where the CUDA runtime may already be shut down.
 struct TargetFlag {
   int* host = nullptr;
   int* device = nullptr;  // the same word, as the GPU addresses it

@@ -38,10 +38,25 @@ CASES = [
     ("split reduction 7x7 s2", (8, 2, 40, 40), 1, (7, 7), 2, 3, 1, True),
 ]
 
+# channels_last x, which the op keeps (Note [channels_last] in csrc/ops/depthwise.h). On CUDA the
+# tiled geometries with multiplier 1 and C a multiple of the pack (4; 2 for float64) run the NHWC
+# kernels; the rest go through NCHW copies. Same fields as CASES.
+CHANNELS_LAST_CASES = [
+    ("cl 3x3 s1 m2 (copies)", (2, 4, 9, 10), 2, (3, 3), 1, 1, 1, True),
+    ("cl 3x3 s1", (2, 8, 9, 10), 1, (3, 3), 1, 1, 1, True),
+    ("cl 3x3 s2 odd", (2, 12, 13, 15), 1, (3, 3), 2, 1, 1, False),
+    ("cl 5x5 s1", (1, 8, 12, 10), 1, (5, 5), 1, 2, 1, True),
+    ("cl 5x5 s2", (2, 4, 15, 13), 1, (5, 5), 2, 2, 1, True),
+    ("cl 3x3 C=6 (not whole packs)", (2, 6, 9, 10), 1, (3, 3), 1, 1, 1, True),
+    ("cl 7x7 (no tiled kernel)", (1, 4, 11, 9), 1, (7, 7), 1, 3, 1, True),
+    ("cl 72 channels, 3 lane groups", (2, 72, 7, 7), 1, (3, 3), 1, 1, 1, True),
+    ("cl split reduction", (8, 8, 32, 32), 1, (3, 3), 1, 1, 1, True),
+]
+
 
 def sample_inputs(device, dtype=torch.float32, seed=0):
-    """(name, x, weight, bias, stride, padding, dilation) over CASES, plus non-contiguous
-    x: channels_last and a slice. Random normal values, never all zeros."""
+    """(name, x, weight, bias, stride, padding, dilation) over CASES and CHANNELS_LAST_CASES, plus a
+    sliced x. Random normal values, never all zeros."""
     randn = Seeded(device, dtype, seed).randn
 
     for name, (n, c, h, w), m, (kh, kw), stride, padding, dilation, has_bias in CASES:
@@ -49,9 +64,16 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
         weight = randn(c * m, 1, kh, kw)
         bias = randn(c * m) if has_bias else None
         yield name, x, weight, bias, stride, padding, dilation
-    yield ("channels_last x", randn(2, 4, 9, 10).to(memory_format=torch.channels_last),
-           randn(8, 1, 3, 3), randn(8), 1, 1, 1)
+    for name, (n, c, h, w), m, (kh, kw), stride, padding, dilation, has_bias in CHANNELS_LAST_CASES:
+        x = randn(n, c, h, w).contiguous(memory_format=torch.channels_last)
+        yield (name, x, randn(c * m, 1, kh, kw), randn(c * m) if has_bias else None, stride, padding, dilation)
     yield "sliced x", randn(2, 5, 12, 21)[:, 1:, 1:, ::2], randn(4, 1, 3, 3), randn(4), 2, 1, 1
+
+
+def layout_of(t):
+    """The memory format the op keeps: channels_last for a channels_last x that is not also contiguous."""
+    cl = t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+    return torch.channels_last if cl else torch.contiguous_format
 
 
 def oracle(x, weight, bias, stride, padding, dilation):
@@ -70,7 +92,7 @@ def test_forward_matches_oracle(device, dtype):
         out = labops.depthwise_conv2d(x, w, b, s, p, d)
         expected = oracle(x.double(), w.double(), None if b is None else b.double(), s, p, d)
         assert out.shape == expected.shape and out.dtype == dtype and out.device == x.device, case
-        assert out.is_contiguous(), case
+        assert out.is_contiguous(memory_format=layout_of(x)), case
         taps, _ = _terms(x, w, s, p, d, out)
         # sums of `taps` products of unit-size numbers: absolute error grows like sqrt(taps)
         torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * math.sqrt(taps), msg=case)
@@ -82,8 +104,10 @@ def test_backward_matches_oracle(device, dtype):
     for case, x, w, b, s, p, d in sample_inputs(device, dtype, seed=1):
         leaves = [t.detach().requires_grad_() for t in (x, w) + ((b,) if b is not None else ())]
         out = labops.depthwise_conv2d(leaves[0], leaves[1], leaves[2] if b is not None else None, s, p, d)
-        grad_out = Seeded(device, dtype, seed=7).randn(*out.shape)
+        # grad_output in the output's layout, as the next layer's backward would give it
+        grad_out = Seeded(device, dtype, seed=7).randn(*out.shape).contiguous(memory_format=layout_of(out))
         grads = torch.autograd.grad(out, leaves, grad_out)
+        assert grads[0].is_contiguous(memory_format=layout_of(x)), case
 
         def oracle_grads(leaves, grad):
             ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
@@ -131,10 +155,42 @@ def test_every_output_element_is_written(device, dtype):
         torch.use_deterministic_algorithms(old)
 
 
-def test_reductions_are_deterministic(device):
-    x = torch.randn(8, 3, 64, 64, device=device)
-    w = torch.randn(6, 1, 3, 3, device=device)
-    g = torch.randn(8, 6, 64, 64, device=device)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_channels_last_layouts_give_the_same_results(device, dtype):
+    # Every mix of layouts for the backward ops: the result of each op in its documented layout, and
+    # equal to the NCHW computation (the same sums, in the same order or another).
+    rtol, atol = tolerances(dtype)
+    randn = Seeded(device, dtype, seed=8).randn
+    cl = torch.channels_last
+    for stride in (1, 2):
+        x = randn(4, 16, 10, 9)
+        w, b = randn(16, 1, 3, 3), randn(16)
+        args = ([stride] * 2, [1, 1], [1, 1])
+        out = L.depthwise_conv2d(x, w, b, *args)
+        out_cl = L.depthwise_conv2d(x.contiguous(memory_format=cl), w, b, *args)
+        assert out_cl.is_contiguous(memory_format=cl) and not out_cl.is_contiguous()
+        torch.testing.assert_close(out_cl, out, rtol=rtol, atol=atol)
+        g = randn(*out.shape)
+        expected = (L.depthwise_conv2d_backward_input(g, w, list(x.shape), *args),
+                    L.depthwise_conv2d_backward_weight(g, x, list(w.shape), *args), L.depthwise_conv2d_backward_bias(g))
+        for g_layout in (torch.contiguous_format, cl):
+            gl = g.contiguous(memory_format=g_layout)
+            grad_in = L.depthwise_conv2d_backward_input(gl, w, list(x.shape), *args)
+            assert grad_in.is_contiguous(memory_format=g_layout), g_layout
+            torch.testing.assert_close(grad_in, expected[0], rtol=rtol, atol=atol)
+            torch.testing.assert_close(L.depthwise_conv2d_backward_bias(gl), expected[2], rtol=rtol, atol=atol * 8)
+            for x_layout in (torch.contiguous_format, cl):
+                grad_w = L.depthwise_conv2d_backward_weight(gl, x.contiguous(memory_format=x_layout), list(w.shape),
+                                                            *args)
+                assert grad_w.is_contiguous()
+                torch.testing.assert_close(grad_w, expected[1], rtol=rtol, atol=atol * 8)
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels_last"])
+def test_reductions_are_deterministic(device, layout):
+    x = torch.randn(8, 8, 64, 64, device=device).contiguous(memory_format=layout)
+    w = torch.randn(8, 1, 3, 3, device=device)
+    g = torch.randn(8, 8, 64, 64, device=device).contiguous(memory_format=layout)
     args = ([1, 1], [1, 1], [1, 1])
     first = L.depthwise_conv2d_backward_weight(g, x, list(w.shape), *args)
     bias_first = L.depthwise_conv2d_backward_bias(g)

@@ -132,6 +132,10 @@ void correlate_plane(T* acc, int64_t pitch, const T* buf, const BorderedPlane b,
 }
 
 struct DepthwiseLauncher {
+  // No NHWC kernels: channels_last tensors are computed in NCHW, through
+  // copies (Note [channels_last]).
+  static bool has_nhwc_kernels(const Geometry&, at::ArrayRef<at::Tensor>) { return false; }
+
   // updateOutput: one output plane (n, oc) per task item.
   template <typename scalar_t>
   static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
@@ -263,6 +267,8 @@ struct DepthwiseLauncher {
 // One body call per element (the bodies of ops/depthwise.h), as the generic
 // CUDA kernels do: the readable path the fast one is tested against.
 struct DepthwiseTextbookLauncher {
+  static bool has_nhwc_kernels(const Geometry&, at::ArrayRef<at::Tensor>) { return false; }
+
   template <typename scalar_t>
   static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
                       const Geometry& g) {

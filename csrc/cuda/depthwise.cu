@@ -4,18 +4,23 @@
 //    bodies of ops/depthwise.h (forward_at, backward_input_at,
 //    backward_weight_term), any kernel size, stride and dilation;
 //  * tiled (3x3 and 5x5, stride 1 or 2, dilation 1): see Note [tiled kernels];
-//    their index math is the tile helpers of ops/depthwise.h.
+//    their index math is the tile helpers of ops/depthwise.h. Each is written
+//    once for NCHW and channels_last (NHWC) tensors: Note [one tiled kernel,
+//    two layouts].
 // Backward-input is a gather (no atomics); backward-weight and backward-bias
 // are split reductions, see Note [split reductions] in ops/depthwise.h. No
 // atomics anywhere: results are bitwise reproducible run to run.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
 #include <cuda_runtime.h>
 #include <torch/library.h>
 
@@ -95,21 +100,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    backward_bias_kernel(const scalar_t* __restrict__ grad_out,
-                         at::opmath_type<scalar_t>* __restrict__ partial, int64_t channels,
-                         int64_t plane, int64_t items, int64_t chunk) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t c = blockIdx.x, split = blockIdx.y;
-  const conv::Range<int64_t> mine = split_items<int64_t>(split, chunk, items);
-  acc_t acc[1] = {acc_t(0)};
-  for (int64_t it = mine.lo + threadIdx.x; it < mine.hi; it += blockDim.x) {
-    acc[0] += static_cast<acc_t>(grad_out[channel_item_offset(it, c, channels, plane)]);
-  }
-  block_sum_store<1>(acc, partial + partial_offset(c, split, gridDim.y, 1));
-}
-
 // ------------------------------------------------------------------ tiled ----
 // Note [tiled kernels]
 // Templated on the kernel size and stride. A thread computes a tile of
@@ -119,28 +109,111 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // threads take neighbouring tiles of a row (coalesced loads; the overlap
 // between their spans hits L1); and the index arithmetic (divisions) is paid
 // once per tile, in 32-bit.
+//
+// Note [one tiled kernel, two layouts]
+// Each tiled kernel is written once for both memory layouts (Note
+// [channels_last], ops/depthwise.h). A layout struct says which tile and
+// channels thread `flat` takes, where a plane starts and how it is strided;
+// every value is a Pack of kPack adjacent channels: one for NCHW, and for
+// NHWC a 16-byte (float) or 8-byte (half) load, so a warp reads 8 pixels'
+// worth of contiguous channels per instruction. The reductions (weight and
+// bias gradients) give a block kLanes packs of channels: one channel for NCHW
+// (its planes are contiguous), 8 packs for NHWC (adjacent in memory).
+
+// A tiled thread's work: tile (row_tile, col_tile) of image n, channels c .. c + kPack - 1.
+struct TileWork {
+  int n, c, row_tile, col_tile;
+};
+
+// NCHW: one channel per thread, flat = ((n*channels + c)*row_tiles + row_tile)*col_tiles + col_tile.
+struct ChannelsFirst {
+  static constexpr int kPack = 1, kLanes = 1;
+  __device__ static TileWork work(int flat, int channels, int row_tiles, int col_tiles) {
+    const TileIndex t = tile_index(flat, col_tiles, row_tiles);
+    const Split<int> nc = split_index(t.plane, channels);
+    return {nc.outer, nc.inner, t.row_tile, t.col_tile};
+  }
+  __device__ static int64_t base(int n, int c, int channels, int h, int w) {
+    return plane_offset(n, c, channels, int64_t(h) * w);
+  }
+  __device__ static PlaneStrides strides(int /*channels*/, int w) { return nchw_plane_strides(w); }
+};
+
+// NHWC: P adjacent channels per thread, the pack fastest (packed_tile_index).
+template <int P>
+struct ChannelsLast {
+  static constexpr int kPack = P, kLanes = 8;
+  __device__ static TileWork work(int flat, int channels, int row_tiles, int col_tiles) {
+    const PackedTileIndex t = packed_tile_index(flat, channels / P, col_tiles, row_tiles);
+    return {t.tile.plane, t.pack * P, t.tile.row_tile, t.tile.col_tile};
+  }
+  __device__ static int64_t base(int n, int c, int channels, int h, int w) {
+    return nhwc_offset(n, c, channels, int64_t(h) * w);
+  }
+  __device__ static PlaneStrides strides(int channels, int w) { return nhwc_plane_strides(w, channels); }
+};
+
+// Channels per pack of the NHWC kernels: 4 (16 bytes of float, 8 of half), 2 doubles.
+constexpr int nhwc_pack(size_t element_size) { return std::min<int>(4, kPackBytes / int(element_size)); }
+
+// p[0 .. P-1] in the accumulation type (p aligned to the pack).
+template <int P, typename acc_t, typename scalar_t>
+__device__ __forceinline__ Pack<acc_t, P> load_acc(const scalar_t* p) {
+  const Pack<scalar_t, P> raw = load_pack<P>(p);
+  Pack<acc_t, P> out;
+#pragma unroll
+  for (int e = 0; e < P; ++e) out.val[e] = static_cast<acc_t>(raw.val[e]);
+  return out;
+}
+
+template <int P, typename scalar_t, typename acc_t>
+__device__ __forceinline__ void store_acc(scalar_t* p, const Pack<acc_t, P>& v) {
+  Pack<scalar_t, P> raw;
+#pragma unroll
+  for (int e = 0; e < P; ++e) raw.val[e] = static_cast<scalar_t>(v.val[e]);
+  store_pack<P>(p, raw);
+}
+
+// The layer's multiply-accumulate (mac, ops/depthwise.h), channel by channel.
+template <typename acc_t, int P>
+__device__ __forceinline__ void mac_pack(Pack<acc_t, P>& acc, const Pack<acc_t, P>& a, const Pack<acc_t, P>& b) {
+#pragma unroll
+  for (int e = 0; e < P; ++e) mac(acc.val[e], a.val[e], b.val[e]);
+}
+
+// wr[t].val[e] = tap t of channel c + e (the kernel flipped when kFlipped, see
+// Note [flipped-kernel identity]).
+template <int TAPS, bool kFlipped, int P, typename acc_t, typename scalar_t>
+__device__ __forceinline__ void load_taps(const scalar_t* w, int c, Pack<acc_t, P> (&wr)[TAPS]) {
+#pragma unroll
+  for (int e = 0; e < P; ++e) {
+    const scalar_t* wk = weights_of(w, c + e, TAPS);
+#pragma unroll
+    for (int t = 0; t < TAPS; ++t) wr[t].val[e] = static_cast<acc_t>(wk[kFlipped ? flipped_tap(t, TAPS) : t]);
+  }
+}
 
 // Row reuse for a tile of V x U outputs whose top-left output is (oh0, ow0)
 // (Note [row reuse in a tile]): each of the tile's input rows is loaded once
-// as a span of tile_span(U, SW, KW) inputs (zeros in the padding), then
-// f(v, kh, span) runs for every output row v that reads it through tap kh.
-// All loops unroll, so v and kh are constants and the caller's register
-// arrays stay in registers.
-template <int KH, int KW, int SH, int SW, int V, int U, typename scalar_t, typename F>
-__device__ __forceinline__ void for_each_tap_row(const scalar_t* plane, int oh0, int ow0, int pad_h,
-                                                 int pad_w, int in_h, int in_w, F&& f) {
-  using acc_t = at::opmath_type<scalar_t>;
+// as a span of tile_span(U, SW, KW) values load(ih, iw) (zeros in the
+// padding), then f(v, kh, span) runs for every output row v that reads it
+// through tap kh. All loops unroll, so v and kh are constants and the
+// caller's register arrays stay in registers.
+template <int KH, int KW, int SH, int SW, int V, int U, typename Load, typename F>
+__device__ __forceinline__ void for_each_tap_row(Load&& load, int oh0, int ow0, int pad_h, int pad_w, int in_h,
+                                                 int in_w, F&& f) {
+  using value_t = decltype(load(0, 0));
   const int ih0 = conv::input_coord<int>(oh0, 0, SH, pad_h, 1);
   const int iw0 = conv::input_coord<int>(ow0, 0, SW, pad_w, 1);
 #pragma unroll
   for (int r = 0; r < tile_span(V, SH, KH); ++r) {
     const int ih = ih0 + r;
     if (!conv::in_bounds(ih, in_h)) continue;  // zero padding rows
-    acc_t span[tile_span(U, SW, KW)];
+    value_t span[tile_span(U, SW, KW)];
 #pragma unroll
     for (int e = 0; e < tile_span(U, SW, KW); ++e) {
       const int iw = iw0 + e;
-      span[e] = conv::in_bounds(iw, in_w) ? static_cast<acc_t>(plane[pixel(ih, iw, in_w)]) : acc_t(0);
+      span[e] = conv::in_bounds(iw, in_w) ? load(ih, iw) : value_t{};
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -152,64 +225,69 @@ __device__ __forceinline__ void for_each_tap_row(const scalar_t* plane, int oh0,
 
 // updateOutput: a V x U tile of outputs, weights in registers. kFlipped reads
 // the kernel flipped: updateGradInput at stride 1 (flipped_forward_geometry).
-template <typename scalar_t, int KH, int KW, int SH, int SW, int V, int U, bool kFlipped>
+template <typename scalar_t, int KH, int KW, int SH, int SW, int V, int U, bool kFlipped, typename Layout>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     forward_tiled_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                          const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                          const Geometry g, int row_tiles, int col_tiles, int64_t total) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int out_channels = g.out_channels, multiplier = g.multiplier;
-  const int out_h = g.out_h, out_w = g.out_w;
+  constexpr int P = Layout::kPack;
+  using pack_t = Pack<acc_t, P>;
+  const int in_channels = g.in_channels, out_channels = g.out_channels, multiplier = g.multiplier;
+  const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
+  const PlaneStrides in_s = Layout::strides(in_channels, in_w), out_s = Layout::strides(out_channels, out_w);
   LABOPS_KERNEL_LOOP(i, total) {
-    const TileIndex t = tile_index(static_cast<int>(i), col_tiles, row_tiles);
-    const Split<int> nc = split_index(t.plane, out_channels);
-    const int oc = nc.inner, n = nc.outer;
-    const scalar_t* wk = weights_of(w, oc, KH * KW);
-    acc_t wr[KH * KW];
+    const TileWork t = Layout::work(static_cast<int>(i), out_channels, row_tiles, col_tiles);
+    pack_t wr[KH * KW];
+    load_taps<KH * KW, kFlipped>(w, t.c, wr);
+    pack_t b{};
+    if (bias) {
 #pragma unroll
-    for (int k = 0; k < KH * KW; ++k) wr[k] = static_cast<acc_t>(wk[kFlipped ? flipped_tap(k, KH * KW) : k]);
-    acc_t acc[V][U];
-    const acc_t b = bias ? static_cast<acc_t>(bias[oc]) : acc_t(0);
+      for (int e = 0; e < P; ++e) b.val[e] = static_cast<acc_t>(bias[t.c + e]);
+    }
+    pack_t acc[V][U];
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
       for (int u = 0; u < U; ++u) acc[v][u] = b;
     const int oh0 = tile_first(t.row_tile, V), ow0 = tile_first(t.col_tile, U);
+    const scalar_t* src = x + Layout::base(t.n, input_channel(t.c, multiplier), in_channels, in_h, in_w);
     for_each_tap_row<KH, KW, SH, SW, V, U>(
-        x + input_plane_offset(n, input_channel(oc, multiplier), g), oh0, ow0, g.pad_h, g.pad_w, g.in_h,
-        g.in_w, [&](int v, int kh, const acc_t (&span)[tile_span(U, SW, KW)]) {
+        [&](int ih, int iw) { return load_acc<P, acc_t>(src + plane_at(in_s, ih, iw)); }, oh0, ow0, g.pad_h,
+        g.pad_w, in_h, in_w, [&](int v, int kh, const auto& span) {
 #pragma unroll
           for (int u = 0; u < U; ++u)
 #pragma unroll
-            for (int kw = 0; kw < KW; ++kw) mac(acc[v][u], wr[tap_index(kh, kw, KW)], span[span_element(u, kw, SW)]);
+            for (int kw = 0; kw < KW; ++kw) mac_pack(acc[v][u], wr[tap_index(kh, kw, KW)], span[span_element(u, kw, SW)]);
         });
-    scalar_t* dst = out + output_plane_offset(n, oc, g);
+    scalar_t* dst = out + Layout::base(t.n, t.c, out_channels, out_h, out_w);
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int oh = oh0 + v, ow = ow0 + u;
-        if (oh < out_h && ow < out_w) dst[pixel<int64_t>(oh, ow, out_w)] = static_cast<scalar_t>(acc[v][u]);
+        if (oh < out_h && ow < out_w) store_acc<P>(dst + plane_at(out_s, oh, ow), acc[v][u]);
       }
   }
 }
 
 // updateGradInput, a gather: input (ih0 + v, iw) collects output
 // (output_coord(ih0 + v, kh), output_coord(iw, kw)) of each of its m channels.
-template <typename scalar_t, int KH, int KW, int SH, int SW, int V>
+template <typename scalar_t, int KH, int KW, int SH, int SW, int V, typename Layout>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     backward_input_tiled_kernel(const scalar_t* __restrict__ grad_out,
                                 const scalar_t* __restrict__ w, scalar_t* __restrict__ grad_in,
                                 const Geometry g, int tiles_h, int64_t total) {
   using acc_t = at::opmath_type<scalar_t>;
+  constexpr int P = Layout::kPack;
+  using pack_t = Pack<acc_t, P>;
   const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
-  const int in_channels = g.in_channels, multiplier = g.multiplier;
+  const int in_channels = g.in_channels, out_channels = g.out_channels, multiplier = g.multiplier;
   const int pad_h = g.pad_h, pad_w = g.pad_w;
+  const PlaneStrides in_s = Layout::strides(in_channels, in_w), out_s = Layout::strides(out_channels, out_w);
   LABOPS_KERNEL_LOOP(i, total) {
-    const TileIndex t = tile_index(static_cast<int>(i), in_w, tiles_h);  // tiles one column wide
-    const int iw = t.col_tile;
-    const Split<int> nc = split_index(t.plane, in_channels);
-    const int c = nc.inner, n = nc.outer;
+    const TileWork t = Layout::work(static_cast<int>(i), in_channels, tiles_h, in_w);  // tiles one column wide
+    const int iw = t.col_tile, c = t.c, n = t.n;
     const int ih0 = tile_first(t.row_tile, V);
     int orow[V][KH], ocol[KW];  // -1: that tap reaches no output
 #pragma unroll
@@ -218,75 +296,121 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       for (int kh = 0; kh < KH; ++kh) orow[v][kh] = conv::output_coord<int>(ih0 + v, kh, SH, pad_h, 1, out_h);
 #pragma unroll
     for (int kw = 0; kw < KW; ++kw) ocol[kw] = conv::output_coord<int>(iw, kw, SW, pad_w, 1, out_w);
-    acc_t acc[V];
+    pack_t acc[V];
 #pragma unroll
-    for (int v = 0; v < V; ++v) acc[v] = acc_t(0);
+    for (int v = 0; v < V; ++v) acc[v] = pack_t{};
     for (int j = 0; j < multiplier; ++j) {
       const int oc = output_channel(c, j, multiplier);
-      const scalar_t* src = grad_out + output_plane_offset(n, oc, g);
-      const scalar_t* wk = weights_of(w, oc, KH * KW);
-      acc_t wr[KH * KW];
-#pragma unroll
-      for (int t = 0; t < KH * KW; ++t) wr[t] = static_cast<acc_t>(wk[t]);
+      const scalar_t* src = grad_out + Layout::base(n, oc, out_channels, out_h, out_w);
+      pack_t wr[KH * KW];
+      load_taps<KH * KW, false>(w, oc, wr);
 #pragma unroll
       for (int v = 0; v < V; ++v)
 #pragma unroll
         for (int kh = 0; kh < KH; ++kh) {
           if (orow[v][kh] < 0) continue;
-          const scalar_t* row = src + pixel(orow[v][kh], 0, out_w);
 #pragma unroll
           for (int kw = 0; kw < KW; ++kw) {
-            if (ocol[kw] >= 0) mac(acc[v], wr[tap_index(kh, kw, KW)], row[ocol[kw]]);
+            if (ocol[kw] >= 0) {
+              mac_pack(acc[v], wr[tap_index(kh, kw, KW)], load_acc<P, acc_t>(src + plane_at(out_s, orow[v][kh], ocol[kw])));
+            }
           }
         }
     }
-    scalar_t* dst = grad_in + input_plane_offset(n, c, g);
+    scalar_t* dst = grad_in + Layout::base(n, c, in_channels, in_h, in_w);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      if (ih0 + v < in_h) dst[pixel(ih0 + v, iw, in_w)] = static_cast<scalar_t>(acc[v]);
+      if (ih0 + v < in_h) store_acc<P>(dst + plane_at(in_s, ih0 + v, iw), acc[v]);
     }
   }
 }
 
-// accGradParameters (weight). Block (oc, split) walks items (n, row tile, col
-// tile) of channel oc; each thread keeps all KH*KW sums in registers, then the
-// block reduces them. Same tiles and row reuse as the forward (for_each_tap_row).
-template <typename scalar_t, int KH, int KW, int SH, int SW, int V, int U>
+// accGradParameters (weight). Block (b, split) walks items (n, row tile, col
+// tile) of its Layout::kLanes packs of output channels (b's), one pack per
+// lane, kThreadsPerBlock / kLanes threads per lane; each thread keeps all
+// KH*KW sums of its pack in registers, then the block reduces them per lane.
+// Same tiles and row reuse as the forward (for_each_tap_row).
+template <typename scalar_t, int KH, int KW, int SH, int SW, int V, int U, typename Layout>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     backward_weight_tiled_kernel(const scalar_t* __restrict__ grad_out,
                                  const scalar_t* __restrict__ x,
                                  at::opmath_type<scalar_t>* __restrict__ partial, const Geometry g,
                                  int row_tiles, int col_tiles, int items, int chunk) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int out_h = g.out_h, out_w = g.out_w;
-  const int oc = blockIdx.x, split = blockIdx.y;
-  const int ic = input_channel(oc, static_cast<int>(g.multiplier));
+  constexpr int P = Layout::kPack, kLanes = Layout::kLanes, kTaps = KH * KW;
+  using pack_t = Pack<acc_t, P>;
+  const int in_channels = g.in_channels, out_channels = g.out_channels;
+  const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
+  const PlaneStrides in_s = Layout::strides(in_channels, in_w), out_s = Layout::strides(out_channels, out_w);
+  const int split = blockIdx.y;
+  const auto first_channel = [&](int lane) { return (static_cast<int>(blockIdx.x) * kLanes + lane) * P; };
+  const int oc = first_channel(threadIdx.x % kLanes);
   const conv::Range<int> mine = split_items<int>(split, chunk, items);
-  acc_t acc[KH * KW];
+  pack_t acc[kTaps];
 #pragma unroll
-  for (int t = 0; t < KH * KW; ++t) acc[t] = acc_t(0);
-  for (int it = mine.lo + threadIdx.x; it < mine.hi; it += blockDim.x) {
-    const TileIndex t = tile_index(it, col_tiles, row_tiles);  // plane = n here: one channel per block
-    const scalar_t* gsrc = grad_out + output_plane_offset(t.plane, oc, g);
-    const int oh0 = tile_first(t.row_tile, V), ow0 = tile_first(t.col_tile, U);
-    acc_t gv[V][U];  // grad_output of the tile; zero outside the plane
+  for (int t = 0; t < kTaps; ++t) acc[t] = pack_t{};
+  if (oc < out_channels) {
+    const int ic = input_channel(oc, static_cast<int>(g.multiplier));
+    for (int it = mine.lo + threadIdx.x / kLanes; it < mine.hi; it += kThreadsPerBlock / kLanes) {
+      const TileIndex t = tile_index(it, col_tiles, row_tiles);  // plane = n here
+      const scalar_t* gsrc = grad_out + Layout::base(t.plane, oc, out_channels, out_h, out_w);
+      const int oh0 = tile_first(t.row_tile, V), ow0 = tile_first(t.col_tile, U);
+      pack_t gv[V][U];  // grad_output of the tile; zero outside the plane
 #pragma unroll
-    for (int v = 0; v < V; ++v)
+      for (int v = 0; v < V; ++v)
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int oh = oh0 + v, ow = ow0 + u;
-        gv[v][u] = oh < out_h && ow < out_w ? static_cast<acc_t>(gsrc[pixel(oh, ow, out_w)]) : acc_t(0);
-      }
-    for_each_tap_row<KH, KW, SH, SW, V, U>(
-        x + input_plane_offset(t.plane, ic, g), oh0, ow0, g.pad_h, g.pad_w, g.in_h, g.in_w,
-        [&](int v, int kh, const acc_t (&span)[tile_span(U, SW, KW)]) {
+        for (int u = 0; u < U; ++u) {
+          const int oh = oh0 + v, ow = ow0 + u;
+          gv[v][u] = oh < out_h && ow < out_w ? load_acc<P, acc_t>(gsrc + plane_at(out_s, oh, ow)) : pack_t{};
+        }
+      const scalar_t* xsrc = x + Layout::base(t.plane, ic, in_channels, in_h, in_w);
+      for_each_tap_row<KH, KW, SH, SW, V, U>(
+          [&](int ih, int iw) { return load_acc<P, acc_t>(xsrc + plane_at(in_s, ih, iw)); }, oh0, ow0, g.pad_h,
+          g.pad_w, in_h, in_w, [&](int v, int kh, const auto& span) {
 #pragma unroll
-          for (int u = 0; u < U; ++u)
+            for (int u = 0; u < U; ++u)
 #pragma unroll
-            for (int kw = 0; kw < KW; ++kw) mac(acc[tap_index(kh, kw, KW)], gv[v][u], span[span_element(u, kw, SW)]);
-        });
+              for (int kw = 0; kw < KW; ++kw) mac_pack(acc[tap_index(kh, kw, KW)], gv[v][u], span[span_element(u, kw, SW)]);
+          });
+    }
   }
-  block_sum_store<KH * KW>(acc, partial + partial_offset(oc, split, gridDim.y, KH * KW));
+  // value k = (tap, channel e of the pack); lane L's sums go to its channels' partials
+  block_lane_sums<kLanes, kTaps * P, acc_t>(
+      [&](int k) { return acc[k / P].val[k % P]; },
+      [&](int lane, int k, acc_t sum) {
+        const int c = first_channel(lane) + k % P;
+        if (c < out_channels) partial[partial_offset(c, split, gridDim.y, kTaps) + k / P] = sum;
+      });
+}
+
+// accGradParameters (bias). Block (b, split) sums items split_items(...) of
+// its Layout::kLanes packs of channels, item `it` of channel c at
+// channel_item_offset(it, c, channels, plane). Packs of P > 1 adjacent
+// channels need plane == 1: rows of channels, which is what channels_last
+// memory is (Note [channels_last]).
+template <typename scalar_t, typename Layout>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    backward_bias_kernel(const scalar_t* __restrict__ grad_out,
+                         at::opmath_type<scalar_t>* __restrict__ partial, int64_t channels,
+                         int64_t plane, int64_t items, int64_t chunk) {
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int P = Layout::kPack, kLanes = Layout::kLanes;
+  const int64_t split = blockIdx.y;
+  const auto first_channel = [&](int lane) { return (static_cast<int64_t>(blockIdx.x) * kLanes + lane) * P; };
+  const int64_t c = first_channel(threadIdx.x % kLanes);
+  const conv::Range<int64_t> mine = split_items<int64_t>(split, chunk, items);
+  Pack<acc_t, P> acc{};
+  if (c < channels) {
+    for (int64_t it = mine.lo + threadIdx.x / kLanes; it < mine.hi; it += kThreadsPerBlock / kLanes) {
+      const Pack<acc_t, P> v = load_acc<P, acc_t>(grad_out + channel_item_offset(it, c, channels, plane));
+#pragma unroll
+      for (int e = 0; e < P; ++e) acc.val[e] += v.val[e];
+    }
+  }
+  block_lane_sums<kLanes, P, acc_t>([&](int k) { return acc.val[k]; }, [&](int lane, int k, acc_t sum) {
+    const int64_t ch = first_channel(lane) + k;
+    if (ch < channels) partial[partial_offset(ch, split, gridDim.y, 1)] = sum;
+  });
 }
 
 // ------------------------------------------------------------- launching ----
@@ -311,6 +435,12 @@ bool dispatch_tiled(const Geometry& g, F&& f) {
   return false;
 }
 
+// f(layout) with the layout struct of g's activations; returns what f returns.
+template <typename scalar_t, typename F>
+auto with_layout(const Geometry& g, F&& f) {
+  return g.channels_last ? f(ChannelsLast<nhwc_pack(sizeof(scalar_t))>{}) : f(ChannelsFirst{});
+}
+
 // Enough blocks to cover `work` threads, at most a few resident waves (the
 // grid-stride loops cover the rest).
 int64_t blocks_for(int64_t work) {
@@ -318,11 +448,12 @@ int64_t blocks_for(int64_t work) {
                                                 int64_t(multiprocessor_count()) * 32));
 }
 
-// How many blocks share one channel's reduction: aim for ~4 blocks per SM in
-// all, but give each block at least 4 items per thread.
-int64_t splits_for(int64_t channels, int64_t items) {
-  const int64_t want = ceil_div<int64_t>(int64_t(multiprocessor_count()) * 4, channels);
-  const int64_t most = std::max<int64_t>(1, items / (int64_t(kThreadsPerBlock) * 4));
+// How many blocks share one reduction (`groups` of them, a block each per
+// split, `rows` threads per item lane): aim for ~4 blocks per SM in all, but
+// give each thread at least 4 items.
+int64_t splits_for(int64_t groups, int64_t items, int64_t rows = kThreadsPerBlock) {
+  const int64_t want = ceil_div<int64_t>(int64_t(multiprocessor_count()) * 4, groups);
+  const int64_t most = std::max<int64_t>(1, items / (rows * 4));
   return std::max<int64_t>(1, std::min<int64_t>({want, most, 65535}));
 }
 
@@ -342,26 +473,51 @@ OutputTiles output_tiles(const Geometry& g) {
 }
 
 // The tiled forward for g, if one exists for its kernel size and stride.
-template <bool kFlipped, typename scalar_t>
+template <bool kFlipped, typename Layout, typename scalar_t>
 bool launch_forward_tiled(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
                           const Geometry& g, cudaStream_t stream) {
   return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
     const OutputTiles tiles = output_tiles(g);
-    const int64_t total = g.batch * g.out_channels * tiles.rows * tiles.cols;
-    forward_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, kTileCols, kFlipped>
+    const int64_t total = g.batch * (g.out_channels / Layout::kPack) * tiles.rows * tiles.cols;
+    forward_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, kTileCols, kFlipped, Layout>
         <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(x, w, bias, out, g, int(tiles.rows), int(tiles.cols),
                                                              total);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
 
+// The sums of `partial` (channels x splits x width) over splits, into out.
+template <typename scalar_t>
+void sum_partials(const at::Tensor& partial, scalar_t* out, int64_t channels, int64_t splits, int64_t width,
+                  cudaStream_t stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t count = channels * width;
+  sum_partials_kernel<scalar_t><<<get_blocks(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
+      partial.const_data_ptr<acc_t>(), out, count, splits, width);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 struct DepthwiseLauncher {
+  // The NHWC kernels (Note [channels_last]) are the tiled ones, for multiplier
+  // 1 and whole packs of channels, on data aligned to the pack.
+  static bool has_nhwc_kernels(const Geometry& g, at::ArrayRef<at::Tensor> data) {
+    const int64_t pack = nhwc_pack(data[0].element_size());
+    if (g.multiplier != 1 || g.out_channels % pack != 0 || !dispatch_tiled(g, [](auto...) {})) return false;
+    for (const at::Tensor& t : data) {
+      if (!is_aligned(t.const_data_ptr(), pack * t.element_size())) return false;
+    }
+    return true;
+  }
+
   template <typename scalar_t>
   static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
                       const Geometry& g) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const bool tiled = launch_forward_tiled<false>(x, w, bias, out, g, stream);
+    const bool tiled = with_layout<scalar_t>(g, [&](auto layout) {
+      return launch_forward_tiled<false, decltype(layout)>(x, w, bias, out, g, stream);
+    });
     if (!tiled) {
+      TORCH_INTERNAL_ASSERT(!g.channels_last, "depthwise: no NHWC kernel for this geometry");
       const int64_t total = g.batch * g.out_channels * g.out_plane();
       forward_generic_kernel<scalar_t>
           <<<get_blocks(total, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(x, w, bias, out, g, total);
@@ -373,22 +529,26 @@ struct DepthwiseLauncher {
   static void backward_input(const scalar_t* grad_out, const scalar_t* w, scalar_t* grad_in,
                              const Geometry& g) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    // Stride 1, multiplier 1: the forward's tiles over grad_output, kernel
-    // flipped, reuse each loaded value for a whole tile; the gather below
-    // loads KH*KW values per input pixel.
-    if (gather_is_flipped_forward(g) &&
-        launch_forward_tiled<true>(grad_out, w, static_cast<const scalar_t*>(nullptr), grad_in,
-                                   flipped_forward_geometry(g), stream)) {
-      return;
-    }
-    const bool tiled = dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-      const int64_t tiles = ceil_div<int64_t>(g.in_h, kTileRows);
-      const int64_t total = g.batch * g.in_channels * tiles * g.in_w;
-      backward_input_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows>
-          <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(grad_out, w, grad_in, g, int(tiles), total);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const bool tiled = with_layout<scalar_t>(g, [&](auto layout) {
+      using Layout = decltype(layout);
+      // Stride 1, multiplier 1: the forward's tiles over grad_output, kernel
+      // flipped, reuse each loaded value for a whole tile; the gather below
+      // loads KH*KW values per input pixel.
+      if (gather_is_flipped_forward(g) &&
+          launch_forward_tiled<true, Layout>(grad_out, w, static_cast<const scalar_t*>(nullptr), grad_in,
+                                             flipped_forward_geometry(g), stream)) {
+        return true;
+      }
+      return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
+        const int64_t tiles = ceil_div<int64_t>(g.in_h, kTileRows);
+        const int64_t total = g.batch * (g.in_channels / Layout::kPack) * tiles * g.in_w;
+        backward_input_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, Layout>
+            <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(grad_out, w, grad_in, g, int(tiles), total);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     });
     if (!tiled) {
+      TORCH_INTERNAL_ASSERT(!g.channels_last, "depthwise: no NHWC kernel for this geometry");
       const int64_t total = g.batch * g.in_channels * g.in_plane();
       backward_input_generic_kernel<scalar_t>
           <<<get_blocks(total, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(grad_out, w, grad_in, g, total);
@@ -403,19 +563,24 @@ struct DepthwiseLauncher {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     at::Tensor partial;
     int64_t splits = 1;
-    const bool tiled = dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-      const OutputTiles tiles = output_tiles(g);
-      const int64_t items = g.batch * tiles.rows * tiles.cols;
-      splits = splits_for(g.out_channels, items);
-      const int64_t chunk = ceil_div<int64_t>(items, splits);
-      partial = workspace<acc_t>(g.out_channels * splits * g.taps());
-      backward_weight_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, kTileCols>
-          <<<dim3(g.out_channels, splits), kThreadsPerBlock, 0, stream>>>(
-              grad_out, x, partial.mutable_data_ptr<acc_t>(), g, int(tiles.rows), int(tiles.cols), int(items),
-              int(chunk));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const bool tiled = with_layout<scalar_t>(g, [&](auto layout) {
+      using Layout = decltype(layout);
+      return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
+        const OutputTiles tiles = output_tiles(g);
+        const int64_t items = g.batch * tiles.rows * tiles.cols;
+        const int64_t groups = ceil_div<int64_t>(g.out_channels / Layout::kPack, Layout::kLanes);
+        splits = splits_for(groups, items, kThreadsPerBlock / Layout::kLanes);
+        const int64_t chunk = ceil_div<int64_t>(items, splits);
+        partial = workspace<acc_t>(g.out_channels * splits * g.taps());
+        backward_weight_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, kTileCols, Layout>
+            <<<dim3(groups, splits), kThreadsPerBlock, 0, stream>>>(
+                grad_out, x, partial.mutable_data_ptr<acc_t>(), g, int(tiles.rows), int(tiles.cols), int(items),
+                int(chunk));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     });
     if (!tiled) {
+      TORCH_INTERNAL_ASSERT(!g.channels_last, "depthwise: no NHWC kernel for this geometry");
       const int64_t items = g.batch * g.out_plane();
       splits = splits_for(g.out_channels, items);
       partial = workspace<acc_t>(g.out_channels * splits * g.taps());
@@ -423,26 +588,34 @@ struct DepthwiseLauncher {
           grad_out, x, partial.mutable_data_ptr<acc_t>(), g, items, ceil_div<int64_t>(items, splits));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-    const int64_t count = g.out_channels * g.taps();
-    sum_partials_kernel<scalar_t><<<get_blocks(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-        partial.const_data_ptr<acc_t>(), grad_w, count, splits, g.taps());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    sum_partials<scalar_t>(partial, grad_w, g.out_channels, splits, g.taps(), stream);
   }
 
   template <typename scalar_t>
   static void backward_bias(const scalar_t* grad_out, scalar_t* grad_b, int64_t batch,
                             int64_t channels, int64_t plane) {
     using acc_t = at::opmath_type<scalar_t>;
+    using Rows = ChannelsLast<nhwc_pack(sizeof(scalar_t))>;
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const int64_t items = batch * plane;
-    const int64_t splits = splits_for(channels, items);
-    at::Tensor partial = workspace<acc_t>(channels * splits);
-    backward_bias_kernel<scalar_t><<<dim3(channels, splits), kThreadsPerBlock, 0, stream>>>(
-        grad_out, partial.mutable_data_ptr<acc_t>(), channels, plane, items, ceil_div<int64_t>(items, splits));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    sum_partials_kernel<scalar_t><<<get_blocks(channels, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-        partial.const_data_ptr<acc_t>(), grad_b, channels, splits, 1);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    at::Tensor partial;
+    int64_t splits = 1;
+    const auto launch = [&](auto layout) {
+      using Layout = decltype(layout);
+      const int64_t groups = ceil_div<int64_t>(ceil_div<int64_t>(channels, Layout::kPack), Layout::kLanes);
+      splits = splits_for(groups, items, kThreadsPerBlock / Layout::kLanes);
+      partial = workspace<acc_t>(channels * splits);
+      backward_bias_kernel<scalar_t, Layout><<<dim3(groups, splits), kThreadsPerBlock, 0, stream>>>(
+          grad_out, partial.mutable_data_ptr<acc_t>(), channels, plane, items, ceil_div<int64_t>(items, splits));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    // Rows of adjacent channels (plane 1: channels_last memory): packs of them per lane.
+    if (plane == 1 && channels % Rows::kPack == 0 && is_aligned(grad_out, Rows::kPack * sizeof(scalar_t))) {
+      launch(Rows{});
+    } else {
+      launch(ChannelsFirst{});
+    }
+    sum_partials<scalar_t>(partial, grad_b, channels, splits, 1, stream);
   }
 };
 

@@ -108,6 +108,36 @@ __device__ __forceinline__ T group_sum(T v, T* smem) {
   return v;
 }
 
+// Block sums per lane: thread t is in lane t % kLanes (kLanes a power of two,
+// at most a warp), and for every lane L and k < N, store(L, k, sum) is called
+// once, with the sum of get(k) over lane L's threads. Each warp combines its
+// threads of a lane in a butterfly over the offsets >= kLanes, then one
+// thread per (L, k) adds the warp partials in warp order. kLanes = 1 is
+// block_sum_store. The block has kBlockThreads threads, all of which must call it.
+template <int kLanes, int N, typename T, int kBlockThreads = kThreadsPerBlock, typename Get, typename Store>
+__device__ __forceinline__ void block_lane_sums(Get&& get, Store&& store) {
+  static_assert(kLanes >= 1 && kLanes <= kWarpSize && (kLanes & (kLanes - 1)) == 0,
+                "lanes are a power of two, within a warp");
+  static_assert(kBlockThreads % kWarpSize == 0, "whole warps");
+  constexpr int kWarps = kBlockThreads / kWarpSize;
+  __shared__ T partial[kWarps][kLanes][N];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    T s = get(k);
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset >= kLanes; offset >>= 1) s += shfl_xor(s, offset);
+    if (lane < kLanes) partial[warp][lane][k] = s;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kLanes * N; i += kBlockThreads) {
+    const int L = i / N, k = i % N;
+    T s = T(0);
+    for (int w = 0; w < kWarps; ++w) s += partial[w][L][k];
+    store(L, k, s);
+  }
+}
+
 // Block sums of T values at once: thread t < T writes the block's total of
 // v[t] to out[t]. The block has kBlockThreads threads, all of which must call
 // it; the warp partials are added in warp order.

@@ -33,6 +33,9 @@ struct Geometry {
   int64_t in_h, in_w, out_h, out_w;
   int64_t k_h, k_w;
   int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  // x, out and their gradients are stored channels_last (NHWC), see Note
+  // [channels_last]; set only for a launcher whose NHWC kernels take g.
+  bool channels_last = false;
 
   LABOPS_HOST_DEVICE int64_t taps() const { return k_h * k_w; }
   LABOPS_HOST_DEVICE int64_t in_plane() const { return in_h * in_w; }
@@ -311,6 +314,40 @@ LABOPS_HOST_DEVICE Geometry flipped_forward_geometry(const Geometry& g) {
   return f;
 }
 
+// ---- channels_last -------------------------------------------------------------------
+
+// Note [channels_last]
+// A channels_last (NHWC) tensor of sizes (N, C, H, W) stores element
+// (n, c, h, w) at ((n*H + h)*W + w)*C + c: the C channels of a pixel sit side
+// by side, and a plane is no longer contiguous. It is the layout MobileNet
+// users train in (cuDNN's fastest depthwise kernels run on it), so the op
+// keeps it: channels_last x gives a channels_last output, and a channels_last
+// grad_output a channels_last grad_input. Which code runs on it:
+//   * the tiled CUDA kernels (multiplier 1, C a multiple of the pack): the
+//     same kernel bodies as for NCHW, with a thread taking a pack of P
+//     adjacent channels of its tile, neighbouring threads the next packs of
+//     the same pixels (coalesced loads), see ChannelsLast in cuda/depthwise.cu;
+//   * the bias gradient everywhere: NHWC memory is an (N*H*W, C) matrix, whose
+//     column sums are the NCHW bias gradient of an (N*H*W, C, 1) tensor;
+//   * everything else (the CPU, other kernel sizes, multiplier > 1) copies to
+//     NCHW, computes there, and copies the result back to channels_last.
+// In a plane view (row stride, column stride), element (h, w) of plane
+// (n, c) is at base + h*row + w*col: NCHW planes have strides (W, 1) from
+// base plane_offset(n, c), NHWC ones (W*C, C) from base nhwc_offset(n, c).
+
+// Offset of channel c of pixel (0, 0) of image n in an NHWC tensor.
+LABOPS_HOST_DEVICE int64_t nhwc_offset(int64_t n, int64_t c, int64_t channels, int64_t plane) {
+  return n * plane * channels + c;
+}
+
+// Strides of a plane's rows and columns, in elements.
+struct PlaneStrides {
+  int row, col;
+};
+LABOPS_HOST_DEVICE int plane_at(const PlaneStrides& s, int h, int w) { return h * s.row + w * s.col; }
+LABOPS_HOST_DEVICE PlaneStrides nchw_plane_strides(int width) { return {width, 1}; }
+LABOPS_HOST_DEVICE PlaneStrides nhwc_plane_strides(int width, int channels) { return {width * channels, channels}; }
+
 // ---- the tiled CUDA kernels' helpers -----------------------------------------------
 
 // Note [row reuse in a tile]
@@ -333,6 +370,18 @@ LABOPS_HOST_DEVICE TileIndex tile_index(int flat, int col_tiles, int row_tiles) 
   const Split<int> row = split_index(flat, col_tiles);
   const Split<int> pt = split_index(row.outer, row_tiles);
   return {row.inner, pt.inner, pt.outer};
+}
+
+// The channels_last thread's tile and pack of P channels (Note [channels_last]):
+// flat = ((n * row_tiles + row_tile) * col_tiles + col_tile) * packs + pack,
+// the pack fastest so a warp reads the adjacent channels of its pixels.
+struct PackedTileIndex {
+  TileIndex tile;  // tile.plane is n
+  int pack;
+};
+LABOPS_HOST_DEVICE PackedTileIndex packed_tile_index(int flat, int packs, int col_tiles, int row_tiles) {
+  const Split<int> tp = split_index(flat, packs);
+  return {tile_index(tp.outer, col_tiles, row_tiles), tp.inner};
 }
 
 // First output (or input) row or column of tile `tile` of `size` rows or columns.

@@ -90,11 +90,42 @@ inline Geometry check_backward(const char* op, const at::Tensor& grad_output, co
   return g;
 }
 
+// Whether t is stored channels_last and not also NCHW-contiguous (a tensor with
+// C == 1 or H*W == 1 is both, and stays NCHW). See Note [channels_last].
+inline bool is_channels_last(const at::Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+inline at::MemoryFormat memory_format(bool channels_last) {
+  return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
 #define LABOPS_DEPTHWISE_DISPATCH(TYPE, ...) \
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, TYPE, "labops_depthwise", __VA_ARGS__)
 
 template <typename Launcher>
 struct DepthwiseOps {
+  // The activations `ts` in the layout the launcher reads (Note [channels_last]):
+  // channels_last, with g.channels_last set, when the caller's tensors are
+  // (`keep_cl`) and the launcher has NHWC kernels for g and these tensors;
+  // otherwise NCHW-contiguous (copies where the caller's were not).
+  template <size_t K>
+  static std::array<at::Tensor, K> in_launcher_layout(Geometry& g, bool keep_cl, std::array<at::Tensor, K> ts) {
+    if (keep_cl) {
+      for (auto& t : ts) t = t.contiguous(at::MemoryFormat::ChannelsLast);
+      g.channels_last = Launcher::has_nhwc_kernels(g, ts);
+      if (g.channels_last) return ts;
+    }
+    for (auto& t : ts) t = t.contiguous();
+    return ts;
+  }
+
+  // A result in the caller's layout: channels_last when keep_cl (a no-op when
+  // the launcher wrote it so).
+  static at::Tensor in_caller_layout(const at::Tensor& result, bool keep_cl) {
+    return keep_cl ? result.contiguous(at::MemoryFormat::ChannelsLast) : result;
+  }
+
   static at::Tensor forward(const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                             at::IntArrayRef padding, at::IntArrayRef dilation) {
@@ -111,16 +142,22 @@ struct DepthwiseOps {
                         shape_str(bias->sizes()));
     }
     c10::OptionalDeviceGuard guard(x.device());
-    at::Tensor out = at::empty({g.batch, g.out_channels, g.out_h, g.out_w}, x.options());
-    if (out.numel() == 0) return out;
-    const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
+    const bool keep_cl = is_channels_last(x);
+    const std::array<int64_t, 4> out_size{g.batch, g.out_channels, g.out_h, g.out_w};
+    if (g.batch * g.out_channels * g.out_h * g.out_w == 0) {
+      return at::empty(out_size, x.options().memory_format(memory_format(keep_cl)));
+    }
+    Geometry lg = g;
+    const at::Tensor xc = in_launcher_layout<1>(lg, keep_cl, {x})[0];
+    at::Tensor out = at::empty(out_size, x.options().memory_format(memory_format(lg.channels_last)));
+    const at::Tensor wc = weight.contiguous();
     const at::Tensor bc = has_bias ? bias->contiguous() : at::Tensor();
     LABOPS_DEPTHWISE_DISPATCH(x.scalar_type(), [&] {
       Launcher::template forward<scalar_t>(
           xc.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(),
-          has_bias ? bc.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), g);
+          has_bias ? bc.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), lg);
     });
-    return out;
+    return in_caller_layout(out, keep_cl);
   }
 
   static at::Tensor backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
@@ -130,15 +167,21 @@ struct DepthwiseOps {
                                       input_size, "input_size", weight.sizes(), "weight", stride,
                                       padding, dilation);
     c10::OptionalDeviceGuard guard(grad_output.device());
-    at::Tensor grad_input = at::empty(input_size, grad_output.options());
-    if (grad_input.numel() == 0) return grad_input;
-    const at::Tensor gc = grad_output.contiguous(), wc = weight.contiguous();
+    const bool keep_cl = is_channels_last(grad_output);
+    if (g.batch * g.in_channels * g.in_h * g.in_w == 0) {
+      return at::empty(input_size, grad_output.options().memory_format(memory_format(keep_cl)));
+    }
+    Geometry lg = g;
+    const at::Tensor gc = in_launcher_layout<1>(lg, keep_cl, {grad_output})[0];
+    at::Tensor grad_input =
+        at::empty(input_size, grad_output.options().memory_format(memory_format(lg.channels_last)));
+    const at::Tensor wc = weight.contiguous();
     LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
       Launcher::template backward_input<scalar_t>(gc.const_data_ptr<scalar_t>(),
                                                   wc.const_data_ptr<scalar_t>(),
-                                                  grad_input.mutable_data_ptr<scalar_t>(), g);
+                                                  grad_input.mutable_data_ptr<scalar_t>(), lg);
     });
-    return grad_input;
+    return in_caller_layout(grad_input, keep_cl);
   }
 
   static at::Tensor backward_weight(const at::Tensor& grad_output, const at::Tensor& x,
@@ -149,11 +192,13 @@ struct DepthwiseOps {
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
     if (g.batch == 0) return grad_weight.zero_();  // a sum over nothing
-    const at::Tensor gc = grad_output.contiguous(), xc = x.contiguous();
+    Geometry lg = g;  // read in x's layout (grad_output follows it)
+    const std::array<at::Tensor, 2> gx = in_launcher_layout<2>(lg, is_channels_last(x), {grad_output, x});
+    const at::Tensor &gc = gx[0], &xc = gx[1];
     LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
       Launcher::template backward_weight<scalar_t>(gc.const_data_ptr<scalar_t>(),
                                                    xc.const_data_ptr<scalar_t>(),
-                                                   grad_weight.mutable_data_ptr<scalar_t>(), g);
+                                                   grad_weight.mutable_data_ptr<scalar_t>(), lg);
     });
     return grad_weight;
   }
@@ -170,11 +215,14 @@ struct DepthwiseOps {
     at::Tensor grad_bias = at::empty({channels}, grad_output.options());
     if (channels == 0) return grad_bias;
     if (batch * plane == 0) return grad_bias.zero_();
-    const at::Tensor gc = grad_output.contiguous();
+    // channels_last memory is an (N*H*W, C) matrix: its column sums are the
+    // NCHW bias gradient of an (N*H*W, C, 1) tensor (Note [channels_last]).
+    const bool cl = is_channels_last(grad_output);
+    const at::Tensor gc = grad_output.contiguous(memory_format(cl));
     LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
       Launcher::template backward_bias<scalar_t>(gc.const_data_ptr<scalar_t>(),
-                                                 grad_bias.mutable_data_ptr<scalar_t>(), batch,
-                                                 channels, plane);
+                                                 grad_bias.mutable_data_ptr<scalar_t>(),
+                                                 cl ? batch * plane : batch, channels, cl ? 1 : plane);
     });
     return grad_bias;
   }

@@ -50,3 +50,12 @@ def cases(device, size=None):
             yield Case("depthwise3x3 fwd+bwd", shape, dtype, fwd_bytes + bwd_bytes,
                        fwd_bwd(mine, (x, w), g), fwd_bwd(native, (x, w), g), "F.conv2d(groups=C)", 3 * macs,
                        {cl_name: fwd_bwd(native, (x_cl, w_cl), g_cl)})
+            if device == "cuda":
+                # Both sides on channels_last tensors, which labops keeps (its NHWC kernels).
+                with torch.no_grad():
+                    yield Case("depthwise3x3 fwd cl", shape, dtype, fwd_bytes,
+                               lambda m=mine: m(x_cl.detach(), w_cl.detach()),
+                               lambda f=native: f(x_cl.detach(), w_cl.detach()), cl_name, macs)
+                yield Case("depthwise3x3 fwd+bwd cl", shape, dtype, fwd_bytes + bwd_bytes,
+                           fwd_bwd(mine, (x_cl, w_cl), g_cl), fwd_bwd(native, (x_cl, w_cl), g_cl), cl_name,
+                           3 * macs)

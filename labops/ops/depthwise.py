@@ -35,6 +35,7 @@ def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias=None, stride=1,
     bias: (C_in * m,) or None; stride, padding, dilation: an int or an (h, w) pair.
     Returns (N, C_in * m, outH, outW) with
     ``outH = (H + 2 * padding_h - dilation_h * (kH - 1) - 1) // stride_h + 1`` (and the same for W).
+    A channels_last x gives a channels_last result, as ``F.conv2d`` does; its gradients keep the layout too.
 
     Example:
         >>> import labops
@@ -92,6 +93,17 @@ def _geometry(op, x_size, x_arg, w_size, w_arg, stride, padding, dilation):
     return [n, c_out, out_h, out_w]
 
 
+def _is_channels_last(t):
+    """is_channels_last: stored channels_last and not also NCHW-contiguous (Note [channels_last])."""
+    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _empty(shape, like, channels_last):
+    """A result of `like`'s dtype and device, channels_last when the op keeps that layout."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device,
+                       memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
 def _check_grad_output(grad_output, out_shape, op):
     if list(grad_output.shape) != out_shape:
         raise ValueError(f"labops.{op}: grad_output must have the forward output's shape {shape_str(out_shape)}, "
@@ -108,7 +120,7 @@ def _forward_fake(x, weight, bias, stride, padding, dilation):
         if bias.dim() != 1 or bias.shape[0] != out_shape[1]:
             raise ValueError(f"labops.{_OP}: bias must have shape (C_out,) = ({out_shape[1]},), "
                              f"got {shape_str(bias.shape)}")
-    return x.new_empty(out_shape)
+    return _empty(out_shape, x, _is_channels_last(x))
 
 
 @torch.library.register_fake("labops::depthwise_conv2d_backward_input")
@@ -118,7 +130,7 @@ def _backward_input_fake(grad_output, weight, input_size, stride, padding, dilat
     check_like(weight, grad_output, op, "weight", "grad_output")
     out_shape = _geometry(op, input_size, "input_size", weight.shape, "weight", stride, padding, dilation)
     _check_grad_output(grad_output, out_shape, op)
-    return grad_output.new_empty(list(input_size))
+    return _empty(list(input_size), grad_output, _is_channels_last(grad_output))
 
 
 @torch.library.register_fake("labops::depthwise_conv2d_backward_weight")

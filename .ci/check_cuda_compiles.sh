@@ -2,6 +2,7 @@
 # Compile every csrc/cuda/*.cu for sm_90 on a machine without a GPU or a CUDA toolkit, to catch
 # compile errors (and register spills: -warn-spills) before spending GPU time.
 # Usage: bash .ci/check_cuda_compiles.sh [file.cu ...]
+#   extra nvcc flags: $NVCC_EXTRA (e.g. "-Xptxas -v" for registers per kernel)
 #   nvcc: $NVCC, else NVIDIA's pip wheels when $CUDA_WHEELS_DIR is given, else nvcc on PATH, else the
 #         wheels (nvcc, nvvm, crt, runtime, cccl, and the headers of cuBLAS, cuSPARSE and cuSOLVER that
 #         ATen/cuda/CUDABlas.h includes; downloaded once into $CUDA_WHEELS_DIR, default /tmp/cuda-wheels).
@@ -34,7 +35,7 @@ files=("$@")
 for f in "${files[@]}"; do
   echo "== $f"
   "$nvcc" -c "$f" -o "$out/$(basename "$f").o" -std=c++20 -O3 --expt-relaxed-constexpr -arch=sm_90 \
-    -Xptxas -warn-spills "${cuda_inc[@]}" -I"$inc" -I"$inc/torch/csrc/api/include" -I"$pyinc" -Xcompiler -fPIC \
+    -Xptxas -warn-spills ${NVCC_EXTRA:-} "${cuda_inc[@]}" -I"$inc" -I"$inc/torch/csrc/api/include" -I"$pyinc" -Xcompiler -fPIC \
     2>&1 | grep -v "Warning: The .* is deprecated" || true
   [ -f "$out/$(basename "$f").o" ] || { echo "FAILED: $f"; rm -rf "$out"; exit 1; }
 done

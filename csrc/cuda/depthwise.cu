@@ -113,12 +113,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // Note [one tiled kernel, two layouts]
 // Each tiled kernel is written once for both memory layouts (Note
 // [channels_last], ops/depthwise.h). A layout struct says which tile and
-// channels thread `flat` takes, where a plane starts and how it is strided;
-// every value is a Pack of kPack adjacent channels: one for NCHW, and for
-// NHWC a 16-byte (float) or 8-byte (half) load, so a warp reads 8 pixels'
-// worth of contiguous channels per instruction. The reductions (weight and
-// bias gradients) give a block kLanes packs of channels: one channel for NCHW
-// (its planes are contiguous), 8 packs for NHWC (adjacent in memory).
+// channels thread `flat` takes, where a plane starts and how it is strided,
+// and the tile's size; every value is a Pack of kPack adjacent channels: one
+// for NCHW, 2 or 4 for NHWC (one 8- or 16-byte load of float, a 4- or 8-byte
+// one of half; ForwardNhwc and the others below say which kernel takes
+// which). The reductions (weight and bias gradients) give a block kLanes
+// packs of channels: one channel for NCHW (its planes are contiguous), 8
+// packs for NHWC (adjacent in memory).
 
 // A tiled thread's work: tile (row_tile, col_tile) of image n, channels c .. c + kPack - 1.
 struct TileWork {
@@ -128,6 +129,7 @@ struct TileWork {
 // NCHW: one channel per thread, flat = ((n*channels + c)*row_tiles + row_tile)*col_tiles + col_tile.
 struct ChannelsFirst {
   static constexpr int kPack = 1, kLanes = 1;
+  static constexpr int kTileRows = labops::cuda::kTileRows, kTileCols = labops::cuda::kTileCols;
   __device__ static TileWork work(int flat, int channels, int row_tiles, int col_tiles) {
     const TileIndex t = tile_index(flat, col_tiles, row_tiles);
     const Split<int> nc = split_index(t.plane, channels);
@@ -140,9 +142,10 @@ struct ChannelsFirst {
 };
 
 // NHWC: P adjacent channels per thread, the pack fastest (packed_tile_index).
-template <int P>
+template <int P, int TR = kTileRows, int TC = kTileCols>
 struct ChannelsLast {
   static constexpr int kPack = P, kLanes = 8;
+  static constexpr int kTileRows = TR, kTileCols = TC;
   __device__ static TileWork work(int flat, int channels, int row_tiles, int col_tiles) {
     const PackedTileIndex t = packed_tile_index(flat, channels / P, col_tiles, row_tiles);
     return {t.tile.plane, t.pack * P, t.tile.row_tile, t.tile.col_tile};
@@ -436,9 +439,21 @@ bool dispatch_tiled(const Geometry& g, F&& f) {
 }
 
 // f(layout) with the layout struct of g's activations; returns what f returns.
-template <typename scalar_t, typename F>
+// The NHWC kernels' packs and tiles: for each kernel, the fastest of five
+// (packs of 2 or 4 channels; tiles of 4x2, 2x2 or 4x1 outputs) timed on an
+// H100 against cuDNN's channels_last kernels, MobileNetV2's shapes, float32
+// and float16. Packs of 4 need about 115 registers in the forward (two
+// blocks per SM); packs of 2 about 64, and the forward ran 5-15 % faster.
+using ForwardNhwc = ChannelsLast<2, kTileRows, kTileCols>;  // also updateGradInput at stride 1
+template <typename scalar_t>
+using GatherNhwc = ChannelsLast<nhwc_pack(sizeof(scalar_t)), kTileRows, kTileCols>;
+using WeightNhwc = ChannelsLast<2, 2, 2>;
+
+// f(layout) with the layout struct of g's activations, NhwcLayout when they
+// are channels_last; returns what f returns.
+template <typename NhwcLayout, typename F>
 auto with_layout(const Geometry& g, F&& f) {
-  return g.channels_last ? f(ChannelsLast<nhwc_pack(sizeof(scalar_t))>{}) : f(ChannelsFirst{});
+  return g.channels_last ? f(NhwcLayout{}) : f(ChannelsFirst{});
 }
 
 // Enough blocks to cover `work` threads, at most a few resident waves (the
@@ -468,8 +483,9 @@ at::Tensor workspace(int64_t n) {
 struct OutputTiles {
   int64_t rows, cols;
 };
+template <typename Layout>
 OutputTiles output_tiles(const Geometry& g) {
-  return {ceil_div<int64_t>(g.out_h, kTileRows), ceil_div<int64_t>(g.out_w, kTileCols)};
+  return {ceil_div<int64_t>(g.out_h, Layout::kTileRows), ceil_div<int64_t>(g.out_w, Layout::kTileCols)};
 }
 
 // The tiled forward for g, if one exists for its kernel size and stride.
@@ -477,9 +493,10 @@ template <bool kFlipped, typename Layout, typename scalar_t>
 bool launch_forward_tiled(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
                           const Geometry& g, cudaStream_t stream) {
   return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-    const OutputTiles tiles = output_tiles(g);
+    const OutputTiles tiles = output_tiles<Layout>(g);
     const int64_t total = g.batch * (g.out_channels / Layout::kPack) * tiles.rows * tiles.cols;
-    forward_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, kTileCols, kFlipped, Layout>
+    forward_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, Layout::kTileRows, Layout::kTileCols,
+                         kFlipped, Layout>
         <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(x, w, bias, out, g, int(tiles.rows), int(tiles.cols),
                                                              total);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -513,7 +530,7 @@ struct DepthwiseLauncher {
   static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
                       const Geometry& g) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const bool tiled = with_layout<scalar_t>(g, [&](auto layout) {
+    const bool tiled = with_layout<ForwardNhwc>(g, [&](auto layout) {
       return launch_forward_tiled<false, decltype(layout)>(x, w, bias, out, g, stream);
     });
     if (!tiled) {
@@ -529,20 +546,22 @@ struct DepthwiseLauncher {
   static void backward_input(const scalar_t* grad_out, const scalar_t* w, scalar_t* grad_in,
                              const Geometry& g) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const bool tiled = with_layout<scalar_t>(g, [&](auto layout) {
+    // Stride 1, multiplier 1: the forward's tiles over grad_output, kernel
+    // flipped, reuse each loaded value for a whole tile; the gather below
+    // loads KH*KW values per input pixel.
+    if (gather_is_flipped_forward(g) && with_layout<ForwardNhwc>(g, [&](auto layout) {
+          return launch_forward_tiled<true, decltype(layout)>(grad_out, w, static_cast<const scalar_t*>(nullptr),
+                                                              grad_in, flipped_forward_geometry(g), stream);
+        })) {
+      return;
+    }
+    const bool tiled = with_layout<GatherNhwc<scalar_t>>(g, [&](auto layout) {
       using Layout = decltype(layout);
-      // Stride 1, multiplier 1: the forward's tiles over grad_output, kernel
-      // flipped, reuse each loaded value for a whole tile; the gather below
-      // loads KH*KW values per input pixel.
-      if (gather_is_flipped_forward(g) &&
-          launch_forward_tiled<true, Layout>(grad_out, w, static_cast<const scalar_t*>(nullptr), grad_in,
-                                             flipped_forward_geometry(g), stream)) {
-        return true;
-      }
       return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-        const int64_t tiles = ceil_div<int64_t>(g.in_h, kTileRows);
+        static_assert(Layout::kTileCols >= 1);  // unused: the gather's tiles are one column wide
+        const int64_t tiles = ceil_div<int64_t>(g.in_h, Layout::kTileRows);
         const int64_t total = g.batch * (g.in_channels / Layout::kPack) * tiles * g.in_w;
-        backward_input_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, Layout>
+        backward_input_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, Layout::kTileRows, Layout>
             <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(grad_out, w, grad_in, g, int(tiles), total);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
@@ -563,16 +582,17 @@ struct DepthwiseLauncher {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     at::Tensor partial;
     int64_t splits = 1;
-    const bool tiled = with_layout<scalar_t>(g, [&](auto layout) {
+    const bool tiled = with_layout<WeightNhwc>(g, [&](auto layout) {
       using Layout = decltype(layout);
       return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-        const OutputTiles tiles = output_tiles(g);
+        const OutputTiles tiles = output_tiles<Layout>(g);
         const int64_t items = g.batch * tiles.rows * tiles.cols;
         const int64_t groups = ceil_div<int64_t>(g.out_channels / Layout::kPack, Layout::kLanes);
         splits = splits_for(groups, items, kThreadsPerBlock / Layout::kLanes);
         const int64_t chunk = ceil_div<int64_t>(items, splits);
         partial = workspace<acc_t>(g.out_channels * splits * g.taps());
-        backward_weight_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, kTileRows, kTileCols, Layout>
+        backward_weight_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, Layout::kTileRows,
+                                     Layout::kTileCols, Layout>
             <<<dim3(groups, splits), kThreadsPerBlock, 0, stream>>>(
                 grad_out, x, partial.mutable_data_ptr<acc_t>(), g, int(tiles.rows), int(tiles.cols), int(items),
                 int(chunk));

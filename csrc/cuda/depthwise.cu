@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
   const PlaneStrides in_s = Layout::strides(in_channels, in_w), out_s = Layout::strides(out_channels, out_w);
   const int split = blockIdx.y;
-  const auto first_channel = [&](int lane) { return (static_cast<int>(blockIdx.x) * kLanes + lane) * P; };
+  const auto first_channel = [&](int lane) { return lane_first_channel<int>(blockIdx.x, lane, kLanes, P); };
   const int oc = first_channel(threadIdx.x % kLanes);
   const conv::Range<int> mine = split_items<int>(split, chunk, items);
   pack_t acc[kTaps];
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int P = Layout::kPack, kLanes = Layout::kLanes;
   const int64_t split = blockIdx.y;
-  const auto first_channel = [&](int lane) { return (static_cast<int64_t>(blockIdx.x) * kLanes + lane) * P; };
+  const auto first_channel = [&](int lane) { return lane_first_channel<int64_t>(blockIdx.x, lane, kLanes, P); };
   const int64_t c = first_channel(threadIdx.x % kLanes);
   const conv::Range<int64_t> mine = split_items<int64_t>(split, chunk, items);
   Pack<acc_t, P> acc{};
@@ -516,12 +516,15 @@ void sum_partials(const at::Tensor& partial, scalar_t* out, int64_t channels, in
 
 struct DepthwiseLauncher {
   // The NHWC kernels (Note [channels_last]) are the tiled ones, for multiplier
-  // 1 and whole packs of channels, on data aligned to the pack.
+  // 1 and whole packs of channels, on data aligned to the pack. `data` are the
+  // caller's tensors: those already channels_last are read in place, the
+  // others are copied into fresh (aligned) memory.
   static bool has_nhwc_kernels(const Geometry& g, at::ArrayRef<at::Tensor> data) {
     const int64_t pack = nhwc_pack(data[0].element_size());
     if (g.multiplier != 1 || g.out_channels % pack != 0 || !dispatch_tiled(g, [](auto...) {})) return false;
     for (const at::Tensor& t : data) {
-      if (!is_aligned(t.const_data_ptr(), pack * t.element_size())) return false;
+      const bool in_place = t.is_contiguous(at::MemoryFormat::ChannelsLast);
+      if (in_place && !is_aligned(t.const_data_ptr(), pack * t.element_size())) return false;
     }
     return true;
   }

@@ -411,4 +411,12 @@ LABOPS_HOST_DEVICE int64_t partial_offset(int64_t c, int64_t split, int64_t spli
   return (c * splits + split) * width;
 }
 
+// A reduction block `group` takes `lanes` packs of `pack` adjacent channels
+// (one channel per block for NCHW, see Note [channels_last]); the first
+// channel of lane `lane`'s pack.
+template <typename index_t>
+LABOPS_HOST_DEVICE index_t lane_first_channel(index_t group, int lane, int lanes, int pack) {
+  return (group * lanes + lane) * pack;
+}
+
 }  // namespace labops::ops::depthwise

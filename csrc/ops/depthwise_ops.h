@@ -108,15 +108,11 @@ struct DepthwiseOps {
   // The activations `ts` in the layout the launcher reads (Note [channels_last]):
   // channels_last, with g.channels_last set, when the caller's tensors are
   // (`keep_cl`) and the launcher has NHWC kernels for g and these tensors;
-  // otherwise NCHW-contiguous (copies where the caller's were not).
+  // otherwise NCHW-contiguous. Each tensor is copied at most once.
   template <size_t K>
   static std::array<at::Tensor, K> in_launcher_layout(Geometry& g, bool keep_cl, std::array<at::Tensor, K> ts) {
-    if (keep_cl) {
-      for (auto& t : ts) t = t.contiguous(at::MemoryFormat::ChannelsLast);
-      g.channels_last = Launcher::has_nhwc_kernels(g, ts);
-      if (g.channels_last) return ts;
-    }
-    for (auto& t : ts) t = t.contiguous();
+    g.channels_last = keep_cl && Launcher::has_nhwc_kernels(g, ts);
+    for (auto& t : ts) t = t.contiguous(memory_format(g.channels_last));
     return ts;
   }
 

@@ -35,6 +35,11 @@ CASES = [
     ("kernel = padded input", (1, 2, 3, 4), 1, (5, 6), 1, 1, 1, True),
     ("empty batch", (0, 3, 8, 8), 2, (3, 3), 1, 1, 1, True),
     ("split reduction 3x3", (8, 2, 64, 64), 1, (3, 3), 1, 1, 1, True),
+    # widths that CUDA reads in vectors of 2 or 4 columns (Note [vector row loads]): 'same' padding
+    ("3x3 s1 rows of 2", (2, 3, 7, 10), 1, (3, 3), 1, 1, 1, True),
+    ("3x3 s2 rows of 4", (2, 3, 10, 16), 1, (3, 3), 2, 1, 1, True),
+    ("5x5 s1 rows of 4", (1, 2, 9, 12), 1, (5, 5), 1, 2, 1, True),
+    ("5x5 s2 rows of 2", (2, 2, 8, 12), 1, (5, 5), 2, 2, 1, False),
     ("split reduction 7x7 s2", (8, 2, 40, 40), 1, (7, 7), 2, 3, 1, True),
 ]
 
@@ -56,7 +61,7 @@ CHANNELS_LAST_CASES = [
 
 def sample_inputs(device, dtype=torch.float32, seed=0):
     """(name, x, weight, bias, stride, padding, dilation) over CASES and CHANNELS_LAST_CASES, plus a
-    sliced x. Random normal values, never all zeros."""
+    sliced x and an unaligned one. Random normal values, never all zeros."""
     randn = Seeded(device, dtype, seed).randn
 
     for name, (n, c, h, w), m, (kh, kw), stride, padding, dilation, has_bias in CASES:
@@ -68,6 +73,8 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
         x = randn(n, c, h, w).contiguous(memory_format=torch.channels_last)
         yield (name, x, randn(c * m, 1, kh, kw), randn(c * m) if has_bias else None, stride, padding, dilation)
     yield "sliced x", randn(2, 5, 12, 21)[:, 1:, 1:, ::2], randn(4, 1, 3, 3), randn(4), 2, 1, 1
+    # contiguous, but one element into its storage: rows of 16 that vector loads may not read
+    yield "unaligned x", randn(1 + 2 * 3 * 8 * 16)[1:].view(2, 3, 8, 16), randn(3, 1, 3, 3), randn(3), 1, 1, 1
 
 
 def layout_of(t):

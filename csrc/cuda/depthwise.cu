@@ -12,6 +12,7 @@
 // atomics anywhere: results are bitwise reproducible run to run.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
@@ -127,9 +128,14 @@ struct TileWork {
 };
 
 // NCHW: one channel per thread, flat = ((n*channels + c)*row_tiles + row_tile)*col_tiles + col_tile.
+// Rows are read VW columns per load (Note [vector row loads], ops/depthwise.h),
+// in tiles at least VW columns wide.
+template <int VW = 1>
 struct ChannelsFirst {
-  static constexpr int kPack = 1, kLanes = 1;
-  static constexpr int kTileRows = labops::cuda::kTileRows, kTileCols = labops::cuda::kTileCols;
+  static constexpr int kPack = 1, kLanes = 1, kRowVector = VW;
+  static constexpr int kTileRows = labops::cuda::kTileRows;
+  static constexpr int kTileCols = VW > labops::cuda::kTileCols ? VW : labops::cuda::kTileCols;
+  static_assert(kTileCols % VW == 0, "a tile's columns are whole vectors");
   __device__ static TileWork work(int flat, int channels, int row_tiles, int col_tiles) {
     const TileIndex t = tile_index(flat, col_tiles, row_tiles);
     const Split<int> nc = split_index(t.plane, channels);
@@ -144,7 +150,7 @@ struct ChannelsFirst {
 // NHWC: P adjacent channels per thread, the pack fastest (packed_tile_index).
 template <int P, int TR = kTileRows, int TC = kTileCols>
 struct ChannelsLast {
-  static constexpr int kPack = P, kLanes = 8;
+  static constexpr int kPack = P, kLanes = 8, kRowVector = 1;
   static constexpr int kTileRows = TR, kTileCols = TC;
   __device__ static TileWork work(int flat, int channels, int row_tiles, int col_tiles) {
     const PackedTileIndex t = packed_tile_index(flat, channels / P, col_tiles, row_tiles);
@@ -184,6 +190,76 @@ __device__ __forceinline__ void mac_pack(Pack<acc_t, P>& acc, const Pack<acc_t, 
   for (int e = 0; e < P; ++e) mac(acc.val[e], a.val[e], b.val[e]);
 }
 
+// span[e] = the input at (ih, iw0 + e) of `plane` (zeros in the padding), e < S:
+// column by column, or as whole vectors of Layout::kRowVector columns when the
+// layout reads rows that way (Note [vector row loads]); kPhase = row_phase(pad_w, VW).
+// Offsets stay 32-bit plane_at()s added to the plane's pointer, as elsewhere.
+template <typename Layout, int kPhase, int S, int P, typename acc_t, typename scalar_t>
+__device__ __forceinline__ void load_span(const scalar_t* plane, const PlaneStrides& s, int ih, int iw0, int width,
+                                          Pack<acc_t, P> (&span)[S]) {
+  constexpr int VW = Layout::kRowVector;
+  if constexpr (VW == 1) {
+#pragma unroll
+    for (int e = 0; e < S; ++e) {
+      const int iw = iw0 + e;
+      span[e] = conv::in_bounds(iw, width) ? load_acc<P, acc_t>(plane + plane_at(s, ih, iw)) : Pack<acc_t, P>{};
+    }
+  } else {
+    static_assert(P == 1, "vector rows are NCHW: one channel per thread");
+    const int first = iw0 - kPhase;  // a multiple of VW
+#pragma unroll
+    for (int k = 0; k < span_vectors(S, VW, kPhase); ++k) {
+      const int col = first + k * VW;
+      const Pack<acc_t, VW> v =
+          conv::in_bounds(col, width) ? load_acc<VW, acc_t>(plane + plane_at(s, ih, col)) : Pack<acc_t, VW>{};
+#pragma unroll
+      for (int j = 0; j < VW; ++j) {
+        const int e = k * VW + j - kPhase;
+        if (e >= 0 && e < S) span[e].val[0] = v.val[j];
+      }
+    }
+  }
+}
+
+// The U values of row `h` from column c0 on (U and c0 multiples of
+// kRowVector): vals[u] = plane[h, c0 + u] (zeros outside the height x width
+// plane), or plane[h, c0 + u] = vals[u] inside it. A vector lies wholly inside
+// or wholly past the row.
+template <typename Layout, int U, int P, typename acc_t, typename scalar_t>
+__device__ __forceinline__ void load_row(const scalar_t* plane, const PlaneStrides& s, int h, int c0, int height,
+                                         int width, Pack<acc_t, P> (&vals)[U]) {
+  constexpr int VW = Layout::kRowVector;
+#pragma unroll
+  for (int k = 0; k < U / VW; ++k) {
+    const int col = c0 + k * VW;
+    if constexpr (VW == 1) {
+      vals[k] = h < height && col < width ? load_acc<P, acc_t>(plane + plane_at(s, h, col)) : Pack<acc_t, P>{};
+    } else {
+      const Pack<acc_t, VW> v =
+          h < height && col < width ? load_acc<VW, acc_t>(plane + plane_at(s, h, col)) : Pack<acc_t, VW>{};
+#pragma unroll
+      for (int j = 0; j < VW; ++j) vals[k * VW + j].val[0] = v.val[j];
+    }
+  }
+}
+template <typename Layout, int U, int P, typename acc_t, typename scalar_t>
+__device__ __forceinline__ void store_row(scalar_t* plane, const PlaneStrides& s, int h, int c0, int height,
+                                          int width, const Pack<acc_t, P> (&vals)[U]) {
+  constexpr int VW = Layout::kRowVector;
+#pragma unroll
+  for (int k = 0; k < U / VW; ++k) {
+    const int col = c0 + k * VW;
+    if constexpr (VW == 1) {
+      if (h < height && col < width) store_acc<P>(plane + plane_at(s, h, col), vals[k]);
+    } else {
+      Pack<acc_t, VW> v;
+#pragma unroll
+      for (int j = 0; j < VW; ++j) v.val[j] = vals[k * VW + j].val[0];
+      if (h < height && col < width) store_acc<VW>(plane + plane_at(s, h, col), v);
+    }
+  }
+}
+
 // wr[t].val[e] = tap t of channel c + e (the kernel flipped when kFlipped, see
 // Note [flipped-kernel identity]).
 template <int TAPS, bool kFlipped, int P, typename acc_t, typename scalar_t>
@@ -198,14 +274,13 @@ __device__ __forceinline__ void load_taps(const scalar_t* w, int c, Pack<acc_t, 
 
 // Row reuse for a tile of V x U outputs whose top-left output is (oh0, ow0)
 // (Note [row reuse in a tile]): each of the tile's input rows is loaded once
-// as a span of tile_span(U, SW, KW) values load(ih, iw) (zeros in the
-// padding), then f(v, kh, span) runs for every output row v that reads it
-// through tap kh. All loops unroll, so v and kh are constants and the
+// as a span of tile_span(U, SW, KW) values, load_span(ih, iw0, span) (zeros
+// in the padding), then f(v, kh, span) runs for every output row v that reads
+// it through tap kh. All loops unroll, so v and kh are constants and the
 // caller's register arrays stay in registers.
-template <int KH, int KW, int SH, int SW, int V, int U, typename Load, typename F>
-__device__ __forceinline__ void for_each_tap_row(Load&& load, int oh0, int ow0, int pad_h, int pad_w, int in_h,
-                                                 int in_w, F&& f) {
-  using value_t = decltype(load(0, 0));
+template <int KH, int KW, int SH, int SW, int V, int U, typename value_t, typename LoadSpan, typename F>
+__device__ __forceinline__ void for_each_tap_row(LoadSpan&& load_span, int oh0, int ow0, int pad_h, int pad_w,
+                                                 int in_h, F&& f) {
   const int ih0 = conv::input_coord<int>(oh0, 0, SH, pad_h, 1);
   const int iw0 = conv::input_coord<int>(ow0, 0, SW, pad_w, 1);
 #pragma unroll
@@ -213,11 +288,7 @@ __device__ __forceinline__ void for_each_tap_row(Load&& load, int oh0, int ow0, 
     const int ih = ih0 + r;
     if (!conv::in_bounds(ih, in_h)) continue;  // zero padding rows
     value_t span[tile_span(U, SW, KW)];
-#pragma unroll
-    for (int e = 0; e < tile_span(U, SW, KW); ++e) {
-      const int iw = iw0 + e;
-      span[e] = conv::in_bounds(iw, in_w) ? load(ih, iw) : value_t{};
-    }
+    load_span(ih, iw0, span);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int kh = tile_tap(r, v, SH);
@@ -239,6 +310,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int in_channels = g.in_channels, out_channels = g.out_channels, multiplier = g.multiplier;
   const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
   const PlaneStrides in_s = Layout::strides(in_channels, in_w), out_s = Layout::strides(out_channels, out_w);
+  // Vector rows are launched for 'same' padding only (pad_w == KW / 2, with_layout).
+  constexpr int kPhase = row_phase(KW / 2, Layout::kRowVector);
   LABOPS_KERNEL_LOOP(i, total) {
     const TileWork t = Layout::work(static_cast<int>(i), out_channels, row_tiles, col_tiles);
     pack_t wr[KH * KW];
@@ -255,9 +328,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       for (int u = 0; u < U; ++u) acc[v][u] = b;
     const int oh0 = tile_first(t.row_tile, V), ow0 = tile_first(t.col_tile, U);
     const scalar_t* src = x + Layout::base(t.n, input_channel(t.c, multiplier), in_channels, in_h, in_w);
-    for_each_tap_row<KH, KW, SH, SW, V, U>(
-        [&](int ih, int iw) { return load_acc<P, acc_t>(src + plane_at(in_s, ih, iw)); }, oh0, ow0, g.pad_h,
-        g.pad_w, in_h, in_w, [&](int v, int kh, const auto& span) {
+    for_each_tap_row<KH, KW, SH, SW, V, U, pack_t>(
+        [&](int ih, int iw0, auto& span) {
+          load_span<Layout, kPhase>(src, in_s, ih, iw0, in_w, span);
+        },
+        oh0, ow0, g.pad_h, g.pad_w, in_h, [&](int v, int kh, const auto& span) {
 #pragma unroll
           for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -265,12 +340,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         });
     scalar_t* dst = out + Layout::base(t.n, t.c, out_channels, out_h, out_w);
 #pragma unroll
-    for (int v = 0; v < V; ++v)
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int oh = oh0 + v, ow = ow0 + u;
-        if (oh < out_h && ow < out_w) store_acc<P>(dst + plane_at(out_s, oh, ow), acc[v][u]);
-      }
+    for (int v = 0; v < V; ++v) store_row<Layout>(dst, out_s, oh0 + v, ow0, out_h, out_w, acc[v]);
   }
 }
 
@@ -345,6 +415,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int in_channels = g.in_channels, out_channels = g.out_channels;
   const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
   const PlaneStrides in_s = Layout::strides(in_channels, in_w), out_s = Layout::strides(out_channels, out_w);
+  constexpr int kPhase = row_phase(KW / 2, Layout::kRowVector);  // 'same' padding (with_layout)
   const int split = blockIdx.y;
   const auto first_channel = [&](int lane) { return lane_first_channel<int>(blockIdx.x, lane, kLanes, P); };
   const int oc = first_channel(threadIdx.x % kLanes);
@@ -360,16 +431,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       const int oh0 = tile_first(t.row_tile, V), ow0 = tile_first(t.col_tile, U);
       pack_t gv[V][U];  // grad_output of the tile; zero outside the plane
 #pragma unroll
-      for (int v = 0; v < V; ++v)
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int oh = oh0 + v, ow = ow0 + u;
-          gv[v][u] = oh < out_h && ow < out_w ? load_acc<P, acc_t>(gsrc + plane_at(out_s, oh, ow)) : pack_t{};
-        }
+      for (int v = 0; v < V; ++v) load_row<Layout>(gsrc, out_s, oh0 + v, ow0, out_h, out_w, gv[v]);
       const scalar_t* xsrc = x + Layout::base(t.plane, ic, in_channels, in_h, in_w);
-      for_each_tap_row<KH, KW, SH, SW, V, U>(
-          [&](int ih, int iw) { return load_acc<P, acc_t>(xsrc + plane_at(in_s, ih, iw)); }, oh0, ow0, g.pad_h,
-          g.pad_w, in_h, in_w, [&](int v, int kh, const auto& span) {
+      for_each_tap_row<KH, KW, SH, SW, V, U, pack_t>(
+          [&](int ih, int iw0, auto& span) {
+            load_span<Layout, kPhase>(xsrc, in_s, ih, iw0, in_w, span);
+          },
+          oh0, ow0, g.pad_h, g.pad_w, in_h, [&](int v, int kh, const auto& span) {
 #pragma unroll
             for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -438,7 +506,6 @@ bool dispatch_tiled(const Geometry& g, F&& f) {
   return false;
 }
 
-// f(layout) with the layout struct of g's activations; returns what f returns.
 // The NHWC kernels' packs and tiles: for each kernel, the fastest of five
 // (packs of 2 or 4 channels; tiles of 4x2, 2x2 or 4x1 outputs) timed on an
 // H100 against cuDNN's channels_last kernels, MobileNetV2's shapes, float32
@@ -449,11 +516,49 @@ template <typename scalar_t>
 using GatherNhwc = ChannelsLast<nhwc_pack(sizeof(scalar_t)), kTileRows, kTileCols>;
 using WeightNhwc = ChannelsLast<2, 2, 2>;
 
-// f(layout) with the layout struct of g's activations, NhwcLayout when they
-// are channels_last; returns what f returns.
-template <typename NhwcLayout, typename F>
-auto with_layout(const Geometry& g, F&& f) {
-  return g.channels_last ? f(NhwcLayout{}) : f(ChannelsFirst{});
+// Columns per NCHW row load (Note [vector row loads]): the widest of
+// max_vector, .., 2 that both planes' widths are multiples of and every
+// pointer in `data` is aligned to, when the padding is 'same' (pad_w ==
+// k_w / 2, the phase the kernels assume); else 1.
+int row_vector(const Geometry& g, std::initializer_list<const void*> data, int element_size, int max_vector) {
+  if (g.channels_last || g.pad_w != g.k_w / 2) return 1;
+  for (int vw = max_vector; vw > 1; vw /= 2) {
+    bool fits = g.in_w % vw == 0 && g.out_w % vw == 0;
+    for (const void* p : data) fits = fits && is_aligned(p, vw * element_size);
+    if (fits) return vw;
+  }
+  return 1;
+}
+
+// The widest row vectors each kernel gains from, measured on an H100 over the
+// depthwise suite: the forward (also the flipped grad-input) up to 16 bytes a
+// load, 4 columns at most; the weight gradient, which keeps a tile of
+// grad_output in registers beside the input span, up to 8 bytes at stride 1
+// and 4 at stride 2 (wider ones spilled registers or loaded columns the
+// strided span skips, and ran slower than narrower ones).
+template <typename scalar_t>
+constexpr int kForwardRowVector = std::min<int>(4, kPackBytes / int(sizeof(scalar_t)));
+template <typename scalar_t>
+constexpr int kWeightRowVector = std::max<int>(1, std::min<int>(4, 8 / int(sizeof(scalar_t))));
+template <typename scalar_t>
+int weight_row_vector(const Geometry& g, const scalar_t* grad_out, const scalar_t* x) {
+  const int max_vector = g.stride_w == 1 ? kWeightRowVector<scalar_t> : kWeightRowVector<scalar_t> / 2;
+  return row_vector(g, {grad_out, x}, sizeof(scalar_t), std::max(1, max_vector));
+}
+
+// f(layout) with the layout struct of g's activations: NhwcLayout when they
+// are channels_last, else ChannelsFirst reading rows `row_vector` columns at a
+// time (at most kMaxVector: instantiates f for those layouts only); returns what f returns.
+template <typename NhwcLayout, int kMaxVector, typename F>
+auto with_layout(const Geometry& g, int row_vector, F&& f) {
+  if (g.channels_last) return f(NhwcLayout{});
+  if constexpr (kMaxVector >= 4) {
+    if (row_vector == 4) return f(ChannelsFirst<4>{});
+  }
+  if constexpr (kMaxVector >= 2) {
+    if (row_vector == 2) return f(ChannelsFirst<2>{});
+  }
+  return f(ChannelsFirst<1>{});
 }
 
 // Enough blocks to cover `work` threads, at most a few resident waves (the
@@ -533,7 +638,8 @@ struct DepthwiseLauncher {
   static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
                       const Geometry& g) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const bool tiled = with_layout<ForwardNhwc>(g, [&](auto layout) {
+    const int vector = row_vector(g, {x, out}, sizeof(scalar_t), kForwardRowVector<scalar_t>);
+    const bool tiled = with_layout<ForwardNhwc, kForwardRowVector<scalar_t>>(g, vector, [&](auto layout) {
       return launch_forward_tiled<false, decltype(layout)>(x, w, bias, out, g, stream);
     });
     if (!tiled) {
@@ -552,13 +658,17 @@ struct DepthwiseLauncher {
     // Stride 1, multiplier 1: the forward's tiles over grad_output, kernel
     // flipped, reuse each loaded value for a whole tile; the gather below
     // loads KH*KW values per input pixel.
-    if (gather_is_flipped_forward(g) && with_layout<ForwardNhwc>(g, [&](auto layout) {
-          return launch_forward_tiled<true, decltype(layout)>(grad_out, w, static_cast<const scalar_t*>(nullptr),
-                                                              grad_in, flipped_forward_geometry(g), stream);
-        })) {
-      return;
+    if (gather_is_flipped_forward(g)) {
+      const Geometry flipped = flipped_forward_geometry(g);
+      const int vector = row_vector(flipped, {grad_out, grad_in}, sizeof(scalar_t), kForwardRowVector<scalar_t>);
+      if (with_layout<ForwardNhwc, kForwardRowVector<scalar_t>>(flipped, vector, [&](auto layout) {
+            return launch_forward_tiled<true, decltype(layout)>(
+                grad_out, w, static_cast<const scalar_t*>(nullptr), grad_in, flipped, stream);
+          })) {
+        return;
+      }
     }
-    const bool tiled = with_layout<GatherNhwc<scalar_t>>(g, [&](auto layout) {
+    const bool tiled = with_layout<GatherNhwc<scalar_t>, 1>(g, 1, [&](auto layout) {
       using Layout = decltype(layout);
       return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
         static_assert(Layout::kTileCols >= 1);  // unused: the gather's tiles are one column wide
@@ -585,7 +695,8 @@ struct DepthwiseLauncher {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     at::Tensor partial;
     int64_t splits = 1;
-    const bool tiled = with_layout<WeightNhwc>(g, [&](auto layout) {
+    const int vector = weight_row_vector(g, grad_out, x);
+    const bool tiled = with_layout<WeightNhwc, kWeightRowVector<scalar_t>>(g, vector, [&](auto layout) {
       using Layout = decltype(layout);
       return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
         const OutputTiles tiles = output_tiles<Layout>(g);
@@ -636,7 +747,7 @@ struct DepthwiseLauncher {
     if (plane == 1 && channels % Rows::kPack == 0 && is_aligned(grad_out, Rows::kPack * sizeof(scalar_t))) {
       launch(Rows{});
     } else {
-      launch(ChannelsFirst{});
+      launch(ChannelsFirst<>{});
     }
     sum_partials<scalar_t>(partial, grad_b, channels, splits, 1, stream);
   }

@@ -396,6 +396,19 @@ LABOPS_HOST_DEVICE int tile_tap(int r, int v, int sh) { return r - v * sh; }
 // The span element that tap kw of the tile's output column u reads.
 LABOPS_HOST_DEVICE constexpr int span_element(int u, int kw, int sw) { return u * sw + kw; }
 
+// Note [vector row loads]
+// An NCHW span is tile_span(U, SW, KW) adjacent inputs of one row from column
+// iw0 = ow0*SW - pad_w. When the row's width is a multiple of VW, it can be read
+// as whole, aligned vectors of VW columns: the vectors start at column
+// iw0 - phase, and span element e is element (phase + e) % VW of vector
+// (phase + e) / VW. With tiles U columns wide, U*SW a multiple of VW, every
+// tile's iw0 leaves the same remainder: phase = row_phase(pad_w, VW). A vector
+// lies wholly inside the row or wholly in its padding, so one bounds test per
+// vector zero-fills the padding, and span_vectors(S, VW, phase) loads read the
+// span instead of S.
+LABOPS_HOST_DEVICE constexpr int row_phase(int pad, int vw) { return (vw - pad % vw) % vw; }
+LABOPS_HOST_DEVICE constexpr int span_vectors(int span, int vw, int phase) { return (phase + span + vw - 1) / vw; }
+
 // Note [split reductions]
 // The CUDA weight and bias gradients split each channel's reduction over
 // `splits` blocks; block (c, split) stores `width` partial sums (one per tap)

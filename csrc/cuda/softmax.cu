@@ -392,8 +392,14 @@ __global__ void __launch_bounds__(long_threads<scalar_t>())
       }
     }
     dot = row_allreduce(dot, static_cast<int>(blockDim.x), Plus<acc_t>{}, acc_t(0), smem);
+    // The second pass runs from the row's end back to its start: what the first
+    // pass read last is the likeliest to still be in L2 (a row's g and y, 256 KB
+    // of floats per block, do not all stay there; re-read in the same order,
+    // the oldest lines, read first, are the ones already gone).
+    const int64_t my_last = threadIdx.x < nv ? (nv - 1 - threadIdx.x) / step : -1;  // packs threadIdx.x + k*step
 #pragma unroll long_unroll<scalar_t>()
-    for (int64_t q = threadIdx.x; q < nv; q += step) {
+    for (int64_t k = my_last; k >= 0; --k) {
+      const int64_t q = threadIdx.x + k * step;
       const PackT gq = load_pack_evict_first<V>(g + start, q), yq = load_pack_evict_first<V>(y + start, q);
       PackT out;
 #pragma unroll

@@ -257,7 +257,7 @@ def test_columns_chunking_covers_every_image(device):
     assert_close_scaled(gw, wr.grad, torch.float32, factor=10)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_column_bands_cover_every_output_row(device, dtype):
     # One image's columns pass the CPU's 1 MiB budget, so the forward and the weight
     # gradient unfold it a band of output rows at a time (chunk_of moves the top padding
@@ -282,6 +282,47 @@ def test_column_bands_cover_every_output_row(device, dtype):
     torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, gw, gb, s, p, d, 0.5)
     assert_close_scaled(gw, 1 + 0.5 * wr.grad, dtype, factor=10)
     assert_close_scaled(gb, 1 + 0.5 * br.grad, dtype, factor=10)
+
+
+def test_large_gemms_match_conv2d(device):
+    # GEMMs of 2^23 multiply-adds or more take oneDNN on the CPU (Note [oneDNN GEMMs]); 64 -> 64
+    # channels, 3x3, 32x32 are 38M per image. The columns (2.4 MB) pass the 1 MiB budget, so the
+    # forward writes bands of output rows: a strided result.
+    randn = Seeded(device, torch.float32, 6).randn
+    x = randn(2, 64, 32, 32)
+    w = randn(64, 64, 3, 3) / 24
+    b = randn(64)
+    leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+    ref = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    out = labops.conv2d_mm(*leaves, 1, 1)
+    expected = F.conv2d(*ref, 1, 1)
+    assert_close_scaled(out, expected.detach(), torch.float32, factor=4)
+    g = randn(*out.shape)
+    out.backward(g)
+    expected.backward(g.double())
+    for name, mine, theirs in zip(("x", "weight", "bias"), leaves, ref):
+        assert_close_scaled(mine.grad, theirs.grad, torch.float32, factor=10, msg=name)
+    gw = torch.ones_like(w)  # accGradParameters adds scale * gradient (beta = 1)
+    torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, gw, None, [1, 1], [1, 1], [1, 1], 0.5)
+    assert_close_scaled(gw, 1 + 0.5 * ref[1].grad, torch.float32, factor=10)
+
+
+def test_cpu_gemm_fallback_matches_conv2d():
+    # Float32 CPU GEMMs go through oneDNN where libtorch has it and the CPU runs it, else through
+    # ATen (Note [oneDNN GEMMs], csrc/cpu/conv2d_mm.cpp). The tests above run the first path this
+    # machine takes; this one reruns the oracle tests with LABOPS_CPU_GEMM=aten, in a fresh process
+    # (the choice is made once per process).
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, LABOPS_CPU_GEMM="aten")
+    selected = ("(conv2d_mm_matches_conv2d or backward_matches_conv2d or column_bands or large_gemms) and cpu"
+                " and not float64 and not float16 and not bfloat16")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                          __file__, "-k", selected], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "4 passed" in run.stdout, run.stdout[-500:]
 
 
 def test_module_matches_nn_conv2d(device):

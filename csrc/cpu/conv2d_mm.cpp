@@ -5,8 +5,12 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/baddbmm.h>
 #include <ATen/ops/bmm.h>
+#include <dlfcn.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "../ops/conv2d_mm_ops.h"
@@ -14,6 +18,67 @@
 #include "parallel.h"
 
 namespace labops::cpu {
+
+// Note [oneDNN GEMMs]
+// ATen's float32 bmm and addmm call MKL's sgemm. On one of this course's 2-core
+// VMs (an AMD EPYC with AVX-512) MKL reached about 190 GFLOP/s on the forward's
+// GEMM, while oneDNN's matmul, the library behind F.conv2d's CPU kernels,
+// reached about 440 on the same operands. ATen exports oneDNN's matmul as
+// at::native::mkldnn_matmul(a, b, result, beta, alpha) (result = beta * result +
+// alpha * a . b) but ships no header for it, so the launcher looks it up in
+// libtorch_cpu when labops loads. They fall back to ATen's when it is missing (another
+// torch build), when it raises (it needs AVX-512 or AVX-NE-CONVERT), or when
+// LABOPS_CPU_GEMM=aten asks for the fallback (the tests run both).
+namespace {
+
+using OnednnMatmul = void (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&, float, float);
+
+OnednnMatmul find_onednn_matmul() {
+  const char* choice = std::getenv("LABOPS_CPU_GEMM");
+  if (choice != nullptr && std::strcmp(choice, "aten") == 0) return nullptr;
+  Dl_info torch_cpu{};  // the library that holds ATen's operators
+  if (dladdr(reinterpret_cast<void*>(&at::_ops::bmm_out::call), &torch_cpu) == 0 || torch_cpu.dli_fname == nullptr) {
+    return nullptr;
+  }
+  void* handle = dlopen(torch_cpu.dli_fname, RTLD_LAZY | RTLD_NOLOAD);  // already loaded: no second copy
+  if (handle == nullptr) return nullptr;
+  return reinterpret_cast<OnednnMatmul>(dlsym(handle, "_ZN2at6native13mkldnn_matmulERKNS_6TensorES3_S3_ff"));
+}
+
+// A oneDNN call costs about 15 us more host time than an MKL one (measured on tiny inputs, 2 threads):
+// worth it from about 2^23 multiply-adds, where the faster GEMM saves more than that.
+constexpr int64_t kOnednnMinMultiplyAdds = int64_t(1) << 23;
+
+const OnednnMatmul onednn_matmul = find_onednn_matmul();  // looked up when the library loads
+std::atomic<bool> onednn_usable{onednn_matmul != nullptr};  // until it first raises
+
+// result = beta * result + alpha * a . b through oneDNN, for 2-D float32
+// operands; false (result untouched) where oneDNN is not used or the GEMM is
+// small. oneDNN reads `a` and `b` in place when each is contiguous or a
+// transposed view, and writes a contiguous `result` in place; a strided result
+// goes through a contiguous copy.
+bool onednn_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& result, float beta, float alpha) {
+  if (!onednn_usable.load(std::memory_order_relaxed) || a.scalar_type() != at::kFloat ||
+      a.size(0) * a.size(1) * b.size(1) < kOnednnMinMultiplyAdds) {
+    return false;
+  }
+  const OnednnMatmul matmul = onednn_matmul;
+  try {
+    if (result.is_contiguous()) {
+      matmul(a, b, result, beta, alpha);
+    } else {
+      at::Tensor dense = beta != 0.0f ? result.contiguous() : at::empty(result.sizes(), result.options());
+      matmul(a, b, dense, beta, alpha);
+      result.copy_(dense);
+    }
+    return true;
+  } catch (const c10::Error&) {  // raised before it writes: the CPU lacks what it needs
+    onednn_usable.store(false, std::memory_order_relaxed);
+    return false;
+  }
+}
+
+}  // namespace
 
 struct Conv2dMMLauncher {
   // Columns of at most this many bytes at a time (see Note [column budget]):
@@ -43,11 +108,19 @@ struct Conv2dMMLauncher {
     });
   }
 
-  // The GEMMs are ATen's (MKL). W is broadcast over the batch with stride 0 (expand, no copy), and the
-  // bias, expanded to every column, is baddbmm's C: out = C + W . columns.
+  // The GEMMs are oneDNN's for float32 (Note [oneDNN GEMMs]), one image at a time, else ATen's (MKL),
+  // with W broadcast over the batch with stride 0 (expand, no copy). The bias, expanded to every column,
+  // is the C of out = C + W . columns.
   static void gemm_forward(at::Tensor out, const at::Tensor& w, const at::Tensor& cols,
                            const std::optional<at::Tensor>& bias) {
     const int64_t nb = cols.size(0), O = w.size(0);
+    if (w.scalar_type() == at::kFloat && onednn_usable.load(std::memory_order_relaxed) &&
+        w.size(0) * w.size(1) * cols.size(2) >= kOnednnMinMultiplyAdds) {
+      if (bias.has_value()) out.copy_(bias->view({1, O, 1}).expand(out.sizes()));  // C, added by beta = 1
+      bool done = true;
+      for (int64_t n = 0; done && n < nb; ++n) done = onednn_gemm(w, cols[n], out[n], bias.has_value() ? 1.f : 0.f, 1.f);
+      if (done) return;
+    }
     const at::Tensor w_n = w.expand({nb, O, w.size(1)});
     if (bias.has_value()) {
       at::baddbmm_out(out, bias->view({1, O, 1}).expand({nb, O, cols.size(2)}), w_n, cols);
@@ -56,10 +129,12 @@ struct Conv2dMMLauncher {
     }
   }
   static void gemm_backward_input(at::Tensor cols, const at::Tensor& w, const at::Tensor& g) {
-    at::bmm_out(cols, w.t().expand({g.size(0), w.size(1), w.size(0)}), g);  // W^T: a transposed view
+    bool done = w.scalar_type() == at::kFloat;
+    for (int64_t n = 0; done && n < g.size(0); ++n) done = onednn_gemm(w.t(), g[n], cols[n], 0.f, 1.f);
+    if (!done) at::bmm_out(cols, w.t().expand({g.size(0), w.size(1), w.size(0)}), g);  // W^T: a transposed view
   }
   static void gemm_acc_grad_weight(const at::Tensor& gw, const at::Tensor& g, const at::Tensor& cols, double scale) {
-    gw.addmm_(g, cols.t(), 1.0, scale);
+    if (!onednn_gemm(g, cols.t(), gw, 1.f, static_cast<float>(scale))) gw.addmm_(g, cols.t(), 1.0, scale);
   }
 
   template <typename scalar_t>

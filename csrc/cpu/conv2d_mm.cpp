@@ -52,16 +52,18 @@ constexpr int64_t kOnednnMinMultiplyAdds = int64_t(1) << 23;
 const OnednnMatmul onednn_matmul = find_onednn_matmul();  // looked up when the library loads
 std::atomic<bool> onednn_usable{onednn_matmul != nullptr};  // until it first raises
 
-// result = beta * result + alpha * a . b through oneDNN, for 2-D float32
-// operands; false (result untouched) where oneDNN is not used or the GEMM is
-// small. oneDNN reads `a` and `b` in place when each is contiguous or a
-// transposed view, and writes a contiguous `result` in place; a strided result
-// goes through a contiguous copy.
+// Whether an (m x k) . (k x n) GEMM of this dtype goes to oneDNN.
+bool onednn_takes(at::ScalarType dtype, int64_t m, int64_t k, int64_t n) {
+  return dtype == at::kFloat && m * k * n >= kOnednnMinMultiplyAdds && onednn_usable.load(std::memory_order_relaxed);
+}
+
+// result = beta * result + alpha * a . b through oneDNN, for 2-D operands;
+// false (result untouched) where onednn_takes says no or the call raises.
+// oneDNN reads `a` and `b` in place when each is contiguous or a transposed
+// view, and writes a contiguous `result` in place; a strided result goes
+// through a contiguous copy.
 bool onednn_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& result, float beta, float alpha) {
-  if (!onednn_usable.load(std::memory_order_relaxed) || a.scalar_type() != at::kFloat ||
-      a.size(0) * a.size(1) * b.size(1) < kOnednnMinMultiplyAdds) {
-    return false;
-  }
+  if (!onednn_takes(a.scalar_type(), a.size(0), a.size(1), b.size(1))) return false;
   const OnednnMatmul matmul = onednn_matmul;
   try {
     if (result.is_contiguous()) {
@@ -114,8 +116,7 @@ struct Conv2dMMLauncher {
   static void gemm_forward(at::Tensor out, const at::Tensor& w, const at::Tensor& cols,
                            const std::optional<at::Tensor>& bias) {
     const int64_t nb = cols.size(0), O = w.size(0);
-    if (w.scalar_type() == at::kFloat && onednn_usable.load(std::memory_order_relaxed) &&
-        w.size(0) * w.size(1) * cols.size(2) >= kOnednnMinMultiplyAdds) {
+    if (onednn_takes(w.scalar_type(), O, w.size(1), cols.size(2))) {
       if (bias.has_value()) out.copy_(bias->view({1, O, 1}).expand(out.sizes()));  // C, added by beta = 1
       bool done = true;
       for (int64_t n = 0; done && n < nb; ++n) done = onednn_gemm(w, cols[n], out[n], bias.has_value() ? 1.f : 0.f, 1.f);
@@ -129,7 +130,7 @@ struct Conv2dMMLauncher {
     }
   }
   static void gemm_backward_input(at::Tensor cols, const at::Tensor& w, const at::Tensor& g) {
-    bool done = w.scalar_type() == at::kFloat;
+    bool done = true;  // false once a GEMM is not oneDNN's (then ATen does them all)
     for (int64_t n = 0; done && n < g.size(0); ++n) done = onednn_gemm(w.t(), g[n], cols[n], 0.f, 1.f);
     if (!done) at::bmm_out(cols, w.t().expand({g.size(0), w.size(1), w.size(0)}), g);  // W^T: a transposed view
   }

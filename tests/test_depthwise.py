@@ -41,6 +41,10 @@ CASES = [
     ("5x5 s1 rows of 4", (1, 2, 9, 12), 1, (5, 5), 1, 2, 1, True),
     ("5x5 s2 rows of 2", (2, 2, 8, 12), 1, (5, 5), 2, 2, 1, False),
     ("split reduction 7x7 s2", (8, 2, 40, 40), 1, (7, 7), 2, 3, 1, True),
+    # CUDA's strided grad-input tiles (Note [gather tiles]) start at input row -padding: many
+    # tiles with no padding, and padding past the first tile's lead
+    ("3x3 s2 p0 many tiles", (2, 3, 37, 41), 1, (3, 3), 2, 0, 1, True),
+    ("3x3 s2 p2 m2", (1, 2, 11, 12), 2, (3, 3), 2, 2, 1, False),
 ]
 
 # channels_last x, which the op keeps (Note [channels_last] in csrc/ops/depthwise.h). On CUDA the
@@ -52,6 +56,7 @@ CHANNELS_LAST_CASES = [
     ("cl 3x3 s2 odd", (2, 12, 13, 15), 1, (3, 3), 2, 1, 1, False),
     ("cl 5x5 s1", (1, 8, 12, 10), 1, (5, 5), 1, 2, 1, True),
     ("cl 5x5 s2", (2, 4, 15, 13), 1, (5, 5), 2, 2, 1, True),
+    ("cl 3x3 s2 p0 many tiles", (2, 8, 29, 23), 1, (3, 3), 2, 0, 1, True),
     ("cl 3x3 C=6 (not whole packs)", (2, 6, 9, 10), 1, (3, 3), 1, 1, 1, True),
     ("cl 7x7 (no tiled kernel)", (1, 4, 11, 9), 1, (7, 7), 1, 3, 1, True),
     ("cl 72 channels, 3 lane groups", (2, 72, 7, 7), 1, (3, 3), 1, 1, 1, True),

@@ -130,11 +130,10 @@ struct TileWork {
 // NCHW: one channel per thread, flat = ((n*channels + c)*row_tiles + row_tile)*col_tiles + col_tile.
 // Rows are read VW columns per load (Note [vector row loads], ops/depthwise.h),
 // in tiles at least VW columns wide.
-template <int VW = 1>
+template <int VW = 1, int TR = kTileRows, int TC = (VW > kTileCols ? VW : kTileCols)>
 struct ChannelsFirst {
   static constexpr int kPack = 1, kLanes = 1, kRowVector = VW;
-  static constexpr int kTileRows = labops::cuda::kTileRows;
-  static constexpr int kTileCols = VW > labops::cuda::kTileCols ? VW : labops::cuda::kTileCols;
+  static constexpr int kTileRows = TR, kTileCols = TC;
   static_assert(kTileCols % VW == 0, "a tile's columns are whole vectors");
   __device__ static TileWork work(int flat, int channels, int row_tiles, int col_tiles) {
     const TileIndex t = tile_index(flat, col_tiles, row_tiles);
@@ -344,56 +343,67 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-// updateGradInput, a gather: input (ih0 + v, iw) collects output
-// (output_coord(ih0 + v, kh), output_coord(iw, kw)) of each of its m channels.
-template <typename scalar_t, int KH, int KW, int SH, int SW, int V, typename Layout>
+// updateGradInput, a gather by tiles (Note [gather tiles], ops/depthwise.h):
+// a thread owns SH*V x SW*U inputs of channel c and collects them from the
+// gather_span(V, SH, KH) x gather_span(U, SW, KW) grad_output values of each of
+// its m output channels that reach them, every value loaded once. The taps
+// that land are fixed at compile time: the loops below unroll to exactly the
+// multiplies that contribute.
+template <typename scalar_t, int KH, int KW, int SH, int SW, int V, int U, typename Layout>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     backward_input_tiled_kernel(const scalar_t* __restrict__ grad_out,
                                 const scalar_t* __restrict__ w, scalar_t* __restrict__ grad_in,
-                                const Geometry g, int tiles_h, int64_t total) {
+                                const Geometry g, int row_tiles, int col_tiles, int64_t total) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int P = Layout::kPack;
   using pack_t = Pack<acc_t, P>;
+  constexpr int kRows = SH * V, kCols = SW * U;  // the tile's inputs
   const int in_h = g.in_h, in_w = g.in_w, out_h = g.out_h, out_w = g.out_w;
   const int in_channels = g.in_channels, out_channels = g.out_channels, multiplier = g.multiplier;
-  const int pad_h = g.pad_h, pad_w = g.pad_w;
   const PlaneStrides in_s = Layout::strides(in_channels, in_w), out_s = Layout::strides(out_channels, out_w);
   LABOPS_KERNEL_LOOP(i, total) {
-    const TileWork t = Layout::work(static_cast<int>(i), in_channels, tiles_h, in_w);  // tiles one column wide
-    const int iw = t.col_tile, c = t.c, n = t.n;
-    const int ih0 = tile_first(t.row_tile, V);
-    int orow[V][KH], ocol[KW];  // -1: that tap reaches no output
+    const TileWork t = Layout::work(static_cast<int>(i), in_channels, row_tiles, col_tiles);
+    const int oh0 = tile_first(t.row_tile, V), ow0 = tile_first(t.col_tile, U);
+    const int ih0 = conv::input_coord<int>(oh0, 0, SH, g.pad_h, 1);
+    const int iw0 = conv::input_coord<int>(ow0, 0, SW, g.pad_w, 1);
+    pack_t acc[kRows][kCols];
 #pragma unroll
-    for (int v = 0; v < V; ++v)
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int kh = 0; kh < KH; ++kh) orow[v][kh] = conv::output_coord<int>(ih0 + v, kh, SH, pad_h, 1, out_h);
-#pragma unroll
-    for (int kw = 0; kw < KW; ++kw) ocol[kw] = conv::output_coord<int>(iw, kw, SW, pad_w, 1, out_w);
-    pack_t acc[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) acc[v] = pack_t{};
+      for (int col = 0; col < kCols; ++col) acc[r][col] = pack_t{};
     for (int j = 0; j < multiplier; ++j) {
-      const int oc = output_channel(c, j, multiplier);
-      const scalar_t* src = grad_out + Layout::base(n, oc, out_channels, out_h, out_w);
+      const int oc = output_channel(t.c, j, multiplier);
+      const scalar_t* src = grad_out + Layout::base(t.n, oc, out_channels, out_h, out_w);
       pack_t wr[KH * KW];
       load_taps<KH * KW, false>(w, oc, wr);
 #pragma unroll
-      for (int v = 0; v < V; ++v)
+      for (int q = 0; q < gather_span(V, SH, KH); ++q) {
+        const int oh = oh0 - gather_lead(KH, SH) + q;
+        if (!conv::in_bounds(oh, out_h)) continue;  // no such output: contributes zero
+        pack_t span[gather_span(U, SW, KW)];
+        load_span<Layout, 0>(src, out_s, oh, ow0 - gather_lead(KW, SW), out_w, span);
 #pragma unroll
-        for (int kh = 0; kh < KH; ++kh) {
-          if (orow[v][kh] < 0) continue;
+        for (int r = 0; r < kRows; ++r) {
+          const int kh = gather_tap(r, q, SH, KH);
+          if (kh < 0 || kh >= KH) continue;
 #pragma unroll
-          for (int kw = 0; kw < KW; ++kw) {
-            if (ocol[kw] >= 0) {
-              mac_pack(acc[v], wr[tap_index(kh, kw, KW)], load_acc<P, acc_t>(src + plane_at(out_s, orow[v][kh], ocol[kw])));
+          for (int col = 0; col < kCols; ++col)
+#pragma unroll
+            for (int e = 0; e < gather_span(U, SW, KW); ++e) {
+              const int kw = gather_tap(col, e, SW, KW);
+              if (kw >= 0 && kw < KW) mac_pack(acc[r][col], wr[tap_index(kh, kw, KW)], span[e]);
             }
-          }
         }
+      }
     }
-    scalar_t* dst = grad_in + Layout::base(n, c, in_channels, in_h, in_w);
+    scalar_t* dst = grad_in + Layout::base(t.n, t.c, in_channels, in_h, in_w);
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      if (ih0 + v < in_h) store_acc<P>(dst + plane_at(in_s, ih0 + v, iw), acc[v]);
+    for (int r = 0; r < kRows; ++r) {
+      if (!conv::in_bounds(ih0 + r, in_h)) continue;
+#pragma unroll
+      for (int col = 0; col < kCols; ++col) {
+        if (conv::in_bounds(iw0 + col, in_w)) store_acc<P>(dst + plane_at(in_s, ih0 + r, iw0 + col), acc[r][col]);
+      }
     }
   }
 }
@@ -512,8 +522,13 @@ bool dispatch_tiled(const Geometry& g, F&& f) {
 // and float16. Packs of 4 need about 115 registers in the forward (two
 // blocks per SM); packs of 2 about 64, and the forward ran 5-15 % faster.
 using ForwardNhwc = ChannelsLast<2, kTileRows, kTileCols>;  // also updateGradInput at stride 1
-template <typename scalar_t>
-using GatherNhwc = ChannelsLast<nhwc_pack(sizeof(scalar_t)), kTileRows, kTileCols>;
+// The strided gather's tiles (Note [gather tiles]): one grad_output row of two
+// columns, 2 x 4 inputs at stride 2; NHWC threads take packs of 2 channels.
+// The fastest of four settings timed on an H100 (tiles of 4x2, 2x2 and 1x2 rows
+// x columns; NHWC packs of 4 or 2) over MobileNet's stride-2 3x3 and 5x5
+// layers, float32 and float16: larger tiles held 60-180 registers a thread.
+using GatherNchw = ChannelsFirst<1, 1, 2>;
+using GatherNhwc = ChannelsLast<2, 1, 2>;
 using WeightNhwc = ChannelsLast<2, 2, 2>;
 
 // Columns per NCHW row load (Note [vector row loads]): the widest of
@@ -656,8 +671,8 @@ struct DepthwiseLauncher {
                              const Geometry& g) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     // Stride 1, multiplier 1: the forward's tiles over grad_output, kernel
-    // flipped, reuse each loaded value for a whole tile; the gather below
-    // loads KH*KW values per input pixel.
+    // flipped (Note [flipped-kernel identity]). Otherwise the tiled gather
+    // (Note [gather tiles]), else one thread per input pixel.
     if (gather_is_flipped_forward(g)) {
       const Geometry flipped = flipped_forward_geometry(g);
       const int vector = row_vector(flipped, {grad_out, grad_in}, sizeof(scalar_t), kForwardRowVector<scalar_t>);
@@ -668,17 +683,20 @@ struct DepthwiseLauncher {
         return;
       }
     }
-    const bool tiled = with_layout<GatherNhwc<scalar_t>, 1>(g, 1, [&](auto layout) {
+    const auto gather = [&](auto layout) {
       using Layout = decltype(layout);
       return dispatch_tiled(g, [&](auto kh, auto kw, auto sh, auto sw) {
-        static_assert(Layout::kTileCols >= 1);  // unused: the gather's tiles are one column wide
-        const int64_t tiles = ceil_div<int64_t>(g.in_h, Layout::kTileRows);
-        const int64_t total = g.batch * (g.in_channels / Layout::kPack) * tiles * g.in_w;
-        backward_input_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, Layout::kTileRows, Layout>
-            <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(grad_out, w, grad_in, g, int(tiles), total);
+        constexpr int V = Layout::kTileRows, U = Layout::kTileCols;
+        const int64_t row_tiles = gather_tiles(g.in_h, g.pad_h, sh.value, V);
+        const int64_t col_tiles = gather_tiles(g.in_w, g.pad_w, sw.value, U);
+        const int64_t total = g.batch * (g.in_channels / Layout::kPack) * row_tiles * col_tiles;
+        backward_input_tiled_kernel<scalar_t, kh.value, kw.value, sh.value, sw.value, V, U, Layout>
+            <<<blocks_for(total), kThreadsPerBlock, 0, stream>>>(grad_out, w, grad_in, g, int(row_tiles),
+                                                                 int(col_tiles), total);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
-    });
+    };
+    const bool tiled = g.channels_last ? gather(GatherNhwc{}) : gather(GatherNchw{});
     if (!tiled) {
       TORCH_INTERNAL_ASSERT(!g.channels_last, "depthwise: no NHWC kernel for this geometry");
       const int64_t total = g.batch * g.in_channels * g.in_plane();

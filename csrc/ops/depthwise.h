@@ -396,6 +396,30 @@ LABOPS_HOST_DEVICE int tile_tap(int r, int v, int sh) { return r - v * sh; }
 // The span element that tap kw of the tile's output column u reads.
 LABOPS_HOST_DEVICE constexpr int span_element(int u, int kw, int sw) { return u * sw + kw; }
 
+// Note [gather tiles]
+// updateGradInput gathers, into input i, w[k] * g[o] over the (o, k) with
+// o*S - p + k = i (output_coord, one axis; dilation 1). At stride 2 only about
+// one tap in S of each axis lands, and which ones depends on i's parity: a
+// thread that owns one input and tests all K taps spends most of its work on
+// taps that miss. So a tiled CUDA thread owns S*V input rows, from
+// i0 = input_coord(o0, 0) = o0*S - p on, o0 = tile_first(row_tile, V). For its
+// row r = i - i0 the equation reads (o - o0)*S + k = r: the grad_output rows
+// that reach the tile are o0 - gather_lead(K, S) .. o0 + V - 1, the
+// gather_span(V, S, K) rows, and row q of them serves input row r through tap
+// k = gather_tap(r, q, S, K) when 0 <= k < K. Which (r, q) pairs meet, and
+// through which tap, depends on r, q, S and K alone, all compile-time in the
+// kernel: no parity test at run time, and only the taps that land are
+// multiplied (K*K/(S*S) per input, not K*K tests). Columns work the same way,
+// so each grad_output value is loaded once per tile. Tiles start at
+// i0 = -p: rows or columns outside the input are computed and not stored.
+LABOPS_HOST_DEVICE constexpr int gather_lead(int k, int s) { return (k - 1) / s; }
+LABOPS_HOST_DEVICE constexpr int gather_span(int size, int s, int k) { return size + gather_lead(k, s); }
+LABOPS_HOST_DEVICE constexpr int gather_tap(int r, int q, int s, int k) { return r - (q - gather_lead(k, s)) * s; }
+// Tiles of `size` grad_output rows (S*size inputs) that cover `in` input rows from -p on.
+LABOPS_HOST_DEVICE int64_t gather_tiles(int64_t in, int64_t p, int s, int size) {
+  return (in + p + int64_t(s) * size - 1) / (int64_t(s) * size);
+}
+
 // Note [vector row loads]
 // An NCHW span is tile_span(U, SW, KW) adjacent inputs of one row from column
 // iw0 = ow0*SW - pad_w. When the row's width is a multiple of VW, it can be read

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU machine: Nsight Compute over chosen benchmark cases (see gpu_profile.py).
 # Each line of the cases file is "suite|op|shape|dtype"; one ncu report per
-# suite lands in $OUT/ncu_<suite>.txt (the tool returns at most 8 files).
+# suite lands in $OUT/ncu_<suite>.txt (the tool returns at most 8 files); .ci/ncu_summary.py
+# prints one line per kernel from it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 LABOPS_CACHE_DIR=/tmp/labops-cache
 out=${OUT:-/tmp/out}; mkdir -p "$out"

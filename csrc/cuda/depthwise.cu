@@ -524,9 +524,12 @@ bool dispatch_tiled(const Geometry& g, F&& f) {
 using ForwardNhwc = ChannelsLast<2, kTileRows, kTileCols>;  // also updateGradInput at stride 1
 // The strided gather's tiles (Note [gather tiles]): one grad_output row of two
 // columns, 2 x 4 inputs at stride 2; NHWC threads take packs of 2 channels.
-// The fastest of four settings timed on an H100 (tiles of 4x2, 2x2 and 1x2 rows
-// x columns; NHWC packs of 4 or 2) over MobileNet's stride-2 3x3 and 5x5
-// layers, float32 and float16: larger tiles held 60-180 registers a thread.
+// Four settings were timed on an H100 over MobileNet-like stride-2 3x3 and 5x5
+// layers, float32 and float16: NCHW tiles of 4x2, 2x2, 2x4 and 1x2 grad_output
+// rows x columns; NHWC tiles of 1x1 and 1x2 with packs of 4, 2x2 and 1x2 with
+// packs of 2. These won 14 of 16 rows (NHWC float16 5x5 ran 5-10 % faster in
+// 2x2 tiles). They hold 48 registers a thread in the NCHW 3x3 kernel (79-80
+// for 4x2 and 2x4) and 121 in the NHWC 5x5 one (163-177 with packs of 4).
 using GatherNchw = ChannelsFirst<1, 1, 2>;
 using GatherNhwc = ChannelsLast<2, 1, 2>;
 using WeightNhwc = ChannelsLast<2, 2, 2>;

@@ -391,7 +391,7 @@ LABOPS_HOST_DEVICE int tile_first(int tile, int size) { return tile * size; }
 LABOPS_HOST_DEVICE constexpr int tile_span(int size, int s, int k) { return (size - 1) * s + k; }
 
 // The tap through which span row r serves the tile's output row v (may be out of [0, KH)).
-LABOPS_HOST_DEVICE int tile_tap(int r, int v, int sh) { return r - v * sh; }
+LABOPS_HOST_DEVICE constexpr int tile_tap(int r, int v, int sh) { return r - v * sh; }
 
 // The span element that tap kw of the tile's output column u reads.
 LABOPS_HOST_DEVICE constexpr int span_element(int u, int kw, int sw) { return u * sw + kw; }
@@ -406,7 +406,8 @@ LABOPS_HOST_DEVICE constexpr int span_element(int u, int kw, int sw) { return u 
 // row r = i - i0 the equation reads (o - o0)*S + k = r: the grad_output rows
 // that reach the tile are o0 - gather_lead(K, S) .. o0 + V - 1, the
 // gather_span(V, S, K) rows, and row q of them serves input row r through tap
-// k = gather_tap(r, q, S, K) when 0 <= k < K. Which (r, q) pairs meet, and
+// k = gather_tap(r, q, S, K) when 0 <= k < K: the forward's tile_tap, with the
+// grad_output rows counted from o0 - gather_lead. Which (r, q) pairs meet, and
 // through which tap, depends on r, q, S and K alone, all compile-time in the
 // kernel: no parity test at run time, and only the taps that land are
 // multiplied (K*K/(S*S) per input, not K*K tests). Columns work the same way,
@@ -414,7 +415,9 @@ LABOPS_HOST_DEVICE constexpr int span_element(int u, int kw, int sw) { return u 
 // i0 = -p: rows or columns outside the input are computed and not stored.
 LABOPS_HOST_DEVICE constexpr int gather_lead(int k, int s) { return (k - 1) / s; }
 LABOPS_HOST_DEVICE constexpr int gather_span(int size, int s, int k) { return size + gather_lead(k, s); }
-LABOPS_HOST_DEVICE constexpr int gather_tap(int r, int q, int s, int k) { return r - (q - gather_lead(k, s)) * s; }
+LABOPS_HOST_DEVICE constexpr int gather_tap(int r, int q, int s, int k) {
+  return tile_tap(r, q - gather_lead(k, s), s);
+}
 // Tiles of `size` grad_output rows (S*size inputs) that cover `in` input rows from -p on.
 LABOPS_HOST_DEVICE int64_t gather_tiles(int64_t in, int64_t p, int s, int size) {
   return (in + p + int64_t(s) * size - 1) / (int64_t(s) * size);

@@ -17,7 +17,6 @@
 // shapes they are symbols, and the CPU/CUDA kernels (which take IntArrayRef)
 // get them as plain ints from the dispatcher.
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
@@ -28,6 +27,7 @@
 #include <optional>
 #include <type_traits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -219,7 +219,6 @@ struct ConvBackward : Node {
   SavedVariable x, weight;  // each saved only when the gradient that reads it is wanted
   std::vector<c10::SymInt> input_size, weight_size;
   std::vector<int64_t> stride, padding, dilation;
-  at::TensorOptions weight_options;
   bool has_bias = false;
 
   std::string name() const override { return Kind::kNodeName; }
@@ -248,7 +247,6 @@ at::Tensor conv_autograd(const at::Tensor& x, const at::Tensor& weight, const Op
   if (x.requires_grad()) node->weight = SavedVariable(weight, /*is_output=*/false);
   node->input_size = x.sym_sizes().vec();
   node->weight_size = weight.sym_sizes().vec();
-  node->weight_options = weight.options();
   node->stride = stride.vec();
   node->padding = padding.vec();
   node->dilation = dilation.vec();
@@ -338,12 +336,13 @@ at::Tensor col2im_autograd(const at::Tensor& cols, SymIntArrayRef output_size, I
   return y;
 }
 
-using ConvAccSig = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef,
-                        IntArrayRef, IntArrayRef, double);
+using ConvWeightSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, SymIntArrayRef,
+                                                          IntArrayRef, IntArrayRef, IntArrayRef);
 
-// updateGradInput, then accGradParameters into a zeroed buffer with scale 1 (exactly the weight
-// gradient). The bias gradient, the sum of grad_output over (N, oh, ow), is one reduction:
-// accumulating it into zeros would cost a zeros and an add_ more per call (.ci/host_time.py).
+// updateGradInput, then accGradParameters at scale 1 into new tensors (exactly the gradients):
+// conv2d_mm_backward_weight is that, as one op that also returns the bias gradient. Zeros to
+// accumulate into, the accumulating op and a separate sum cost more host time per call than the
+// kernels of a small convolution (.ci/host_pieces.py).
 struct Conv2dMM {
   static constexpr const char* kNodeName = "labops::Conv2dMMBackward";
   static const c10::TypedOperatorHandle<ConvSig>& op() {
@@ -353,17 +352,19 @@ struct Conv2dMM {
   static variable_list gradients(ConvBackward<Conv2dMM>& n, const at::Tensor& grad, bool want_x, bool want_w,
                                  bool want_b) {
     static auto input_op = find_op<ConvInputSig>("labops::conv2d_mm_backward_input");
-    static auto acc_op = find_op<ConvAccSig>("labops::conv2d_mm_acc_grad_parameters");
+    static auto weight_op = find_op<ConvWeightSig>("labops::conv2d_mm_backward_weight");
     const at::Tensor g = grad.contiguous();
     at::Tensor grad_x, grad_w, grad_b;
-    if (want_x) {
+    if (want_x) {  // updateGradInput
       grad_x = call_backward_op(input_op, g, n.weight.unpack(), n.input_size, n.stride, n.padding, n.dilation);
     }
-    if (want_w) {
-      grad_w = at::zeros_symint(n.weight_size, n.weight_options);
-      call_backward_op(acc_op, g, n.x.unpack(), grad_w, std::nullopt, n.stride, n.padding, n.dilation, 1.0);
+    if (want_w) {  // accGradParameters into new tensors; the bias gradient comes with the weight's
+      std::tie(grad_w, grad_b) =
+          call_backward_op(weight_op, g, n.x.unpack(), n.weight_size, n.stride, n.padding, n.dilation);
+      if (!want_b) grad_b = at::Tensor();
+    } else if (want_b) {  // x was not saved (the weight wants no gradient): the sum alone
+      grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
     }
-    if (want_b) grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
     return {grad_x, grad_w, grad_b};
   }
 };

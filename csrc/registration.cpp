@@ -64,6 +64,9 @@ TORCH_LIBRARY(labops, m) {
   // accGradParameters: grad_weight += scale * dE/dW, grad_bias += scale * dE/db, in place.
   m.def("conv2d_mm_acc_grad_parameters(Tensor grad_output, Tensor x, Tensor(a!) grad_weight, "
         "Tensor(b!)? grad_bias, int[2] stride, int[2] padding, int[2] dilation, float scale=1) -> ()");
+  // What autograd calls: accGradParameters at scale 1 into new tensors (grad_weight, grad_bias), one op.
+  m.def("conv2d_mm_backward_weight(Tensor grad_output, Tensor x, int[] weight_size, int[2] stride, "
+        "int[2] padding, int[2] dilation) -> (Tensor, Tensor)");
 
   // ---- softmax / cross_entropy ----
   // softmax backward takes the saved output y: grad_x = y * (g - sum(g * y)) along dim.

@@ -164,7 +164,7 @@ def test_gradcheck_im2col_col2im_float64(device):
 
 
 def op_samples(device):
-    """(op, args) for im2col, col2im, conv2d_mm, its backward_input and acc_grad_parameters, over every
+    """(op, args) for im2col, col2im, conv2d_mm, its backward_input, acc_grad_parameters and backward_weight, over every
     sample input (float32); every other sample without bias (and without a bias gradient)."""
     grads = Seeded(device, seed=1)
     for i, (_, x, (k, s, p, d)) in enumerate(sample_inputs(device)):
@@ -181,6 +181,7 @@ def op_samples(device):
         gw, gb = grads.randn(*w.shape), grads.randn(*b.shape)
         yield (torch.ops.labops.conv2d_mm_acc_grad_parameters.default,
                (g, x.detach(), gw, gb if with_bias else None, s, p, d, 0.5 if with_bias else 1.0))
+        yield torch.ops.labops.conv2d_mm_backward_weight.default, (g, x.detach(), list(w.shape), s, p, d)
 
 
 def test_opcheck(device):
@@ -237,6 +238,33 @@ def test_backward_input_op_matches_conv2d_gradient(device):
     torch.testing.assert_close(grad_x, x.grad, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_backward_weight_op_matches_conv2d_gradients(device, dtype):
+    # What autograd calls: (grad_weight, grad_bias) at scale 1, in new tensors, over every sample geometry.
+    grads = Seeded(device, dtype, 5)
+    for case, x, params in sample_inputs(device, dtype):
+        k, s, p, d = (list(v) for v in params)
+        w, b = conv_weight(x, params)
+        xr, wr, br = (t.detach().double().requires_grad_() for t in (x, w, b))
+        expected = F.conv2d(xr, wr, br, s, p, d)
+        g = grads.randn(*expected.shape)
+        expected.backward(g.double())
+        # The new tensors are written, never read: left-over NaNs where they may be allocated change nothing.
+        torch.full((4 * w.numel() + 64,), float("nan"), device=device, dtype=dtype)
+        gw, gb = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(w.shape), s, p, d)
+        assert gw.shape == w.shape and gb.shape == b.shape, case
+        assert_close_scaled(gw, wr.grad, dtype, factor=10, msg=f"{case}: grad_weight")
+        assert_close_scaled(gb, br.grad, dtype, factor=10, msg=f"{case}: grad_bias")
+    # grad_output in any layout (the op reads a contiguous copy)
+    x, w = Seeded(device, dtype, 6).randn(2, 3, 6, 7), Seeded(device, dtype, 7).randn(5, 3, 3, 3)
+    g = Seeded(device, dtype, 8).randn(2, 6, 7, 5).permute(0, 3, 1, 2)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    F.conv2d(xr, wr, None, 1, 1).backward(g.double())
+    gw, gb = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(w.shape), [1, 1], [1, 1], [1, 1])
+    assert_close_scaled(gw, wr.grad, dtype, factor=10)
+    assert_close_scaled(gb, g.double().sum((0, 2, 3)), dtype, factor=10)
+
+
 def test_columns_chunking_covers_every_image(device):
     # Enough images that the columns buffer is cut into several chunks on any
     # device (a chunk holds at most kColumnBudgetBytes: 1 MiB on the CPU, 512 MiB on a GPU).
@@ -251,10 +279,14 @@ def test_columns_chunking_covers_every_image(device):
     gx = torch.ops.labops.conv2d_mm_backward_input(g, w, list(x.shape), [1, 1], [1, 1], [1, 1])
     gw = torch.zeros_like(w)
     torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, gw, None, [1, 1], [1, 1], [1, 1], 1.0)
+    # backward_weight: the first chunk's GEMM writes, the later ones add; on a GPU the bias is summed chunk by chunk
+    new_gw, new_gb = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(w.shape), [1, 1], [1, 1], [1, 1])
     xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
     F.conv2d(xr, wr, None, 1, 1).backward(g.double())
     assert_close_scaled(gx, xr.grad, torch.float32, factor=4)
     assert_close_scaled(gw, wr.grad, torch.float32, factor=10)
+    assert_close_scaled(new_gw, wr.grad, torch.float32, factor=10)
+    assert_close_scaled(new_gb, g.double().sum((0, 2, 3)), torch.float32, factor=10)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -282,6 +314,9 @@ def test_column_bands_cover_every_output_row(device, dtype):
     torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, gw, gb, s, p, d, 0.5)
     assert_close_scaled(gw, 1 + 0.5 * wr.grad, dtype, factor=10)
     assert_close_scaled(gb, 1 + 0.5 * br.grad, dtype, factor=10)
+    new_gw, new_gb = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(w.shape), s, p, d)
+    assert_close_scaled(new_gw, wr.grad, dtype, factor=10)
+    assert_close_scaled(new_gb, br.grad, dtype, factor=10)
 
 
 def test_large_gemms_match_conv2d(device):
@@ -460,6 +495,17 @@ def test_bad_backward_op_arguments_are_rejected(device):
         acc(g, x, torch.zeros(4, 2, 3, 3, device=device), None, one, zero, one, 1.0)
     with pytest.raises(ValueError, match="grad_output must have the output's shape"):
         acc(g[:, :, :3], x, torch.zeros_like(w), None, one, zero, one, 1.0)
+    backward_weight = torch.ops.labops.conv2d_mm_backward_weight
+    with pytest.raises(ValueError, match=r"weight_size must be 4-D \(out_channels, in_channels, kH, kW\), got 3-D"):
+        backward_weight(g, x, [4, 3, 3], one, zero, one)
+    with pytest.raises(ValueError, match=r"weight_size must be >= 0, got \[-4, 3, 3, 3\]"):
+        backward_weight(g, x, [-4, 3, 3, 3], one, zero, one)
+    with pytest.raises(ValueError, match=r"weight_size.size\(1\) \(in_channels\) must equal the input's channels 3"):
+        backward_weight(g, x, [4, 2, 3, 3], one, zero, one)
+    with pytest.raises(ValueError, match=r"grad_output must have the output's shape \[2, 5, 4, 4\]"):
+        backward_weight(g, x, [5, 3, 3, 3], one, zero, one)
+    with pytest.raises(ValueError, match="grad_output must have the dtype of x"):
+        backward_weight(g.double(), x, [4, 3, 3, 3], one, zero, one)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

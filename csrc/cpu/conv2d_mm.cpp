@@ -134,8 +134,18 @@ struct Conv2dMMLauncher {
     for (int64_t n = 0; done && n < g.size(0); ++n) done = onednn_gemm(w.t(), g[n], cols[n], 0.f, 1.f);
     if (!done) at::bmm_out(cols, w.t().expand({g.size(0), w.size(1), w.size(0)}), g);  // W^T: a transposed view
   }
-  static void gemm_acc_grad_weight(const at::Tensor& gw, const at::Tensor& g, const at::Tensor& cols, double scale) {
-    if (!onednn_gemm(g, cols.t(), gw, 1.f, static_cast<float>(scale))) gw.addmm_(g, cols.t(), 1.0, scale);
+  static void gemm_acc_grad_weight(const at::Tensor& gw, const at::Tensor& g, const at::Tensor& cols, double scale,
+                                   double beta) {  // beta 0: gw is not read (addmm_ and oneDNN both promise that)
+    if (!onednn_gemm(g, cols.t(), gw, static_cast<float>(beta), static_cast<float>(scale))) {
+      gw.addmm_(g, cols.t(), beta, scale);
+    }
+  }
+
+  // Chunks run on several threads at once here, so the bias gradient is one ATen sum after them.
+  static constexpr bool kSumsBiasWhileGathering = false;
+  static void gather_rows(const at::Tensor& g, const at::Tensor& rows, const at::Tensor& bias, bool) {
+    TORCH_INTERNAL_ASSERT(!bias.defined(), "conv2d_mm: the CPU launcher does not sum the bias while gathering");
+    if (rows.defined()) rows.view({g.size(1), g.size(0), g.size(2)}).copy_(g.transpose(0, 1));
   }
 
   template <typename scalar_t>

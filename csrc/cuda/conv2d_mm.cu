@@ -20,6 +20,7 @@
 #include "../ops/conv2d_mm_ops.h"
 #include "../ops/conv2d_mm.h"
 #include "device.cuh"
+#include "reduce.cuh"
 #include "vec.cuh"
 
 namespace labops::cuda {
@@ -81,6 +82,38 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     for (int u = 0; u < V; ++u) value.val[u] = bias[o];
     for (int64_t q = threadIdx.x; q < packs; q += blockDim.x) store_pack<V>(dst, q, value);
   }
+}
+
+// grad_output (nb, O, L) laid out as the (O, nb*L) rows the weight-gradient
+// GEMM reads: rows[o, n*L + l] = g[n, o, l] (skipped when rows is null: one
+// image is its own rows), and bias[o] = (bias[o] +) the sum of those values,
+// the bias gradient (skipped when bias is null). One block per channel o reads
+// its nb runs of L values in order and adds them in opmath_t, so the sum is the
+// same on every run. g's runs start image_stride apart and hold L values at unit
+// stride, L of a row apart when the chunk is a band of output rows.
+constexpr int kGatherThreads = 512;
+template <typename scalar_t>
+__global__ void __launch_bounds__(kGatherThreads)
+    gather_rows_kernel(const scalar_t* __restrict__ g, int64_t nb, int64_t L, int64_t image_stride,
+                       int64_t channel_stride, scalar_t* __restrict__ rows, scalar_t* __restrict__ bias,
+                       bool add_to_bias) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t o = blockIdx.x;
+  const scalar_t* src = g + o * channel_stride;
+  scalar_t* dst = rows == nullptr ? nullptr : rows + o * nb * L;
+  acc_t sum = 0;
+  for (int64_t n = 0; n < nb; ++n) {
+#pragma unroll 4
+    for (int64_t l = threadIdx.x; l < L; l += kGatherThreads) {
+      const scalar_t v = src[n * image_stride + l];
+      if (dst != nullptr) dst[n * L + l] = v;
+      sum += static_cast<acc_t>(v);
+    }
+  }
+  if (bias == nullptr) return;  // the same for every thread of the block
+  __shared__ acc_t warp_sums[kGatherThreads / kWarpSize];
+  sum = block_allreduce(sum, Plus<acc_t>{}, acc_t(0), warp_sums);
+  if (threadIdx.x == 0) bias[o] = static_cast<scalar_t>(add_to_bias ? static_cast<acc_t>(bias[o]) + sum : sum);
 }
 
 // Note [GEMMs without ATen's wrapper]
@@ -252,17 +285,41 @@ struct Conv2dMMLauncher {
     });
   }
 
-  // gw += scale * g . cols^T, gw (O, K), g (O, M), cols (K, M).
+  // gw = beta * gw + scale * g . cols^T, gw (O, K), g (O, M), cols (K, M); beta 0: gw's old values are not used.
   static void gemm_acc_grad_weight(const at::Tensor& gw, const at::Tensor& grad, const at::Tensor& columns,
-                                   double scale) {
+                                   double scale, double beta) {
     const at::Tensor g = gemm_operand(grad), cols = gemm_operand(columns);
     const int64_t O = g.size(0), M = g.size(1), K = cols.size(0);
     TORCH_INTERNAL_ASSERT(gw.stride(1) == 1 && leading_dim(gw) >= K, "conv2d_mm: grad_weight must be row-major");
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, gw.scalar_type(), "labops_conv2d_mm_gemm", [&] {
+      // beta = 0 runs as beta = 1 onto zeros (a memset, no kernel of ATen's): the same cuBLAS call as
+      // accGradParameters into a zeroed buffer, so autograd's weight gradient has its bits exactly.
+      if (beta == 0.0) {
+        C10_CUDA_CHECK(cudaMemset2DAsync(gw.mutable_data_ptr<scalar_t>(), leading_dim(gw) * sizeof(scalar_t), 0,
+                                         K * sizeof(scalar_t), O, c10::cuda::getCurrentCUDAStream()));
+      }
       // gw^T (K x O) += scale * cols (K x M) . g^T (M x O); cols' memory reads as cols^T, hence 't'.
       gemm_batched<scalar_t>('t', 'n', K, O, M, scale, cols.const_data_ptr<scalar_t>(), leading_dim(cols), 0,
                              g.const_data_ptr<scalar_t>(), leading_dim(g), 0, 1.0, gw.mutable_data_ptr<scalar_t>(),
                              leading_dim(gw), 0, 1);
+    });
+  }
+
+  // The chunks run in order on the stream, so the kernel that lays grad_output out can also sum the
+  // bias gradient: one launch where a copy and a sum would be two ATen ops (.ci/host_pieces.py).
+  static constexpr bool kSumsBiasWhileGathering = true;
+  static void gather_rows(const at::Tensor& g, const at::Tensor& rows, const at::Tensor& bias, bool add_to_bias) {
+    const int64_t nb = g.size(0), O = g.size(1), L = g.size(2);
+    if ((!rows.defined() && !bias.defined()) || O == 0) return;
+    TORCH_INTERNAL_ASSERT(g.stride(2) == 1 && (!rows.defined() || rows.is_contiguous()),
+                          "conv2d_mm: gather_rows reads and writes rows at unit stride");
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, g.scalar_type(), "labops_conv2d_mm_gather_rows", [&] {
+      cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+      gather_rows_kernel<scalar_t><<<static_cast<unsigned>(O), kGatherThreads, 0, stream>>>(
+          g.const_data_ptr<scalar_t>(), nb, L, g.stride(0), g.stride(1),
+          rows.defined() ? rows.mutable_data_ptr<scalar_t>() : nullptr,
+          bias.defined() ? bias.mutable_data_ptr<scalar_t>() : nullptr, add_to_bias);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
 

@@ -9,7 +9,10 @@
 // and the three GEMMs of the layer, on tensors (row-major matrices, batch first):
 //   static void gemm_forward(out, w, cols, bias);           // out[n] = w . cols[n] (+ bias[o] on row o)
 //   static void gemm_backward_input(cols, w, g);            // cols[n] = w^T . g[n]
-//   static void gemm_acc_grad_weight(gw, g, cols, scale);   // gw += scale * g . cols^T
+//   static void gemm_acc_grad_weight(gw, g, cols, scale, beta);  // gw = beta * gw + scale * g . cols^T
+// and the step that lays grad_output out for the last of them:
+//   static constexpr bool kSumsBiasWhileGathering;  // whether gather_rows takes a bias to sum into
+//   static void gather_rows(g, rows, bias, add_to_bias);  // rows (O, nb*L) = g (nb, O, L), images inside
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (.ci/host_time.py).
@@ -18,6 +21,7 @@
 
 #include <array>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include <ATen/Dispatch.h>
@@ -25,6 +29,7 @@
 #include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -156,21 +161,24 @@ inline Im2colShape chunk_of(Im2colShape s, int64_t images, int64_t oh0, int64_t 
   return s;
 }
 
-// The first `numel` elements of slot `slot` of the columns buffer (slots,
-// size) as a tensor of `sizes` (chunks at the end of a batch or an image are
-// smaller than the buffer). A call with one chunk takes its columns with one
-// view op instead of four: each op through the dispatcher costs more host
-// time than a small convolution's kernels (.ci/host_time.py).
-inline at::Tensor slot_view(const at::Tensor& buffer, int64_t slot, at::IntArrayRef sizes) {
-  int64_t numel = 1;
-  for (int64_t v : sizes) numel *= v;
-  if (buffer.size(0) == 1 && buffer.size(1) == numel) return buffer.view(sizes);
-  return buffer.select(0, slot).narrow(0, 0, numel).view(sizes);
+// Elements [offset, offset + numel) of slot `slot` of the buffer (slots, size), as a contiguous tensor of
+// `sizes` (chunks at the end of a batch or an image are smaller than the buffer). One view op, as_strided,
+// whatever the slot: each op through the dispatcher costs more host time than a small convolution's
+// kernels (.ci/host_time.py).
+inline at::Tensor slot_view(const at::Tensor& buffer, int64_t slot, at::IntArrayRef sizes, int64_t offset = 0) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * sizes[i + 1];
+  return buffer.as_strided(sizes, strides, buffer.storage_offset() + slot * buffer.stride(0) + offset);
 }
 
 // t.narrow(dim, start, length), or t itself (no op) when that is all of t.
 inline at::Tensor narrow_or_all(const at::Tensor& t, int64_t dim, int64_t start, int64_t length) {
   return start == 0 && length == t.size(dim) ? t : t.narrow(dim, start, length);
+}
+
+// out = t summed over dims, written into out (no new tensor).
+inline void sum_into(at::Tensor out, const at::Tensor& t, at::IntArrayRef dims) {
+  at::sum_out(out, t, at::OptionalIntArrayRef(dims));
 }
 
 inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
@@ -236,7 +244,8 @@ struct Conv2dMMOps {
   static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     check_image(x, "conv2d_mm", "x");
-    Im2colShape s = conv_shape(x.sizes(), weight, stride, padding, dilation, "conv2d_mm");
+    check_floating(weight, "conv2d_mm", "weight");
+    Im2colShape s = conv_shape(x.sizes(), weight.sizes(), stride, padding, dilation, "conv2d_mm");
     check_like(weight, x, "conv2d_mm", "weight", "x");
     const int64_t O = weight.size(0);
     if (bias.has_value()) {
@@ -277,7 +286,8 @@ struct Conv2dMMOps {
     for (int64_t v : input_size) {
       LABOPS_CHECK(v >= 0, "labops.", op, ": input_size must be >= 0, got ", shape_str(input_size));
     }
-    Im2colShape s = conv_shape(input_size, weight, stride, padding, dilation, op);
+    check_floating(weight, op, "weight");
+    Im2colShape s = conv_shape(input_size, weight.sizes(), stride, padding, dilation, op);
     check_like(weight, grad_output, op, "weight", "grad_output");
     const int64_t O = weight.size(0);
     check_grad_output(grad_output, s, O, input_size.size() == 4, op);
@@ -314,7 +324,7 @@ struct Conv2dMMOps {
     check_floating(grad_output, op, "grad_output");
     check_like(grad_output, x, op, "grad_output", "x");
     check_like(grad_weight, x, op, "grad_weight", "x");
-    Im2colShape s = conv_shape(x.sizes(), grad_weight, stride, padding, dilation, op, "grad_weight");
+    Im2colShape s = conv_shape(x.sizes(), grad_weight.sizes(), stride, padding, dilation, op, "grad_weight");
     const int64_t O = grad_weight.size(0);
     check_grad_output(grad_output, s, O, x.dim() == 4, op);
     if (grad_bias.has_value()) {
@@ -324,35 +334,57 @@ struct Conv2dMMOps {
     }
     c10::OptionalDeviceGuard guard(x.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
-    at::Tensor g3 = grad_output.reshape({s.batch, O, L});
-    if (grad_bias.has_value() && s.batch * L > 0) {
-      grad_bias->add_(g3.sum(at::IntArrayRef{0, 2}), scale);
+    // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).
+    at::Tensor g3 = grad_output.contiguous().view({s.batch, O, L});
+    if (s.batch * L == 0) return;  // sums over nothing add nothing
+    if (grad_weight.numel() == 0) {
+      if (grad_bias.has_value()) grad_bias->add_(g3.sum(at::IntArrayRef{0, 2}), scale);
+      return;
     }
-    if (grad_weight.numel() == 0 || s.batch * L == 0) return;
     at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
     // Accumulate in place when grad_weight is one dense (O, rows) matrix, else through a temporary.
     const bool in_place = grad_weight.is_contiguous();
-    at::Tensor gw2 = in_place ? grad_weight.view({O, rows}) : at::zeros({O, rows}, grad_weight.options());
-    const Chunk chunk = chunk_size(s, x.element_size(), Launcher::kColumnBudgetBytes, false);
-    const int64_t slots = chunk_slots(x4);
-    at::Tensor cols = at::empty({slots, rows * chunk.images * chunk.out_rows * s.out_w}, x4.options());
-    // Chunks running at once add into separate sums, added up at the end.
-    at::Tensor sums = slots == 1 ? at::Tensor() : at::zeros({slots, O, rows}, gw2.options());
-    run_chunks(s, chunk, x4, [&](int64_t n0, int64_t nb, int64_t oh0, int64_t out_rows, int64_t slot) {
-      Im2colShape sc = chunk_of(s, nb, oh0, out_rows);
-      const int64_t Lc = sc.blocks();
-      sc.col_row_stride = nb * Lc;  // (rows, nb * Lc): image n's block starts at column n * Lc
-      sc.col_batch_stride = Lc;
-      at::Tensor cols_n = slot_view(cols, slot, {rows, nb * Lc});
-      unfold_into(sc, narrow_or_all(x4, 0, n0, nb), cols_n);
-      // (nb, O, Lc) -> (O, nb * Lc): one copy of grad_output, 1/(kH*kW) of the columns' size when
-      // O == C; a view (no copy) for a single image.
-      at::Tensor g2 = narrow_or_all(narrow_or_all(g3, 0, n0, nb), 2, oh0 * s.out_w, Lc).transpose(0, 1)
-                          .reshape({O, nb * Lc});
-      Launcher::gemm_acc_grad_weight(slots == 1 ? gw2 : sums.select(0, slot), g2, cols_n, scale);
-    });
-    if (slots > 1) gw2.add_(sums.sum(0));
+    at::Tensor gw2 = in_place ? grad_weight.view({O, rows}) : at::empty({O, rows}, grad_weight.options());
+    // The bias gradient is summed as backward_weight sums it, so both give the same bits.
+    at::Tensor bias_sum = grad_bias.has_value() ? at::empty({O}, grad_bias->options()) : at::Tensor();
+    weight_gradient(s, g3, x4, gw2, scale, in_place ? 1.0 : 0.0, bias_sum);
     if (!in_place) grad_weight.add_(gw2.view(grad_weight.sizes()));
+    if (grad_bias.has_value()) grad_bias->add_(bias_sum, scale);
+  }
+
+  // ---- conv2d_mm_backward_weight: the weight and bias gradients, for autograd ----
+  // accGradParameters at scale 1 into new tensors, as one op. The first GEMM writes grad_weight
+  // (beta = 0) instead of adding to a zero-filled one, and on a GPU the bias gradient is summed by the
+  // kernel that lays grad_output out for that GEMM. Zeros, an accumulating op, a transposing copy and
+  // a sum would be four ops and four launches: on a small input each costs more host time than its
+  // kernel (.ci/host_pieces.py).
+  static std::tuple<at::Tensor, at::Tensor> conv2d_mm_backward_weight(const at::Tensor& grad_output,
+                                                                     const at::Tensor& x, at::IntArrayRef weight_size,
+                                                                     at::IntArrayRef stride, at::IntArrayRef padding,
+                                                                     at::IntArrayRef dilation) {
+    const char* op = "conv2d_mm_backward_weight";
+    check_image(x, op, "x");
+    check_floating(grad_output, op, "grad_output");
+    check_like(grad_output, x, op, "grad_output", "x");
+    for (int64_t v : weight_size) {
+      LABOPS_CHECK(v >= 0, "labops.", op, ": weight_size must be >= 0, got ", shape_str(weight_size));
+    }
+    Im2colShape s = conv_shape(x.sizes(), weight_size, stride, padding, dilation, op, "weight_size");
+    const int64_t O = weight_size[0];
+    check_grad_output(grad_output, s, O, x.dim() == 4, op);
+    c10::OptionalDeviceGuard guard(x.device());
+    const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
+    at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
+    at::Tensor grad_bias = at::empty({O}, grad_output.options());
+    at::Tensor g3 = grad_output.contiguous().view({s.batch, O, L});  // unit stride, as for accGradParameters
+    if (s.batch * L == 0) return {grad_weight.zero_(), grad_bias.zero_()};  // sums over nothing
+    if (grad_weight.numel() == 0) {
+      sum_into(grad_bias, g3, {0, 2});
+      return {grad_weight, grad_bias};
+    }
+    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
+    weight_gradient(s, g3, x4, grad_weight.view({O, rows}), 1.0, 0.0, grad_bias);
+    return {grad_weight, grad_bias};
   }
 
   template <typename Module>
@@ -362,26 +394,27 @@ struct Conv2dMMOps {
     m.impl("conv2d_mm", &conv2d_mm);
     m.impl("conv2d_mm_backward_input", &conv2d_mm_backward_input);
     m.impl("conv2d_mm_acc_grad_parameters", &conv2d_mm_acc_grad_parameters);
+    m.impl("conv2d_mm_backward_weight", &conv2d_mm_backward_weight);
   }
 
  private:
-  // The geometry of a convolution of an input of `input_size` with `weight`.
-  static Im2colShape conv_shape(at::IntArrayRef input_size, const at::Tensor& weight, at::IntArrayRef stride,
+  // The geometry of a convolution of an input of `input_size` with a weight of
+  // `weight_size` (the argument `weight_arg` of the op: a tensor or a list).
+  static Im2colShape conv_shape(at::IntArrayRef input_size, at::IntArrayRef weight_size, at::IntArrayRef stride,
                                 at::IntArrayRef padding, at::IntArrayRef dilation, const char* op,
                                 const char* weight_arg = "weight") {
-    check_floating(weight, op, weight_arg);
-    LABOPS_CHECK(weight.dim() == 4, "labops.", op, ": ", weight_arg,
-                      " must be 4-D (out_channels, in_channels, kH, kW), got ", weight.dim(), "-D of shape ",
-                      shape_str(weight.sizes()));
+    LABOPS_CHECK(weight_size.size() == 4, "labops.", op, ": ", weight_arg,
+                      " must be 4-D (out_channels, in_channels, kH, kW), got ", weight_size.size(), "-D of shape ",
+                      shape_str(weight_size));
     const bool batched = input_size.size() == 4;
     const int64_t n = batched ? input_size[0] : 1;
     const int64_t c = input_size[batched ? 1 : 0], h = input_size[batched ? 2 : 1], w = input_size[batched ? 3 : 2];
-    LABOPS_CHECK(weight.size(1) == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
-                      "the input's channels ", c, ", got ", weight_arg, " of shape ", shape_str(weight.sizes()),
+    LABOPS_CHECK(weight_size[1] == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
+                      "the input's channels ", c, ", got ", weight_arg, " of shape ", shape_str(weight_size),
                       " for input of shape ", shape_str(input_size));
-    LABOPS_CHECK(weight.size(2) >= 1 && weight.size(3) >= 1, "labops.", op, ": ", weight_arg,
-                      " must have a kernel of at least 1x1, got shape ", shape_str(weight.sizes()));
-    std::vector<int64_t> kernel{weight.size(2), weight.size(3)};
+    LABOPS_CHECK(weight_size[2] >= 1 && weight_size[3] >= 1, "labops.", op, ": ", weight_arg,
+                      " must have a kernel of at least 1x1, got shape ", shape_str(weight_size));
+    std::vector<int64_t> kernel{weight_size[2], weight_size[3]};
     ConvParams p = make_params(kernel, stride, padding, dilation, op);
     return make_shape(n, c, h, w, p, op, weight_arg);
   }
@@ -393,6 +426,51 @@ struct Conv2dMMOps {
     LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
                       ": grad_output must have the output's shape ", shape_str(expected), ", got ",
                       shape_str(grad_output.sizes()));
+  }
+
+  // The weight gradient both accGradParameters and backward_weight compute:
+  // gw2 (O, rows) = beta * gw2 + scale * sum_n grad_output[n] . columns[n]^T, with g3 = grad_output as
+  // (N, O, L) and beta 1 (accumulate) or 0 (gw2 is new: the first GEMM writes it, nothing reads it). The
+  // columns of a chunk are written as one (C*kH*kW) x (nb*Lc) matrix, so the sum over images is the
+  // inner dimension of a single GEMM; grad_output's rows are laid out to match, (O, nb*Lc). A band of
+  // output rows of one image is a chunk like any other, read against the same band of grad_output.
+  // When bias_sum is defined it gets the bias gradient at scale 1 (grad_output summed over n, oh, ow):
+  // from gather_rows as it lays grad_output out, where the launcher does that (the GPU, whose chunks run
+  // in order), else from one ATen sum.
+  static void weight_gradient(const Im2colShape& s, const at::Tensor& g3, const at::Tensor& x4,
+                              const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
+    const int64_t O = gw2.size(0), rows = gw2.size(1);
+    const Chunk chunk = chunk_size(s, x4.element_size(), Launcher::kColumnBudgetBytes, false);
+    const int64_t slots = chunk_slots(x4), chunk_cols = chunk.images * chunk.out_rows * s.out_w;
+    // Each slot holds a chunk's columns, then its grad_output rows (needed when it has several images).
+    const int64_t grad_rows_size = chunk.images > 1 ? O * chunk_cols : 0;
+    at::Tensor buffer = at::empty({slots, rows * chunk_cols + grad_rows_size}, x4.options());
+    // Chunks running at once add into separate sums, added up at the end.
+    at::Tensor sums = slots == 1 ? at::Tensor() : at::zeros({slots, O, rows}, gw2.options());
+    const bool gather_bias = bias_sum.defined() && Launcher::kSumsBiasWhileGathering && slots == 1;
+    run_chunks(s, chunk, x4, [&](int64_t n0, int64_t nb, int64_t oh0, int64_t out_rows, int64_t slot) {
+      const bool first = n0 == 0 && oh0 == 0;  // with one slot, the chunk that runs first
+      Im2colShape sc = chunk_of(s, nb, oh0, out_rows);
+      const int64_t Lc = sc.blocks();
+      sc.col_row_stride = nb * Lc;  // (rows, nb * Lc): image n's block starts at column n * Lc
+      sc.col_batch_stride = Lc;
+      at::Tensor cols_n = slot_view(buffer, slot, {rows, nb * Lc});
+      unfold_into(sc, narrow_or_all(x4, 0, n0, nb), cols_n);
+      // (nb, O, Lc) -> (O, nb * Lc): a copy 1/(kH*kW) of the columns' size when O == C; for a single
+      // image, grad_output's own (O, Lc) rows, read in place.
+      at::Tensor g_chunk = narrow_or_all(narrow_or_all(g3, 0, n0, nb), 2, oh0 * s.out_w, Lc);
+      at::Tensor g_rows = nb > 1 ? slot_view(buffer, slot, {O, nb * Lc}, rows * chunk_cols)
+                                 : g_chunk.as_strided({O, Lc}, {g_chunk.stride(1), 1}, g_chunk.storage_offset());
+      Launcher::gather_rows(g_chunk, nb > 1 ? g_rows : at::Tensor(), gather_bias ? bias_sum : at::Tensor(), !first);
+      const bool write = slots == 1 && first && beta == 0.0;
+      Launcher::gemm_acc_grad_weight(slots == 1 ? gw2 : sums.select(0, slot), g_rows, cols_n, scale,
+                                     write ? 0.0 : 1.0);
+    });
+    if (slots > 1) {
+      if (beta == 0.0) sum_into(gw2, sums, {0});
+      else gw2.add_(sums.sum(0));
+    }
+    if (bias_sum.defined() && !gather_bias) sum_into(bias_sum, g3, {0, 2});
   }
 
   // im2col of the contiguous images x (nb, C, H, W) into cols (layout from s).

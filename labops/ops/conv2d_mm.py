@@ -6,6 +6,8 @@ The layer contract maps onto the ops like this:
     updateGradInput    -> conv2d_mm_backward_input(grad_output, weight, x.shape, ...)
     accGradParameters  -> conv2d_mm_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, ..., scale)
                           (accumulates into grad_weight / grad_bias, in place)
+    autograd's gradient -> conv2d_mm_backward_weight(grad_output, x, weight.shape, ...)
+                          (accGradParameters at scale 1 into new tensors: (grad_weight, grad_bias))
 
 The C++ a call reaches: csrc/ops/conv2d_mm_ops.h (``Conv2dMMOps``: argument
 checks, the batch chunks, the GEMMs through ATen), csrc/ops/conv2d_mm.h (the
@@ -143,23 +145,24 @@ def _check_image(x, op, arg):
                          f"of shape {shape_str(x.shape)}")
 
 
-def _conv_out(op, input_size, weight, s, p, d, weight_arg="weight"):
-    """conv_shape: the output shape ([N,] O, out_h, out_w) of `input_size` convolved with `weight`."""
-    check_floating(weight, op, weight_arg)
-    if weight.dim() != 4:
+def _conv_out(op, input_size, weight_size, s, p, d, weight_arg="weight"):
+    """conv_shape: the output shape ([N,] O, out_h, out_w) of `input_size` convolved with a weight of
+    `weight_size` (the op's argument `weight_arg`, a tensor's shape or a list)."""
+    weight_size = list(weight_size)
+    if len(weight_size) != 4:
         raise ValueError(f"labops.{op}: {weight_arg} must be 4-D (out_channels, in_channels, kH, kW), "
-                         f"got {weight.dim()}-D of shape {shape_str(weight.shape)}")
+                         f"got {len(weight_size)}-D of shape {shape_str(weight_size)}")
     c, h, w = input_size[-3:]
-    if weight.shape[1] != c:
+    if weight_size[1] != c:
         raise ValueError(f"labops.{op}: {weight_arg}.size(1) (in_channels) must equal the input's channels "
-                         f"{c}, got {weight_arg} of shape {shape_str(weight.shape)} for input of shape "
+                         f"{c}, got {weight_arg} of shape {shape_str(weight_size)} for input of shape "
                          f"{shape_str(input_size)}")
-    k = [weight.shape[2], weight.shape[3]]
+    k = weight_size[2:]
     if k[0] < 1 or k[1] < 1:
         raise ValueError(f"labops.{op}: {weight_arg} must have a kernel of at least 1x1, got shape "
-                         f"{shape_str(weight.shape)}")
+                         f"{shape_str(weight_size)}")
     _params(op, k, s, p, d)
-    return [*input_size[:-3], weight.shape[0], *_out_size(op, weight_arg, (h, w), k, s, p, d)]
+    return [*input_size[:-3], weight_size[0], *_out_size(op, weight_arg, (h, w), k, s, p, d)]
 
 
 def _check_grad_output(grad_output, expected, op):
@@ -212,7 +215,8 @@ def _col2im_fake(cols, output_size, kernel_size, stride=(1, 1), padding=(0, 0), 
 def _conv2d_mm_fake(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1)):
     op = "conv2d_mm"
     _check_image(x, op, "x")
-    out_shape = _conv_out(op, list(x.shape), weight, stride, padding, dilation)
+    check_floating(weight, op, "weight")
+    out_shape = _conv_out(op, list(x.shape), weight.shape, stride, padding, dilation)
     check_like(weight, x, op, "weight", "x")
     _check_bias(bias, x, weight.shape[0], op, "bias", "out_channels = weight.size(0)")
     return x.new_empty(out_shape)
@@ -227,7 +231,8 @@ def _conv2d_mm_backward_input_fake(grad_output, weight, input_size, stride, padd
                          f"{shape_str(input_size)}")
     if any(v < 0 for v in input_size):
         raise ValueError(f"labops.{op}: input_size must be >= 0, got {shape_str(input_size)}")
-    expected = _conv_out(op, list(input_size), weight, stride, padding, dilation)
+    check_floating(weight, op, "weight")
+    expected = _conv_out(op, list(input_size), weight.shape, stride, padding, dilation)
     check_like(weight, grad_output, op, "weight", "grad_output")
     _check_grad_output(grad_output, expected, op)
     return grad_output.new_empty(list(input_size))
@@ -241,11 +246,24 @@ def _conv2d_mm_acc_grad_parameters_fake(grad_output, x, grad_weight, grad_bias, 
     check_floating(grad_output, op, "grad_output")
     check_like(grad_output, x, op, "grad_output", "x")
     check_like(grad_weight, x, op, "grad_weight", "x")
-    expected = _conv_out(op, list(x.shape), grad_weight, stride, padding, dilation, "grad_weight")
+    expected = _conv_out(op, list(x.shape), grad_weight.shape, stride, padding, dilation, "grad_weight")
     _check_grad_output(grad_output, expected, op)
     _check_bias(grad_bias, x, grad_weight.shape[0], op, "grad_bias", "grad_weight.size(0)")
     return None
 
 
+@torch.library.register_fake("labops::conv2d_mm_backward_weight")
+def _conv2d_mm_backward_weight_fake(grad_output, x, weight_size, stride, padding, dilation):
+    op = "conv2d_mm_backward_weight"
+    _check_image(x, op, "x")
+    check_floating(grad_output, op, "grad_output")
+    check_like(grad_output, x, op, "grad_output", "x")
+    if any(v < 0 for v in weight_size):
+        raise ValueError(f"labops.{op}: weight_size must be >= 0, got {shape_str(weight_size)}")
+    expected = _conv_out(op, list(x.shape), weight_size, stride, padding, dilation, "weight_size")
+    _check_grad_output(grad_output, expected, op)
+    return grad_output.new_empty(list(weight_size)), grad_output.new_empty((weight_size[0],))
+
+
 # Autograd: csrc/autograd.cpp (im2col and col2im build their graph nodes by hand and are each other's gradient;
-# conv2d_mm's is conv2d_mm_backward_input and conv2d_mm_acc_grad_parameters into zeroed buffers).
+# conv2d_mm's is conv2d_mm_backward_input and conv2d_mm_backward_weight, accGradParameters into new tensors).

@@ -1,3 +1,12 @@
 # Doctests (pytest --doctest-modules over labops/, see pyproject.toml): modules that must not be
 # imported as a test: __main__ files run the CLI when imported, and docs/conf.py builds the site.
 collect_ignore = ["labops/__main__.py", "labops/bench/__main__.py", "docs/conf.py"]
+
+# Inductor caches compiled graphs on disk (default /tmp/torchinductor_<user>) under a key made from the forward
+# graph, so a backward cached before a labops rebuild outlives a changed C++ autograd formula: after
+# conv2d_mm's backward became one op, notebook 10 still compiled the old one from a machine's cache. Every
+# test run, and the notebooks nbval starts from it, get an empty cache of their own.
+import os  # noqa: E402
+import tempfile  # noqa: E402
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="labops-inductor-"))

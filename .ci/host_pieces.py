@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 import labops
 
+import host_time  # .ci/host_time.py, beside this file: its timing loop
+
 DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cuda"
 
 
@@ -26,18 +28,10 @@ def sync():
 
 
 def per_call_us(fn, calls=2000, repeats=5):
-    """Best of `repeats` bursts of `calls` calls, in µs per call."""
+    """Best of `repeats` bursts of `calls` calls, in µs per call, after 100 calls of warm-up."""
     for _ in range(100):
         fn()
-    best = float("inf")
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        best = min(best, time.perf_counter() - start)
-    return best / calls * 1e6
+    return host_time._time(fn, calls, repeats, sync)
 
 
 def pieces():

@@ -138,7 +138,7 @@ def host_time_tables(folder: Path) -> str:
                  else "labops's bursts, then native's")
         parts.append(f"### {where}\n\n" + "\n".join(lines) + f"\n\nMicroseconds per call, labops / native "
                      f"(labops's time over native's); best of {meta['repeats']} bursts of {meta['calls']} calls "
-                     f"each, {order}; {device}, torch {meta['torch']}. "
+                     f"each, {order}; {device}, torch {meta['torch']}, commit {meta.get('commit') or 'unknown'}. "
                      f"Data: `docs/benchmarks/host_time/{name}`.\n")
     if not parts:
         return ""

@@ -354,9 +354,9 @@ struct Conv2dMMOps {
 
   // ---- conv2d_mm_backward_weight: the weight and bias gradients, for autograd ----
   // accGradParameters at scale 1 into new tensors, as one op. The first GEMM writes grad_weight
-  // (beta = 0) instead of adding to a zero-filled one, and on a GPU the bias gradient is summed by the
-  // kernel that lays grad_output out for that GEMM. Zeros, an accumulating op, a transposing copy and
-  // a sum would be four ops and four launches: on a small input each costs more host time than its
+  // (beta = 0; the GPU launcher clears it with a memset instead of an ATen op), and on a GPU the bias
+  // gradient is summed by the kernel that lays grad_output out for that GEMM. Zeros, an accumulating op,
+  // a transposing copy and a sum would be four ops: on a small input each costs more host time than its
   // kernel (.ci/host_pieces.py).
   static std::tuple<at::Tensor, at::Tensor> conv2d_mm_backward_weight(const at::Tensor& grad_output,
                                                                      const at::Tensor& x, at::IntArrayRef weight_size,

@@ -58,6 +58,24 @@ def test_thread_map_shows_untouched_and_repeated_elements():
     assert len(ax.patches) == 6
 
 
+@pytest.mark.parametrize("grid, block, n, labelled", [(2, 8, 50, True), (3, 32, 1000, False),
+                                                      (8, 32, 64, False), (1, 4, 3, True)])
+def test_thread_map_fits_the_feedback_page(grid, block, n, labelled):
+    # nbgrader's feedback page shows it at dpi 90: at most 8 inches (720 pixels) wide, however long the rows
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = rendered(viz.thread_map(simt.launch(kernel, grid=grid, block=block, n=n), n=n))
+    assert fig.get_figwidth() <= 8.0
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # lays the figure out as savefig does
+    drawn = fig.get_tightbbox(canvas.get_renderer())  # inches: title, labels, legend
+    assert -0.02 <= drawn.x0 and drawn.x1 <= fig.get_figwidth() + 0.02
+    assert -0.02 <= drawn.y0 and drawn.y1 <= fig.get_figheight() + 0.02
+    (ax,) = fig.axes
+    assert len(ax.patches) == n
+    assert len(ax.texts) == (n if labelled else 0)  # cells too narrow for a label get none
+
+
 def test_gelu_forms_lines_and_data():
     fig = rendered(viz.gelu_forms())
     ax_f, ax_d, ax_e = fig.axes

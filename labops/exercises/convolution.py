@@ -59,13 +59,19 @@ CONV_OUTPUT_SIZE = Exercise(
 
 # ---- one window loop with a knob per mistake ----
 
-def _windows(x_shape, kernel, stride, padding, dilation, visit, *, tap_dilation=None, flip=False,
-             row_order="c,kh,kw", out_hw=None):
-    """Call visit(n, c, row, col, ih, iw) for every in-image tap of every window, as im2col orders them."""
+def _windows(x_shape, kernel, stride, padding, dilation, visit, *, tap_dilation=None, index_padding=None,
+             flip=False, row_order="c,kh,kw", out_hw=None):
+    """Call visit(n, c, row, col, ih, iw) for every in-image tap of every window, as im2col orders them.
+
+    The knobs: ``tap_dilation`` and ``index_padding`` replace dilation and padding in the index formula
+    only (the output size keeps the real ones), ``flip`` reads the window backwards, ``row_order``
+    puts the channel innermost.
+    """
     n_, c_, h_, w_ = x_shape
-    (kh_, kw_), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    (kh_, kw_), (sh, sw), (dh, dw) = kernel, stride, dilation
+    ph, pw = index_padding or padding
     th, tw = tap_dilation or (dh, dw)
-    out_h, out_w = out_hw or (_out_size(h_, kh_, sh, ph, dh), _out_size(w_, kw_, sw, pw, dw))
+    out_h, out_w = out_hw or (_out_size(h_, kh_, sh, padding[0], dh), _out_size(w_, kw_, sw, padding[1], dw))
     for n in range(n_):
         for c in range(c_):
             for kh in range(kh_):
@@ -148,8 +154,7 @@ IM2COL = Exercise(
                 wrong=lambda x, k, s, p, d: _im2col_variant(x, k, s, p, d, row_order="kh,kw,c")),
         Mistake("Padding ignored in the index: subtract padding (ih = oh * stride - padding + kh * dilation) "
                 "and leave zeros where (ih, iw) falls outside the image.",
-                wrong=lambda x, k, s, p, d: _im2col_variant(F.pad(x, (p[1], p[1], p[0], p[0])), k, s, (0, 0), d)
-                if any(p) else None),
+                wrong=lambda x, k, s, p, d: _im2col_variant(x, k, s, p, d, index_padding=(0, 0))),
     ],
 )
 
@@ -188,6 +193,8 @@ COL2IM = Exercise(
                 wrong=lambda c, size, k, s, p, d: _col2im_variant(c, size, k, s, p, d, flip=True)),
         Mistake("Rows in the wrong order: row = (c * kH + kh) * kW + kw, channel outermost.",
                 wrong=lambda c, size, k, s, p, d: _col2im_variant(c, size, k, s, p, d, row_order="kh,kw,c")),
+        Mistake("Padding ignored in the index: tap kh lands on row oh * stride - padding + kh * dilation.",
+                wrong=lambda c, size, k, s, p, d: _col2im_variant(c, size, k, s, p, d, index_padding=(0, 0))),
     ],
 )
 
@@ -220,13 +227,15 @@ def _dw_case(label, seed):
                 ("grad_weight",))
 
 
-def _dw_variant(x, g, wshape, s, p, d, *, tap_dilation=None, channel="oc // m", batch=None):
-    """grad_w[oc, 0, kh, kw] = sum over n, oh, ow of g[n, oc, oh, ow] * x[n, c_in(oc), ih, iw], with knobs."""
+def _dw_variant(x, g, wshape, s, p, d, *, tap_dilation=None, channel="oc // m", images=slice(None)):
+    """grad_w[oc, 0, kh, kw] = sum over n, oh, ow of g[n, oc, oh, ow] * x[n, c_in(oc), ih, iw], with knobs.
+
+    ``images`` is the slice of the batch the sum runs over (all of it when right).
+    """
     C = x.shape[1]
     m = wshape[0] // C
     gw = torch.zeros(wshape, dtype=torch.float64)
     td = tap_dilation or d
-    n_used = batch or x.shape[0]
     for oc in range(wshape[0]):
         c = oc // m if channel == "oc // m" else oc % C
         for kh in range(wshape[2]):
@@ -234,9 +243,16 @@ def _dw_variant(x, g, wshape, s, p, d, *, tap_dilation=None, channel="oc // m", 
                 ih = torch.arange(g.shape[2])[:, None] * s[0] - p[0] + kh * td[0]
                 iw = torch.arange(g.shape[3])[None, :] * s[1] - p[1] + kw * td[1]
                 ok = (ih >= 0) & (ih < x.shape[2]) & (iw >= 0) & (iw < x.shape[3])
-                patch = x[:n_used, c, ih.clamp(0, x.shape[2] - 1), iw.clamp(0, x.shape[3] - 1)] * ok
-                gw[oc, 0, kh, kw] = (g[:n_used, oc] * patch).sum()
+                patch = x[images, c, ih.clamp(0, x.shape[2] - 1), iw.clamp(0, x.shape[3] - 1)] * ok
+                gw[oc, 0, kh, kw] = (g[images, oc] * patch).sum()
     return gw
+
+
+def _one_image(case, got):
+    """The gradient of the first image only, or of the last (a loop over n that assigns instead of adding)."""
+    x, g, ws, s, p, d = case.args
+    return x.shape[0] > 1 and any(matches(got, _dw_variant(x, g, ws, s, p, d, images=images))
+                                  for images in (slice(0, 1), slice(-1, None)))
 
 
 DEPTHWISE_BACKWARD_WEIGHT = Exercise(
@@ -263,7 +279,7 @@ DEPTHWISE_BACKWARD_WEIGHT = Exercise(
                 wrong=lambda x, g, ws, s, p, d: _dw_variant(x, g, ws, s, p, d, channel="oc % C")),
         Mistake("Not summed over the batch: the weight is shared by every image, so its gradient sums over "
                 "n as well as over the output pixels.",
-                wrong=lambda x, g, ws, s, p, d: _dw_variant(x, g, ws, s, p, d, batch=1) if x.shape[0] > 1 else None),
+                test=_one_image),
     ],
 )
 

@@ -1,9 +1,10 @@
-"""labops command line: doctor, build, bench.
+"""labops command line: doctor, build, bench, exercises, audit-grades.
 
     labops doctor     what is installed, build the ops, check each (forward and backward, every
                       device) against native PyTorch in float64
     labops build      compile the ops now (instead of on first use)
     labops bench      labops vs native PyTorch vs copy bandwidth
+    labops audit-grades  after nbgrader autograde: flag every score that is not the trusted one
 """
 
 import argparse
@@ -161,7 +162,17 @@ def main(argv=None) -> int:
     sub.add_parser("bench", help="benchmark against native PyTorch", add_help=False)
     ex = sub.add_parser("exercises", help="list the classroom exercises, or show one's signature")
     ex.add_argument("exercise_id", nargs="?", help="an exercise id, e.g. tanh_backward")
+    audit = sub.add_parser("audit-grades", help="after nbgrader autograde: every gradebook score that is not "
+                           "the trusted one (exit status 1 when there is any)")
+    audit.add_argument("course", nargs="?", default=".", help="the course folder (default: here)")
+    audit.add_argument("--db", default=None, help="the gradebook's URL (default: sqlite:///<course>/gradebook.db)")
     args, rest = parser.parse_known_args(argv)
+    if args.command == "audit-grades":
+        from labops.exercises.grading import audit as audit_grades
+
+        flags = audit_grades(args.course, args.db)
+        print("\n".join(flags) if flags else "every score in the gradebook is the trusted one")
+        return 1 if flags else 0
     if args.command == "exercises":
         from labops.exercises import describe
 

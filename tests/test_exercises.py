@@ -5,6 +5,8 @@ test asserts that ``check`` fails it and that its feedback contains the
 sentence naming that bug (and not merely "wrong").
 """
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -209,7 +211,60 @@ PLANTED = [
      .flip(-2, -1), "Flipped weight"),
     ("depthwise_backward_weight", lambda x, g, ws, s, p, d: depthwise_backward_weight(
         x, g, ws, s, p, (1, 1)) if d == (1, 1) else _dw_undilated(x, g, ws, s, p, d), "Dilation ignored"),
+    # more of each exercise's mistakes
+    ("tanh_backward", lambda y, g: 1 - y * y, "grad_output is missing"),
+    ("tanh_backward", lambda y, g: g * (1 - y), "1 - y is not tanh's derivative"),
+    ("gelu_sigmoid_backward", lambda x, g: g * torch.sigmoid(1.702 * x), "product rule is half done"),
+    ("gelu_sigmoid_backward", lambda x, g: gelu_sigmoid_backward(x, torch.ones_like(g)), "grad_output is missing"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.add_(s * g.t() @ x), gb.add_(s * g.mean(0))),
+     "Bias gradient averaged instead of summed"),
+    ("softmax_forward", lambda x: _softmax_over(x, 0), "Normalised over the wrong dimension"),
+    ("softmax_forward", lambda x: torch.exp(x - x.amax(-1, keepdim=True)), "Missing the division"),
+    ("softmax_backward", lambda y, g: y * (g + (g * y).sum(-1, keepdim=True)), "Sign error in one term"),
+    ("softmax_backward", lambda y, g: -y * (g + (g * y).sum(-1, keepdim=True)), "Sign error in one term"),
+    ("softmax_backward", lambda y, g: y * (g - (g * y).sum(0, keepdim=True)), "runs over the wrong dimension"),
+    ("softmax_backward", lambda y, g: y * g, "The sum term is missing"),
+    ("cross_entropy_backward", lambda lg, t, r: -cross_entropy_backward(lg, t, r), "Sign error"),
+    ("cross_entropy_backward", lambda lg, t, r: softmax_forward(lg) / (lg.shape[0] if r == "mean" else 1),
+     "The one-hot term is missing"),
+    ("global_avg_pool_forward", lambda x: x.sum((-2, -1), keepdim=True) / x.shape[-1], "Divided by one side only"),
+    ("global_avg_pool_forward", lambda x: x.mean((0, 1), keepdim=True), "Averaged over the wrong axes"),
+    ("global_avg_pool_backward", lambda g, shape: (g / shape[-1]).expand(tuple(shape)).clone(),
+     "Divided by one side only"),
+    ("global_avg_pool_backward", lambda g, shape: (g * shape[-2] * shape[-1]).expand(tuple(shape)).clone(),
+     "Multiplied by H*W instead of dividing"),
+    ("resize_source_coordinate", lambda x, i, o, m: resize_source_coordinate(x, o, i, m), "The scale is inverted"),
+    ("conv_output_size", lambda n, k, s, p, d: math.ceil((n + 2 * p - d * (k - 1) - 1) / s) + 1, "Rounded up"),
+    ("conv_output_size", lambda n, k, s, p, d: (n + p - d * (k - 1) - 1) // s + 1, "Padding counted once"),
+    ("im2col", lambda x, k, s, p, d: _unfold_channel_innermost(x, k, s, p, d), "Rows in the wrong order"),
+    # ih = oh * stride + kh * dilation: the windows start at the top-left of the image, not of the padding
+    ("im2col", lambda x, k, s, p, d: F.unfold(F.pad(x, (0, 2 * p[1], 0, 2 * p[0])), k, dilation=d, stride=s),
+     "Padding ignored in the index"),
+    ("col2im", lambda c, size, k, s, p, d: _fold_undilated(c, size, k, s, p, d), "Dilation ignored"),
+    ("col2im", lambda c, size, k, s, p, d: F.fold(_rows_flipped(c, k), size, k, dilation=d, padding=p, stride=s),
+     "Flipped kernel"),
+    ("col2im", lambda c, size, k, s, p, d: F.fold(_rows_channel_innermost(c, k), size, k, dilation=d, padding=p,
+                                                  stride=s), "Rows in the wrong order"),
+    ("col2im", lambda c, size, k, s, p, d: F.fold(c, (size[0] + 2 * p[0], size[1] + 2 * p[1]), k, dilation=d,
+                                                  stride=s)[..., :size[0], :size[1]], "Padding ignored in the index"),
+    # output channel oc reads input channel oc % C
+    ("depthwise_backward_weight", lambda x, g, ws, s, p, d: depthwise_backward_weight(
+        x[:, [oc % x.shape[1] for oc in range(ws[0])]], g, ws, s, p, d), "maps output channel oc to input channel"),
+    ("depthwise_backward_weight", lambda x, g, ws, s, p, d: depthwise_backward_weight(x[:1], g[:1], ws, s, p, d),
+     "Not summed over the batch"),
+    # a loop over n that assigns: the last image's gradient is left
+    ("depthwise_backward_weight", lambda x, g, ws, s, p, d: depthwise_backward_weight(x[-1:], g[-1:], ws, s, p, d),
+     "Not summed over the batch"),
 ]
+
+# Named by a later check only: a transposed weight gradient of a non-square Linear raises a shape error
+# before any answer can be compared (the "square weight" check is there to name it).
+NAMED_LATER = {("linear_acc_grad_parameters", "Transposed weight gradient")}
+
+
+def _softmax_over(x, dim):
+    e = torch.exp(x - x.amax(dim, keepdim=True))
+    return e / e.sum(dim, keepdim=True)
 
 
 def _im2col_undilated(x, k, s, p, d):
@@ -220,14 +275,38 @@ def _im2col_undilated(x, k, s, p, d):
 
 
 def _unfold_flipped(x, k, s, p, d):
-    cols = F.unfold(x, k, dilation=d, padding=p, stride=s)
+    return _rows_flipped(F.unfold(x, k, dilation=d, padding=p, stride=s), k)
+
+
+def _rows_flipped(cols, k):
+    """Row (c, kh, kw) swapped with row (c, kH-1-kh, kW-1-kw)."""
     n, rows, L = cols.shape
     return cols.reshape(n, -1, k[0], k[1], L).flip(2, 3).reshape(n, rows, L)
+
+
+def _unfold_channel_innermost(x, k, s, p, d):
+    """Rows ordered (kh, kw, c): what a learner who puts the channel loop innermost writes."""
+    cols = F.unfold(x, k, dilation=d, padding=p, stride=s)
+    n, rows, L = cols.shape
+    return cols.reshape(n, -1, k[0] * k[1], L).transpose(1, 2).reshape(n, rows, L)
+
+
+def _rows_channel_innermost(cols, k):
+    """col2im reading row (kh * kW + kw) * C + c as the entry of (c, kh, kw)."""
+    n, rows, L = cols.shape
+    return cols.reshape(n, k[0] * k[1], -1, L).transpose(1, 2).reshape(n, rows, L)
 
 
 def _unfold_with_size(x, k, s, p, d, extra):
     cols = F.unfold(x, k, dilation=d, padding=p, stride=s)
     return torch.cat([cols, cols[..., :extra]], -1)
+
+
+def _fold_undilated(cols, size, k, s, p, d):
+    # the right number of windows, but every tap placed as if dilation were 1
+    from labops.exercises.convolution import _col2im_variant
+
+    return _col2im_variant(cols, size, k, s, p, d, tap_dilation=(1, 1))
 
 
 def _fold_overwrite(cols, size, k, s, p, d):
@@ -243,11 +322,39 @@ def _dw_undilated(x, g, ws, s, p, d):
 
 
 @pytest.mark.parametrize("name, wrong, words", PLANTED, ids=[f"{n}-{w[:24]}" for n, _, w in PLANTED])
-def test_planted_mistake_is_named(name, wrong, words, capsys):
-    result = check(name, wrong)
-    out = capsys.readouterr().out
+def test_planted_mistake_is_named(name, wrong, words):
+    result = check(name, wrong, show=False)
+    feedback = "\n".join(result.messages)
     assert not result.passed and result.score < result.max_score
-    assert words in out, out
+    assert words in feedback, feedback
+    if (name, words) not in NAMED_LATER:  # the first check that fails names it, not only a later one
+        first_failure = next(m for m in result.messages if m.startswith("FAIL"))
+        assert words in first_failure, feedback
+
+
+# Mistakes that fail several checks, each of which must name it.
+NAMED_IN_EVERY_FAILING_CHECK = [
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.add_(g.t() @ x), gb.add_(g.sum(0))),
+     "`scale` ignored"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.sub_(s * g.t() @ x), gb.sub_(s * g.sum(0))),
+     "Sign error"),
+    ("linear_acc_grad_parameters", lambda x, g, gw, gb, s: (gw.add_(s * g.t() @ x), gb.add_(s * g.mean(0))),
+     "Bias gradient averaged instead of summed"),
+    ("softmax_backward", lambda y, g: y * (g + (g * y).sum(-1, keepdim=True)), "Sign error in one term"),
+    ("resize_source_coordinate", lambda x, i, o, m: resize_source_coordinate(x, o, i, m)
+     if o > 1 else resize_source_coordinate(x, i, o, m), "The scale is inverted"),
+    ("depthwise_backward_weight", lambda x, g, ws, s, p, d: depthwise_backward_weight(x[-1:], g[-1:], ws, s, p, d),
+     "Not summed over the batch"),
+]
+
+
+@pytest.mark.parametrize("name, wrong, words", NAMED_IN_EVERY_FAILING_CHECK,
+                         ids=[f"{n}-{w[:24]}" for n, _, w in NAMED_IN_EVERY_FAILING_CHECK])
+def test_mistake_is_named_in_every_failing_check(name, wrong, words):
+    # e.g. the Linear check that calls the function twice, and every coordinate mode
+    result = check(name, wrong, show=False)
+    failures = [m for m in result.messages if m.startswith("FAIL")]
+    assert len(failures) >= 2 and all(words in m for m in failures), "\n".join(result.messages)
 
 
 def test_half_right_gets_partial_credit_with_its_reason():
@@ -293,11 +400,30 @@ def _kernel_past_the_end(ctx, x, y, n, alpha):
 ])
 def test_grid_stride_mistakes_are_named_and_drawn(kernel, words, capsys):
     result = check("grid_stride_loop", kernel)
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
     assert not result.passed and words in out, out
+    if kernel is _kernel_past_the_end:  # its first case raised: there is no map to draw, only the sentence
+        assert result.figure is None
+        return
     assert result.figure is not None
     title = result.figure.axes[0].get_title()
     assert "never written" in title
+
+
+def _kernel_chunked(ctx, x, y, n, alpha):
+    """Every element once, but each thread takes a contiguous chunk: right values, not a grid-stride loop."""
+    threads = ctx.blockDim.x * ctx.gridDim.x
+    t = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
+    chunk = -(-n // threads)
+    for i in range(t * chunk, min(n, (t + 1) * chunk)):
+        y[i] = alpha * x[i]
+
+
+def test_grid_stride_order_is_checked_not_only_the_values():
+    result = check("grid_stride_loop", _kernel_chunked, show=False)
+    text = " ".join(" ".join(result.messages).split())
+    assert not result.passed and "not in grid-stride order" in text, text
+    assert "thread that wrote the element" in text
 
 
 def test_grid_stride_figure_marks_missed_and_repeated_elements():
@@ -325,9 +451,17 @@ def prelu_right():
     return check("prelu_op", lambda: PRELU_SOURCE.replace("SIGN", "+"), show=False)
 
 
-def test_compiled_op_right_answer_passes_gradcheck_and_opcheck(prelu_right):
+def test_compiled_op_right_answer_passes_the_jacobian_and_compile_checks(prelu_right):
     assert prelu_right.passed, prelu_right.messages
-    assert any("PASS opcheck" in m for m in prelu_right.messages)
+    assert any("PASS autograd: the Jacobian" in m for m in prelu_right.messages)
+    assert any("PASS torch.compile and no input changed" in m for m in prelu_right.messages)
+
+
+def test_compiled_op_that_writes_its_input_is_caught():
+    mutates = PRELU_SOURCE.replace("SIGN", "+").replace("  return y;", "  x.mul_(2);\n  return y;", 1)
+    result = check("prelu_op", lambda: mutates, show=False)
+    text = " ".join(" ".join(result.messages).split())
+    assert not result.passed and "x after the calls" in text, text
 
 
 def test_compiled_op_sign_error_is_named():

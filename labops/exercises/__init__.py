@@ -7,9 +7,10 @@
 one line per check (which failed, where, expected vs got, the rel_error, and
 the classic mistake it recognises) and returns a ``CheckResult`` with
 ``passed``, ``score``, ``max_score`` and ``messages``. The exercise notebooks
-(``notebooks/exercises``) end each graded cell with ``check(...).score``:
-nbgrader reads that number as the cell's points and shows the printed
-feedback beside it.
+(``notebooks/exercises``) end each graded cell with ``check(...).score``, for
+the learner's own feedback. The points nbgrader records do not come from it:
+``grading.TrustedScores`` runs the learner's cells again in a bounded child
+process (``sandbox``) and computes each score in nbgrader's own process.
 
 Nothing here builds the compiled labops library: the oracles are native
 PyTorch in float64, finite differences, NumPy ports and ``labops.simt``.
@@ -17,7 +18,9 @@ PyTorch in float64, finite differences, NumPy ports and ``labops.simt``.
 
 from __future__ import annotations
 
-from ._core import CheckResult, Exercise, quiet_stderr, run_checks
+import os
+
+from ._core import CheckResult, Exercise, run_checks, wrap_lines
 from . import compiled as _compiled, convolution as _convolution, kernel as _kernel, layers as _layers
 
 __all__ = ["CheckResult", "EXERCISES", "check", "describe"]
@@ -55,16 +58,18 @@ def _get(exercise_id: str) -> Exercise:
 def check(exercise_id: str, fn, hidden: bool = False, show: bool = True) -> CheckResult:
     """Check ``fn`` against exercise ``exercise_id``; print the feedback (``show``) and return the result.
 
-    hidden: run the grader's extra cases too (more seeds and sizes, same points).
+    The checks run here, in your notebook, for your feedback. A grade never comes from this function:
+    your instructor's grader runs your cells again in a separate process, on cases drawn from a secret
+    (``hidden``: those run only there), and computes the points itself.
 
     Args:
         exercise_id: which exercise (``describe()`` lists them).
         fn: your function, with the signature ``describe(exercise_id)`` shows.
-        hidden: also run the grader's extra cases.
+        hidden: the grader's extra cases; without the instructor's secret only the released cases run.
         show: print the feedback.
 
     Returns:
-        a :class:`CheckResult` (``score`` is what nbgrader records).
+        a :class:`CheckResult`.
 
     Example:
         >>> result = check("tanh_backward", lambda output, grad_output: grad_output * (1 - output**2), show=False)
@@ -74,17 +79,20 @@ def check(exercise_id: str, fn, hidden: bool = False, show: bool = True) -> Chec
     ex = _get(exercise_id)
     if not callable(fn):
         raise TypeError(f"check: fn must be your function, got {type(fn).__name__}")
-    if ex is _compiled.PRELU_CHECKS:
-        result = _compiled.check_in_subprocess(fn, hidden)
+    notes = []
+    if hidden:
+        notes.append("(the hidden cases are drawn from your instructor's secret: they run only when your "
+                     "notebook is graded; these are the released cases)")
+    if ex is _compiled.PRELU_CHECKS and os.environ.get("LABOPS_GRADING_KERNEL"):
+        # Under autograde the grader builds and checks the op itself; building it here too would cost a minute.
+        result = CheckResult(ex.id, False, float("nan"), 0.0, [f"{ex.id}: built and checked by the grader"])
+    elif ex is _compiled.PRELU_CHECKS:
+        result = _compiled.check_in_subprocess(fn, False)
     else:
-        result = run_checks(ex, fn, hidden)
-    written = not any("is not written yet" in m for m in result.messages)
-    if ex.draw is not None and written:  # a map of an empty kernel would say nothing
-        notes: list[str] = []
-        with quiet_stderr(notes):
-            result.figure = ex.draw(fn, hidden)
+        result = run_checks(ex, fn, False)
+    result.messages += notes
     if show:
-        print("\n".join(result.messages), flush=True)
+        print(wrap_lines(result.messages), flush=True)
         if result.figure is not None:
             _display(result.figure)
     return result

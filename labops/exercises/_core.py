@@ -33,6 +33,8 @@ from labops.testing import rel_error
 
 # How long one call of the learner's function may take before we call it an endless loop.
 TIME_LIMIT_S = 20.0
+# Feedback lines are wrapped at this width: nbgrader's feedback page shows them in a fixed-width box.
+FEEDBACK_WIDTH = 100
 
 
 @dataclass
@@ -102,7 +104,14 @@ class Exercise:
     call: Callable | None = None  # (fn, case) -> what to compare; default fn(*copies of args)
     rtol: float = 1e-7
     atol: float = 1e-9
-    draw: Callable | None = None  # (fn, checks) -> Figure, for exercises with a picture
+    # (case, got) -> Figure, for exercises with a picture: drawn from the first case's answer, never by
+    # running the learner's code again.
+    draw: Callable | None = None
+    # Trailing values of what ``run`` returns that are kept for ``draw`` and not compared.
+    extras: int = 0
+    # fn -> what ``run`` calls (the compiled-op exercise builds the learner's C++ here), and its time limit.
+    prepare: Callable | None = None
+    prepare_time_limit_s: float = TIME_LIMIT_S
 
     def run(self, fn, case: Case):
         args = copy_args(case.args)
@@ -119,15 +128,103 @@ def copy_args(args):
     return tuple(a.clone() if isinstance(a, torch.Tensor) else copy.deepcopy(a) for a in args)
 
 
+# Added to every seed while the grader builds its cases (see ``seeds_from``); 0 for the released cases.
+_seed_salt = 0
+
+
+@contextlib.contextmanager
+def seeds_from(secret: str):
+    """Draw every case built inside the block from ``secret`` (the instructor's), not the released seeds.
+
+    The grader's cases then have the released shapes and edge cases but values no learner has seen;
+    without the secret they cannot be rebuilt.
+    """
+    global _seed_salt
+    import hashlib
+
+    previous = _seed_salt
+    _seed_salt = int.from_bytes(hashlib.sha256(secret.encode()).digest()[:6], "little")
+    try:
+        yield
+    finally:
+        _seed_salt = previous
+
+
+def generator(seed: int) -> torch.Generator:
+    """The generator of every case's random values: ``seed``, moved by the grader's secret while it builds."""
+    return torch.Generator().manual_seed(seed + _seed_salt)
+
+
 def randn(*shape, seed: int, scale: float = 1.0) -> torch.Tensor:
     """Seeded float64 normal values, the same on every machine."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+    return torch.randn(*shape, generator=generator(seed), dtype=torch.float64) * scale
+
+
+# ---- what the learner's code hands back: plain values only ----
+
+@dataclass(frozen=True)
+class Opaque:
+    """Something returned that is not a number or an array of numbers: kept as its type and repr only."""
+
+    type_name: str
+    text: str
+
+    def __repr__(self):
+        return f"{self.text} ({self.type_name})"
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The learner's code raised: the exception's class names (its MRO) and one line describing it."""
+
+    type_names: tuple[str, ...]
+    text: str
+
+
+def to_plain(value, depth: int = 0):
+    """``value`` as plain data: None, bool, int, float, str, a float64 tensor of the plain Tensor class,
+    a tuple of these, or an ``Opaque``.
+
+    This is all a comparison ever sees: a Tensor subclass that overrides ``==`` or ``isclose``, a NumPy
+    subclass, or any object of the learner's making is reduced to its numbers (or to its repr).
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    try:
+        if isinstance(value, torch.Tensor):
+            with torch._C.DisableTorchFunction():
+                data = torch.Tensor.detach(value).to("cpu").to(torch.float64).numpy()
+            return torch.from_numpy(np.array(data, dtype=np.float64, copy=True))
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(np.array(np.asarray(value), dtype=np.float64, copy=True))
+    except Exception as exc:
+        return Opaque(type(value).__name__, f"an array that is not real numbers ({exc})"[:200])
+    if isinstance(value, (tuple, list, torch.Size)) and depth < 4 and len(value) <= 64:
+        return tuple(to_plain(v, depth + 1) for v in value)
+    try:
+        text = repr(value)[:200]
+    except Exception:
+        text = "?"
+    return Opaque(type(value).__name__, text)
+
+
+@dataclass
+class Outcome:
+    """What one case of the learner's code produced: plain values, or what it raised."""
+
+    got: Any = None
+    raised: Raised | None = None
 
 
 # ---- comparing an answer with the oracle ----
 
 def _as_tensor(value):
+    if isinstance(value, Opaque):
+        raise TypeError(f"{value!r} is not a number")
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", torch.float64)
     return torch.as_tensor(np.asarray(value, dtype=np.float64))
@@ -154,6 +251,8 @@ def compare(got, expected, name: str = "result", rtol: float = 1e-7, atol: float
         return None if int(got) == int(expected) else f"{name} is {got}, expected {expected}"
     if got is None:
         return f"{name} is None: the function returned nothing (a missing `return`?)"
+    if isinstance(got, Opaque):
+        return f"{name} is {got!r}, which is not an array of numbers"
     try:
         g = _as_tensor(got)
     except (TypeError, ValueError) as exc:
@@ -270,11 +369,11 @@ def describe_exception(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}: {exc}{where}"
 
 
-def diagnose(exercise: Exercise, case: Case, got=None, error: BaseException | None = None) -> str | None:
-    """The sentence of the first mistake the answer (or the error) matches."""
+def diagnose(exercise: Exercise, case: Case, got=None, raised: Raised | None = None) -> str | None:
+    """The sentence of the first mistake the answer (or what it raised) matches."""
     for m in exercise.mistakes:
-        if error is not None:
-            if m.raises is not None and isinstance(error, m.raises):
+        if raised is not None:
+            if m.raises is not None and m.raises.__name__ in raised.type_names:
                 return m.sentence
             continue
         try:
@@ -288,24 +387,68 @@ def diagnose(exercise: Exercise, case: Case, got=None, error: BaseException | No
     return None
 
 
-def run_checks(exercise: Exercise, fn, hidden: bool = False) -> CheckResult:
-    """Run every check of ``exercise`` on ``fn``; nothing printed (``check`` prints)."""
-    checks = exercise.make_checks(hidden)
+def raised(exc: BaseException) -> Raised:
+    """What the learner's code raised, as plain data."""
+    return Raised(tuple(k.__name__ for k in type(exc).__mro__), describe_exception(exc))
+
+
+def cases_after_a_hang(outcome: Outcome) -> Outcome | None:
+    """What the rest of an exercise's cases get once one case ran out of time: no second wait."""
+    if outcome.raised is not None and "_TimeLimit" in outcome.raised.type_names:
+        return Outcome(raised=Raised(("_TimeLimit",), "was not run: an earlier case did not finish in time"))
+    return None
+
+
+def run_case(exercise: Exercise, fn, case: Case) -> Outcome:
+    """Call the learner's code on one case under the time limit; plain values or what it raised.
+
+    KeyboardInterrupt is not caught: Ctrl-C stops a check like any other cell.
+    """
+    try:
+        with time_limit(case.time_limit_s):
+            got = exercise.run(fn, case)
+        return Outcome(got=to_plain(got))
+    except (Exception, _TimeLimit) as exc:
+        return Outcome(raised=raised(exc))
+
+
+def prepare(exercise: Exercise, fn):
+    """``exercise.prepare(fn)`` under its time limit: (what the cases call, None) or (None, Raised)."""
+    if exercise.prepare is None:
+        return fn, None
+    try:
+        with time_limit(exercise.prepare_time_limit_s):
+            return exercise.prepare(fn), None
+    except (Exception, _TimeLimit) as exc:
+        return None, raised(exc)
+
+
+def evaluate(exercise: Exercise, checks: list[Check], outcome: Callable[[int, int, Case], Outcome],
+             hidden: bool = False) -> CheckResult:
+    """Score ``checks`` from each case's outcome; ``outcome(check index, case index, case)`` runs or looks it up.
+
+    The one place a verdict is made, for ``check`` in a learner's notebook (outcomes computed in that
+    process) and for the grader (outcomes read back from a bounded child process).
+    """
     max_score = float(sum(c.points for c in checks))
     score, lines, notes = 0.0, [], []
-    for chk in checks:
+    first_answer = None  # (case, got) of the very first case, for the figure
+    for k, chk in enumerate(checks):
         problem = None
         with quiet_stderr(notes):
-            for case in chk.cases:
-                try:
-                    with time_limit(case.time_limit_s):
-                        got = exercise.run(fn, case)
-                except (Exception, _TimeLimit) as exc:
-                    problem = f"{case.label}: your function {describe_exception(exc)}"
-                    sentence = diagnose(exercise, case, error=exc)
+            for j, case in enumerate(chk.cases):
+                result = outcome(k, j, case)
+                if result.raised is not None:
+                    problem = f"{case.label}: your function {result.raised.text}"
+                    sentence = diagnose(exercise, case, raised=result.raised)
                     if sentence:
                         problem += "\n    -> " + sentence
                     break
+                got = result.got
+                if first_answer is None:
+                    first_answer = (case, got)
+                if exercise.extras and isinstance(got, tuple):
+                    got = got[:len(got) - exercise.extras]
                 mismatch = compare(got, case.expected, case.names if len(case.names) > 1 else case.names[0],
                                    exercise.rtol, exercise.atol)
                 if mismatch:
@@ -321,11 +464,44 @@ def run_checks(exercise: Exercise, fn, hidden: bool = False) -> CheckResult:
             lines.append(f"FAIL {chk.name} -- {problem}")
         if problem and "is not written yet" in problem:
             # The remaining checks would say the same thing.
-            for rest in checks[checks.index(chk) + 1:]:
+            for rest in checks[k + 1:]:
                 lines.append(f"FAIL {rest.name} -- not written yet")
             break
     passed = score == max_score
     head = (f"{exercise.id}: {score:g}/{max_score:g} points"
             + (" (with the grader's hidden cases)" if hidden else "")
             + (" -- all checks pass." if passed else ""))
-    return CheckResult(exercise.id, passed, score, max_score, [head] + lines + notes)
+    result = CheckResult(exercise.id, passed, score, max_score, [head] + lines + notes)
+    if exercise.draw is not None and first_answer is not None:
+        with quiet_stderr([]):
+            result.figure = exercise.draw(*first_answer)
+    return result
+
+
+def run_checks(exercise: Exercise, fn, hidden: bool = False) -> CheckResult:
+    """Run every check of ``exercise`` on ``fn`` in this process; nothing printed (``check`` prints)."""
+    checks = exercise.make_checks(hidden)
+    target, failed = prepare(exercise, fn)
+    stop = [Outcome(raised=failed) if failed is not None else None]
+
+    def outcome(k, j, case):
+        if stop[0] is not None:
+            return stop[0]
+        result = run_case(exercise, target, case)
+        stop[0] = cases_after_a_hang(result)
+        return result
+
+    return evaluate(exercise, checks, outcome, hidden)
+
+
+def wrap_lines(messages: list[str], width: int = FEEDBACK_WIDTH) -> str:
+    """Feedback as text with every line wrapped at ``width``, continuation lines indented under their start."""
+    import textwrap
+
+    out = []
+    for message in messages:
+        for line in message.split("\n"):
+            indent = " " * (len(line) - len(line.lstrip()) + 4)
+            out.extend(textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=True,
+                                     break_on_hyphens=False) or [""])
+    return "\n".join(out)

@@ -5,7 +5,10 @@ x[i]`` for every ``i < n``, computing its indices from ``ctx.blockIdx``,
 ``ctx.threadIdx``, ``ctx.blockDim`` and ``ctx.gridDim`` as a CUDA thread does.
 ``y`` is a ``simt.WatchedArray``, so the check knows which thread wrote each
 element: it grades with a grid deliberately smaller than the data (each thread
-must loop) and with one larger (the surplus threads must write nothing).
+must loop) and with one larger (the surplus threads must write nothing). A
+grid-stride loop gives element ``i`` to the thread of global index
+``i % (gridDim.x * blockDim.x)``, and the check compares that owner too: the
+values alone do not show whether the kernel is a grid-stride loop.
 """
 
 from __future__ import annotations
@@ -22,17 +25,24 @@ __all__ = ["EXERCISES", "GRID_STRIDE_LOOP"]
 
 def _case(label, n, grid, block, seed, alpha=2.5):
     x = randn(n, seed=seed)
-    expected = (alpha * x, torch.ones(n, dtype=torch.float64))
+    owner = torch.arange(n, dtype=torch.float64) % (grid * block)
+    expected = (alpha * x, torch.ones(n, dtype=torch.float64), owner)
     return Case(f"{label}: n = {n}, grid {grid} x block {block}", (x, n, alpha, grid, block), expected,
-                ("y", "writes per element"))
+                ("y", "writes per element", "thread that wrote the element"))
 
 
 def _launch(fn, args):
+    """Run the body on every thread; y, writes per element, the writer's global thread index (-1: none)
+    and every write as rows (element, block, thread, iteration), which only the figure uses."""
     x, n, alpha, grid, block = args
     y = simt.WatchedArray(np.full(n, np.nan))
     simt.launch(fn, grid, block, x.numpy(), y, n, alpha)
-    counts = np.bincount([a.element for a in y.writes.accesses], minlength=n)
-    return y, torch.from_numpy(y.data.copy()), torch.from_numpy(counts.astype(np.float64))
+    writes = np.array([(a.element, a.block, a.thread, a.iteration) for a in y.writes.accesses],
+                      dtype=np.int64).reshape(-1, 4)
+    counts = np.bincount(writes[:, 0], minlength=n)[:n]
+    owner = np.full(n, -1, dtype=np.int64)
+    owner[writes[:, 0]] = writes[:, 1] * block + writes[:, 2]
+    return y.data.copy(), counts.astype(np.float64), owner.astype(np.float64), writes
 
 
 def _checks(hidden):
@@ -57,7 +67,8 @@ GRID_STRIDE_LOOP = Exercise(
     "kernel(ctx, x, y, n, alpha) -> None   (sets y[i] = alpha * x[i] for every 0 <= i < n; "
     "ctx has blockIdx, threadIdx, blockDim, gridDim, each with .x)",
     _checks,
-    call=lambda fn, args: _launch(fn, args)[1:],
+    call=_launch,
+    extras=1,
     mistakes=[
         Mistake("The loop writes past the end: its condition must be i < n, checked before every write "
                 "(threads beyond n must do nothing).", raises=IndexError),
@@ -68,28 +79,32 @@ GRID_STRIDE_LOOP = Exercise(
         Mistake("A grid-stride loop that repeats elements: two threads reach the same index. The start must "
                 "include blockIdx.x * blockDim.x, and the step must be blockDim.x * gridDim.x, not blockDim.x.",
                 test=lambda case, got: bool((_counts(got) > 1).any())),
+        Mistake("Every element written once, but not in grid-stride order: thread t (global index "
+                "blockIdx.x * blockDim.x + threadIdx.x) takes i = t, t + T, t + 2T, ... with T = blockDim.x * "
+                "gridDim.x, so element i belongs to thread i % T.",
+                test=lambda case, got: bool((_counts(got) == 1).all())
+                and not np.array_equal(np.asarray(got[2]), case.expected[2].numpy())),
         Mistake("Every element written once, but with the wrong value: y[i] = alpha * x[i].",
                 test=lambda case, got: bool((_counts(got) == 1).all())),
     ],
 )
 
 
-def draw(fn, hidden=False):
-    """The learner's thread -> element map on the first case (a grid smaller than the data)."""
+def draw(case, got):
+    """The learner's thread -> element map, drawn from the writes the first case recorded (never by
+    running the kernel again)."""
     from labops import viz
 
-    case = _checks(hidden)[0].cases[0]
     x, n, alpha, grid, block = case.args
-    y = simt.WatchedArray(np.full(n, np.nan))
-    try:
-        simt.launch(fn, grid, block, x.numpy(), y, n, alpha)
-    except BaseException:  # draw what was written before the error
-        pass
-    counts = np.bincount([a.element for a in y.writes.accesses], minlength=n)[:n]
+    writes = np.asarray(got[-1], dtype=np.int64).reshape(-1, 4) if isinstance(got, tuple) and got else \
+        np.zeros((0, 4), dtype=np.int64)
+    trace = simt.Trace(simt.Dim3.of(grid), simt.Dim3.of(block),
+                       [simt.Access(int(e), int(b), int(t), int(i)) for e, b, t, i in writes])
+    counts = np.bincount(writes[:, 0][(writes[:, 0] >= 0) & (writes[:, 0] < n)], minlength=n)[:n]
     missed, twice = int((counts == 0).sum()), int((counts > 1).sum())
     title = (f"your kernel: {grid} blocks x {block} threads, n = {n}: "
              f"{missed} element(s) never written, {twice} written more than once")
-    return viz.thread_map(y.writes, n=n, row_length=grid * block, title=title)
+    return viz.thread_map(trace, n=n, row_length=grid * block, title=title)
 
 
 GRID_STRIDE_LOOP.draw = draw

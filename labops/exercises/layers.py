@@ -15,7 +15,7 @@ from labops.reference.reorg import darknet_reorg_cpu, reorg_forward_numpy
 from labops.reference.upsample import source_coordinate
 from labops.testing import numerical_gradient
 
-from ._core import Case, Check, Exercise, Mistake, copy_args, matches, randn
+from ._core import Case, Check, Exercise, Mistake, copy_args, generator, matches, randn
 
 __all__ = ["EXERCISES"]
 
@@ -29,6 +29,11 @@ def _finite(case, got) -> bool:
 def _sign_error(oracle):
     return Mistake("Sign error: your answer is the exact negative of the right one; "
                    "check the sign of each term.", wrong=lambda *a: -oracle(*a))
+
+
+def _matches_any(*wrongs):
+    """A Mistake's test: the answer equals one of ``wrongs``, each computed from the case's inputs."""
+    return lambda case, got: any(matches(got, wrong(*copy_args(case.args))) for wrong in wrongs)
 
 
 def _shapes(seed, shapes, make, hidden, extra_shapes=()):
@@ -170,17 +175,22 @@ def _linear_checks(hidden):
     ]
 
 
+def _calls(case):
+    """How many times a case calls the learner's function on the same tensors."""
+    return 2 if case.label.startswith("called twice") else 1
+
+
 class _LinearExercise(Exercise):
     def run(self, fn, case):
         x, g, gw, gb, scale = copy_args(case.args)
-        calls = 2 if case.label.startswith("called twice") else 1
-        for _ in range(calls):
+        for _ in range(_calls(case)):
             fn(x, g, gw, gb, scale)
         return gw, gb
 
 
 def _linear_wrong(kind):
-    def wrong(x, g, gw, gb, scale):
+    """A Mistake's test: the answer is what ``kind``'s wrong update leaves after the case's calls."""
+    def once(x, g, gw, gb, scale):
         w_step, b_step = scale * g.t() @ x, scale * g.sum(0)
         if kind == "overwrite":
             return w_step, b_step
@@ -195,7 +205,13 @@ def _linear_wrong(kind):
         if kind == "sign":
             return gw - w_step, gb - b_step
         raise AssertionError(kind)
-    return wrong
+
+    def test(case, got):
+        x, g, gw, gb, scale = case.args
+        for _ in range(_calls(case)):
+            gw, gb = once(x, g, gw, gb, scale)
+        return matches(got, (gw, gb))
+    return test
 
 
 def _unchanged(case, got):
@@ -205,7 +221,7 @@ def _unchanged(case, got):
 
 def _accumulated_once(case, got):
     x, g, gw, gb, scale = case.args
-    if not case.label.startswith("called twice"):
+    if _calls(case) == 1:
         return False
     once = _linear_acc(x, g, gw, gb, scale)
     step = (scale * g.t() @ x, scale * g.sum(0))
@@ -225,17 +241,17 @@ LINEAR_ACC_GRAD_PARAMETERS = _LinearExercise(
                 "scale * dE/dW to what the tensors already hold (use +=, not =).",
                 test=_accumulated_once),
         Mistake("Parameter gradient overwritten instead of accumulated: accGradParameters *adds* "
-                "scale * dE/dW to what the tensors already hold (use +=, not =).", wrong=_linear_wrong("overwrite")),
+                "scale * dE/dW to what the tensors already hold (use +=, not =).", test=_linear_wrong("overwrite")),
         Mistake("`scale` ignored: accGradParameters adds scale * dE/dW, and scale is not always 1 "
-                "(Torch7 passes the learning rate or 1/N through it).", wrong=_linear_wrong("no_scale")),
+                "(Torch7 passes the learning rate or 1/N through it).", test=_linear_wrong("no_scale")),
         Mistake("Transposed weight gradient: W has shape (out, in), so dE/dW = grad_output.T @ input, "
-                "not input.T @ grad_output.", wrong=_linear_wrong("transposed")),
+                "not input.T @ grad_output.", test=_linear_wrong("transposed")),
         Mistake("Bias gradient summed over the wrong axes: dE/db[j] sums grad_output[:, j] over the batch "
-                "axis (dim 0) only.", wrong=_linear_wrong("bias_axes")),
+                "axis (dim 0) only.", test=_linear_wrong("bias_axes")),
         Mistake("Bias gradient averaged instead of summed: every sample adds its grad_output to dE/db.",
-                wrong=_linear_wrong("bias_mean")),
+                test=_linear_wrong("bias_mean")),
         Mistake("Sign error: the gradients must be added (+= scale * ...), not subtracted; "
-                "updateParameters is where the minus of gradient descent goes.", wrong=_linear_wrong("sign")),
+                "updateParameters is where the minus of gradient descent goes.", test=_linear_wrong("sign")),
     ],
 )
 
@@ -307,6 +323,9 @@ SOFTMAX_BACKWARD = Exercise(
     _softmax_back_checks,
     mistakes=[
         _sign_error(_softmax_grad),
+        Mistake("Sign error in one term: grad_input = y * (g - sum(g * y)); dy_i/dx_j = -y_i y_j for i != j.",
+                test=_matches_any(lambda y, g: y * (g + (g * y).sum(-1, keepdim=True)),
+                                  lambda y, g: -y * (g + (g * y).sum(-1, keepdim=True)))),
         Mistake("Only the diagonal of the Jacobian: dy_i/dx_j = y_i (delta_ij - y_j), so every output "
                 "feeds every input; grad_input = y * (g - sum(g * y)).", wrong=lambda y, g: y * (1 - y) * g),
         Mistake("The sum sum_j g_j y_j runs over the wrong dimension: it is over the softmax dim (the last).",
@@ -327,7 +346,7 @@ def _ce_grad(logits, target, reduction):
 
 def _ce_case(label, n, c, reduction, seed, offset=0.0, scale=2.0):
     logits = offset + randn(n, c, seed=seed, scale=scale)
-    target = torch.randint(0, c, (n,), generator=torch.Generator().manual_seed(seed + 1))
+    target = torch.randint(0, c, (n,), generator=generator(seed + 1))
     return Case(label, (logits, target, reduction), _ce_grad(logits, target, reduction), ("grad_logits",))
 
 
@@ -513,6 +532,15 @@ def _other_mode(case, got):
     return False
 
 
+def _inverted_scale(case, got):
+    """The right formula with in_size and out_size swapped, in the case's mode or as x * out/in."""
+    in_size, out_size, mode = case.args
+    got = torch.tensor(got, dtype=torch.float64)
+    return any(torch.allclose(got, torch.tensor([f(x) for x in range(out_size)], dtype=torch.float64))
+               for f in (lambda x: source_coordinate(x, out_size, in_size, mode),
+                         lambda x: x * out_size / in_size))
+
+
 def _unclamped(case, got):
     in_size, out_size, mode = case.args
     raw = torch.tensor([(x + 0.5) * in_size / out_size - 0.5 for x in range(out_size)], dtype=torch.float64)
@@ -533,10 +561,7 @@ RESIZE_SOURCE_COORDINATE = Exercise(
         Mistake("align_corners with one output pixel divides by out - 1 = 0: return 0 in that case.",
                 raises=ZeroDivisionError),
         Mistake("The scale is inverted: it is in_size / out_size (input pixels per output pixel).",
-                test=lambda case, got: torch.allclose(
-                    torch.tensor(got, dtype=torch.float64),
-                    torch.tensor([x * case.args[1] / case.args[0] for x in range(case.args[1])],
-                                 dtype=torch.float64))),
+                test=_inverted_scale),
     ],
 )
 

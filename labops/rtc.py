@@ -3,7 +3,8 @@
 A kernel is a name, the names of its input and output tensors, and a *body*: the statements inside the
 braces of a CUDA ``__global__`` function. The body sees, for each tensor name ``x``:
 
-* ``x``: a pointer to its first element (``const`` for inputs), of the tensor's element type;
+* ``x``: a pointer to its first element (``const`` for inputs), of the tensor's element type (on the CPU,
+  a pointer that checks every index: see below);
 * ``x_type``: that element type (``float``, ``double``, ``__half``, ``int``, ``long long``);
 * ``x_ndim`` (``int``), ``x_dims[]`` (``long long``, ``x_dims[0]`` is ``x.shape[0]``) and ``x_numel``;
 
@@ -14,10 +15,38 @@ contiguous: the body indexes them as dense row-major arrays.
   ``cuda-core`` package (``pip install labops[gpu]``) for this GPU's architecture and launched on
   PyTorch's current stream.
 * **CPU**: the same body becomes a plain C++ function compiled by the host compiler (``c++``, no torch
-  headers: well under a second) into a small shared library called through ``ctypes``. ``blockIdx`` and
-  ``threadIdx`` are loop variables: the grid loops are outside, the block loops inside, and each "thread"
-  runs to its end before the next starts. So bodies that need threads to run *together*
-  (``__syncthreads``, ``__shared__``, atomics, warp shuffles) are GPU-only and raise on the CPU.
+  headers: well under a second) into a small shared library. ``blockIdx`` and ``threadIdx`` are loop
+  variables: the grid loops are outside, the block loops inside, and each "thread" runs to its end before
+  the next starts. So bodies that need threads to run *together* (``__syncthreads``, ``__shared__``,
+  atomics, warp shuffles) are GPU-only and raise on the CPU.
+
+A mistake in a body must not take Python down, so on the CPU each launch runs in a small process of its
+own, on copies of the tensors (the outputs are copied back when it went right):
+
+* **An index outside a tensor** (past its end, far past it, or negative) never touches memory: the name
+  ``x`` checks every index. The launch stops after that thread and raises ``OutOfBoundsError`` (an
+  ``IndexError``) that names the kernel, the tensor, the index, the valid range, and whether it was a read
+  or a write. ``x + i`` is checked the same way; a plain pointer made from it (``const float* row = x +
+  i``) is not: just past the tensor's end it meets a guard page and raises the same error, further off it
+  may crash the launch's process (``KernelCrashError``, naming the signal) or land in another tensor
+  unnoticed.
+* **An endless loop** is killed after ``CPU_TIME_LIMIT_S`` seconds (30, or ``$LABOPS_RTC_CPU_TIME_LIMIT_S``
+  read at import; a launch can pass ``time_limit_s=``) with a ``TimeoutError``; Ctrl-C kills it at once
+  and raises ``KeyboardInterrupt``.
+
+After any of these the outputs keep their old values and no process is left behind. The price is a
+process start and a copy of every tensor per launch. **On a GPU nothing is checked**: an out-of-bounds
+access may read or write another tensor's memory unnoticed, or stop the kernel with an illegal-address
+error, which poisons the CUDA context: every later CUDA call in the process fails, and only a new process
+(for a notebook, a restarted kernel) can use the GPU again.
+
+Example (CPU: one thread too many reads one element past ``x``)::
+
+    >>> off_by_one = kernel("off_by_one", ["x"], ["y"], "y[threadIdx.x] = 2 * x[threadIdx.x];")
+    >>> off_by_one(torch.ones(4), torch.empty(4), grid=1, block=5)
+    Traceback (most recent call last):
+        ...
+    labops.rtc.OutOfBoundsError: labops.rtc: kernel 'off_by_one' read x[4], but x has 4 elements (valid 0..3)
 
 Compiled code is cached per (source, dtypes, device): in this process, and for the CPU also on disk
 under labops's cache directory. ``cache_info()`` counts compiles and cache hits.
@@ -32,9 +61,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
+import mmap
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -43,8 +76,8 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
-    "CompileError", "GpuOnlyError", "Kernel", "MAX_DIMS", "cache_info", "clear_cache", "cpu_source", "cuda_source",
-    "gpu_only_features", "kernel",
+    "CPU_TIME_LIMIT_S", "CompileError", "GpuOnlyError", "Kernel", "KernelCrashError", "MAX_DIMS", "OutOfBoundsError",
+    "cache_info", "clear_cache", "cpu_source", "cuda_source", "gpu_only_features", "kernel",
     # kernels and ops built with it (notebook 11)
     "softmax_rows", "softmax_block_per_row", "softmax_backward_rows", "cross_entropy_rows",
     "cross_entropy_backward_rows", "reorg_darknet", "reorg_darknet_backward", "reorg_writeup",
@@ -76,6 +109,29 @@ _MAX_THREADS_PER_BLOCK = 1024
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
+def _time_limit_from_environment(default):
+    text = os.environ.get("LABOPS_RTC_CPU_TIME_LIMIT_S")
+    if text is None:
+        return default
+    try:
+        return _check_time_limit(float(text), "$LABOPS_RTC_CPU_TIME_LIMIT_S")
+    except ValueError:
+        raise ValueError(f"labops.rtc: $LABOPS_RTC_CPU_TIME_LIMIT_S must be a number of seconds > 0 (inf for no "
+                         f"limit), got {text!r}") from None
+
+
+def _check_time_limit(value, what):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"labops.rtc: {what} must be a number of seconds > 0 (math.inf for no limit), "
+                         f"got {value!r}")
+    return float(value)
+
+
+# Seconds a CPU launch may run before it is stopped with a TimeoutError (an endless loop); a launch can pass
+# its own time_limit_s. $LABOPS_RTC_CPU_TIME_LIMIT_S, read at import, replaces the default.
+CPU_TIME_LIMIT_S = _time_limit_from_environment(30.0)
+
+
 class CompileError(RuntimeError):
     """The compiler rejected a kernel. ``log`` is its message; line numbers are those of the body."""
 
@@ -87,6 +143,27 @@ class CompileError(RuntimeError):
 
 class GpuOnlyError(RuntimeError):
     """The body uses a feature that only a GPU can run (threads of a block running together)."""
+
+
+class OutOfBoundsError(IndexError):
+    """A CPU launch read or wrote an element outside a tensor. The access never reached memory (or stopped at
+    the guard page after the tensor), the launch was stopped there, and its outputs were not written.
+    ``kernel``, ``tensor`` (its name in the kernel), ``index``, ``numel`` and ``access`` ("read", "wrote",
+    or "read or wrote" where the CPU does not say) describe the first such access."""
+
+    def __init__(self, message, *, kernel, tensor, index, numel, access):
+        super().__init__(message)
+        self.kernel, self.tensor, self.index, self.numel, self.access = kernel, tensor, index, numel, access
+
+
+class KernelCrashError(RuntimeError):
+    """The process that ran a CPU launch ended before every thread had run. ``signal`` is the signal that
+    ended it (a number such as ``signal.SIGSEGV``; the body's ``abort()`` is ``SIGABRT``), or None when the
+    body called ``exit``. Python goes on; the outputs were not written."""
+
+    def __init__(self, message, signal_number):
+        super().__init__(message)
+        self.signal = signal_number
 
 
 _stats = {"compiles": 0, "disk_loads": 0, "memory_hits": 0}
@@ -166,11 +243,32 @@ def _check_names(name, inputs, outputs, body):
         raise ValueError("labops.rtc.kernel: body must be a non-empty string of C++ statements")
 
 
+# What a CPU launch hands back to Python, in memory shared by Python, the runner process and the kernel
+# library. The same text goes into both C++ sources; _Report below is its ctypes twin (keep them in step).
+_REPORT_STRUCT = r"""namespace labops_rtc {
+struct report {
+  long long finished;         // 1 once every thread has run
+  long long bad_tensor;       // the first out-of-bounds access through a tensor's name: which tensor
+                              // (inputs first), or -1
+  long long bad_index;        //   and the index it asked for
+  long long fault_signal;     // SIGSEGV or SIGBUS caught by the runner, or 0
+  long long fault_offset;     //   the faulting address, in bytes from the shared region's start (-1: outside)
+  long long fault_write;      //   1 for a write, 0 for a read, -1 when the CPU does not say
+  unsigned char sink[16];     // the first out-of-bounds access reads or writes here, never memory; Python
+                              // fills it with 0xA5 bytes first, so a changed sink means it was a write
+                              // (of anything but those bytes)
+  unsigned char scratch[16];  // any later out-of-bounds access
+  char error[256];            // why the runner could not run the launch
+};
+}  // namespace labops_rtc
+"""
+
 _CPU_PRELUDE = r"""// Generated by labops.rtc for the CPU: the body runs once per (block, thread), one after another.
 #include <math.h>
 #include <cmath>
 #include <cstdint>
 #include <cstddef>
+#include <cstdlib>
 #include <algorithm>
 #include <type_traits>
 
@@ -181,6 +279,61 @@ struct dim3 { unsigned int x, y, z; };
 using labops_rtc::uint3;
 using labops_rtc::dim3;
 using std::abs;
+""" + _REPORT_STRUCT + r"""
+namespace labops_rtc {
+static report* shared_report;  // set by labops_rtc_launch
+
+template <class I>
+using if_index = typename std::enable_if<std::is_integral<I>::value || std::is_enum<I>::value, int>::type;
+
+// A tensor as the body sees it on the CPU: a pointer that checks every index against the tensor's size.
+// An index outside it never reaches memory: the first is recorded in the report and reads or writes the
+// report's sink instead; the thread runs on to its end and the launch stops before the next thread.
+// `x + i` is checked the same way; a plain pointer made from it (`const float* row = x + i`) is not, and
+// only the guard page after each tensor's copy catches it.
+template <class T> struct checked_ptr {
+  T* data;            // the tensor's first element
+  long long offset;   // where this pointer points, in elements from data (x + 5 has offset 5)
+  long long numel;
+  long long tensor;   // its place in the kernel's list of tensors, inputs first
+
+  checked_ptr(void* first, long long n, long long k) : data(static_cast<T*>(first)), offset(0), numel(n), tensor(k) {}
+
+  T& element(long long index) const {
+    if (static_cast<unsigned long long>(index) < static_cast<unsigned long long>(numel)) return data[index];
+    return out_of_bounds(index);
+  }
+  __attribute__((noinline, cold)) T& out_of_bounds(long long index) const {
+    report& r = *shared_report;
+    if (r.bad_tensor >= 0) return *reinterpret_cast<T*>(r.scratch);  // only the first one is reported
+    r.bad_tensor = tensor;
+    r.bad_index = index;
+    return *reinterpret_cast<T*>(r.sink);
+  }
+  template <class I, if_index<I> = 0> T& operator[](I i) const { return element(offset + static_cast<long long>(i)); }
+  T& operator*() const { return element(offset); }
+  operator T*() const { return data + offset; }  // where a plain pointer is needed: unchecked from here on
+
+  template <class I, if_index<I> = 0> checked_ptr operator+(I i) const {
+    checked_ptr moved = *this;
+    moved.offset += static_cast<long long>(i);
+    return moved;
+  }
+  template <class I, if_index<I> = 0> friend checked_ptr operator+(I i, checked_ptr p) { return p + i; }
+  template <class I, if_index<I> = 0> checked_ptr operator-(I i) const { return *this + -static_cast<long long>(i); }
+  template <class I, if_index<I> = 0> checked_ptr& operator+=(I i) { return *this = *this + i; }
+  template <class I, if_index<I> = 0> checked_ptr& operator-=(I i) { return *this = *this - i; }
+  checked_ptr& operator++() { ++offset; return *this; }
+  checked_ptr& operator--() { --offset; return *this; }
+  checked_ptr operator++(int) { checked_ptr before = *this; ++offset; return before; }
+  checked_ptr operator--(int) { checked_ptr before = *this; --offset; return before; }
+};
+
+// Called before each thread: after an out-of-bounds access, the launch goes no further.
+inline void stop_after_bad_access() {
+  if (shared_report->bad_tensor >= 0) std::_Exit(0);
+}
+}  // namespace labops_rtc
 
 // The CUDA math names a body is likely to use (CUDA has them for device code).
 template <class A, class B> inline typename std::common_type<A, B>::type min(A a, B b) { return b < a ? b : a; }
@@ -192,6 +345,7 @@ inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldg(labops_rtc::checked_ptr<const T> p) { return *p; }
 static const int warpSize = 32;
 #define __device__
 #define __host__
@@ -228,9 +382,9 @@ def cpu_source(name, inputs, outputs, body, dtypes) -> str:
     params, unpack, args = [], [], []
     for k, (n, t) in enumerate(zip(names, ctypes_)):
         const = "const " if k < len(inputs) else ""
-        params.append(f"{const}{t}* {n}, const int {n}_ndim, const long long* {n}_dims, "
+        params.append(f"labops_rtc::checked_ptr<{const}{t}> {n}, const int {n}_ndim, const long long* {n}_dims, "
                       f"const long long {n}_numel")
-        unpack.append(f"  {const}{t}* {n} = static_cast<{const}{t}*>(ptrs[{k}]);")
+        unpack.append(f"  labops_rtc::checked_ptr<{const}{t}> {n}(ptrs[{k}], numels[{k}], {k});")
         args.append(f"{n}, ndims[{k}], dims + {k * MAX_DIMS}, numels[{k}]")
     typedefs = "".join(f"  typedef {t} {n}_type;\n" for n, t in zip(names, ctypes_))
     silence = "".join(f"  (void){n}; (void){n}_ndim; (void){n}_dims; (void){n}_numel;\n" for n in names)
@@ -241,9 +395,12 @@ def cpu_source(name, inputs, outputs, body, dtypes) -> str:
         f"{_CPU_PRELUDE}\n"
         f"static inline void labops_rtc_thread(\n    {thread_params}) {{\n{typedefs}{silence}"
         f"  (void)blockIdx; (void)threadIdx; (void)blockDim; (void)gridDim;\n"
+        f"  labops_rtc::stop_after_bad_access();\n"
         f'#line 1 "{name}"\n{body}\n}}\n\n'
         f'extern "C" void labops_rtc_launch(void* const* ptrs, const int* ndims, const long long* dims,\n'
-        f"                                  const long long* numels, const unsigned int* config) {{\n"
+        f"                                  const long long* numels, const unsigned int* config,\n"
+        f"                                  labops_rtc::report* labops_rtc_report) {{\n"
+        f"  labops_rtc::shared_report = labops_rtc_report;\n"
         + "\n".join(unpack) + "\n"
         f"  const dim3 gridDim = {{config[0], config[1], config[2]}};\n"
         f"  const dim3 blockDim = {{config[3], config[4], config[5]}};\n"
@@ -362,8 +519,18 @@ def _shape_args(t):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# CPU: the host compiler and ctypes
+# CPU: the host compiler, and a process of its own for each launch
 # ---------------------------------------------------------------------------------------------------------
+# Note [a launch in its own process]: a learner's body is C++ with plain memory access. Called in
+# Python's process, an index off by one could crash Python or quietly corrupt it, and a loop that never
+# ends could only be stopped by killing Python (a C loop ignores Ctrl-C). So Python copies the tensors
+# into memory it shares with a small runner program (_RUNNER_SOURCE), starts the runner, and waits for it
+# with a time limit; on Ctrl-C or at the limit it kills the runner. Inside the runner a tensor's name is a
+# checked_ptr (_CPU_PRELUDE), and each tensor's copy ends at a guard page, so a bad access is reported with
+# the tensor and the index. The outputs are copied back only after a launch that went right. The cost is
+# a process start and a copy of every tensor, per launch. The runner is a program of its own rather than a
+# fork of Python because a fork copies the page tables of all of Python's memory (torch's included) and
+# costs several times more; the runner needs none of that memory.
 
 _CPU_FLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-fdiagnostics-color=never"]
 _compiler_id: dict = {}
@@ -387,51 +554,385 @@ def _rtc_cache_dir():
     return _build.cache_root() / "rtc"
 
 
-class _CpuLauncher:
-    def __init__(self, library_path):
-        self.library = ctypes.CDLL(str(library_path))
-        self.function = self.library.labops_rtc_launch
-        self.function.restype = None
-        self.function.argtypes = [ctypes.c_void_p] * 5
+class _Report(ctypes.Structure):
+    """_REPORT_STRUCT, field for field."""
 
-    def __call__(self, tensors, grid, block, shared_mem):
-        n = len(tensors)
-        ptrs = (ctypes.c_void_p * n)(*[t.data_ptr() for t in tensors])
-        ndims = (ctypes.c_int * n)()
-        dims = (ctypes.c_longlong * (n * MAX_DIMS))()
-        numels = (ctypes.c_longlong * n)()
-        for k, t in enumerate(tensors):
-            ndim, d, numel = _shape_args(t)
-            ndims[k], numels[k] = ndim, numel
-            dims[k * MAX_DIMS:(k + 1) * MAX_DIMS] = d
-        config = (ctypes.c_uint * 6)(*grid, *block)
-        self.function(ptrs, ndims, dims, numels, config)
+    _fields_ = [("finished", ctypes.c_longlong), ("bad_tensor", ctypes.c_longlong),
+                ("bad_index", ctypes.c_longlong), ("fault_signal", ctypes.c_longlong),
+                ("fault_offset", ctypes.c_longlong), ("fault_write", ctypes.c_longlong),
+                ("sink", ctypes.c_ubyte * 16), ("scratch", ctypes.c_ubyte * 16), ("error", ctypes.c_char * 256)]
 
 
-def _build_cpu(name, source):
+_SINK_FILL = 0xA5
+
+_RUNNER_SOURCE = r"""// labops.rtc's runner: one CPU launch of a kernel library, in a process of its own (see
+// Note [a launch in its own process] in labops/rtc.py). Its arguments:
+//   LIBRARY FD REGION_BYTES PAGE_BYTES PARENT_PID GRID_X GRID_Y GRID_Z BLOCK_X BLOCK_Y BLOCK_Z TENSORS,
+//   for each tensor OFFSET NDIM NUMEL and MAX_DIMS dims, then GUARDS and the offset of each guard page.
+// FD is the shared memory: the report, then each tensor's copy. It prints nothing: Python reads the report.
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#include <ucontext.h>
+#endif
+
+""" + _REPORT_STRUCT + r"""
+static const int max_dims = MAX_DIMS_VALUE;
+static labops_rtc::report* shared;
+static char* region;
+static long long region_bytes;
+
+typedef void (*launch_function)(void* const*, const int*, const long long*, const long long*, const unsigned int*,
+                                labops_rtc::report*);
+
+// A SIGSEGV or SIGBUS: record where, so that Python can tell whose guard page it was. SA_RESETHAND has put
+// the default action back, so returning runs the access again and it ends this process with the signal.
+static void on_fault(int signal_number, siginfo_t* info, void* context) {
+  char* address = static_cast<char*>(info->si_addr);
+  shared->fault_signal = signal_number;
+  shared->fault_offset = address >= region && address < region + region_bytes ? address - region : -1;
+#if defined(__linux__) && defined(__x86_64__)
+  shared->fault_write = (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#else
+  (void)context;
+#endif
+}
+
+static int fail(const char* what, const char* detail) {
+  snprintf(shared->error, sizeof shared->error, "%s%s", what, detail ? detail : "");
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 13) return 64;
+  int arg = 1;
+  const char* library = argv[arg++];
+  const int fd = atoi(argv[arg++]);
+  region_bytes = atoll(argv[arg++]);
+  const long long page = atoll(argv[arg++]);
+  const long long parent = atoll(argv[arg++]);
+#ifdef __linux__
+  prctl(PR_SET_PDEATHSIG, SIGKILL);    // die with the Python process that started this one,
+  if (getppid() != parent) return 65;  // even if it died before the line above
+#else
+  (void)parent;
+#endif
+#ifdef MAP_POPULATE
+  const int populate = MAP_POPULATE;  // map every page now: cheaper than a fault for each
+#else
+  const int populate = 0;
+#endif
+  void* mapped = mmap(NULL, region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | populate, fd, 0);
+  if (mapped == MAP_FAILED) return 66;
+  region = static_cast<char*>(mapped);
+  shared = reinterpret_cast<labops_rtc::report*>(region);
+
+  unsigned int config[6];
+  for (int i = 0; i < 6; ++i) config[i] = static_cast<unsigned int>(strtoul(argv[arg++], NULL, 10));
+  const int tensors = atoi(argv[arg++]);
+  if (argc < arg + tensors * (3 + max_dims) + 1) return fail("the runner got too few arguments", NULL);
+  void** ptrs = static_cast<void**>(calloc(tensors, sizeof(void*)));
+  int* ndims = static_cast<int*>(calloc(tensors, sizeof(int)));
+  long long* numels = static_cast<long long*>(calloc(tensors, sizeof(long long)));
+  long long* dims = static_cast<long long*>(calloc(tensors * max_dims, sizeof(long long)));
+  for (int k = 0; k < tensors; ++k) {
+    ptrs[k] = region + atoll(argv[arg++]);
+    ndims[k] = atoi(argv[arg++]);
+    numels[k] = atoll(argv[arg++]);
+    for (int d = 0; d < max_dims; ++d) dims[k * max_dims + d] = atoll(argv[arg++]);
+  }
+  const int guards = atoi(argv[arg++]);
+  if (argc < arg + guards) return fail("the runner got too few arguments", NULL);
+  for (int g = 0; g < guards; ++g)
+    if (mprotect(region + atoll(argv[arg++]), page, PROT_NONE) != 0) return fail("mprotect failed: ", strerror(errno));
+
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_sigaction = on_fault;
+  action.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigaction(SIGSEGV, &action, NULL);
+  sigaction(SIGBUS, &action, NULL);
+
+  void* handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (handle == NULL) return fail("cannot load the kernel's library: ", dlerror());
+  launch_function launch = reinterpret_cast<launch_function>(dlsym(handle, "labops_rtc_launch"));
+  if (launch == NULL) return fail("the kernel's library has no labops_rtc_launch: ", dlerror());
+  launch(ptrs, ndims, dims, numels, config, shared);
+  shared->finished = 1;
+  return 0;  // exit() flushes what the body printed
+}
+""".replace("MAX_DIMS_VALUE", str(MAX_DIMS))
+
+_runner_path = None
+
+
+def _compile(name, source, flags, suffix, count, libraries=()):
+    """Compile ``source`` with the host compiler into the rtc cache (once per source, compiler and flags);
+    the path of the result. ``count``: whether cache_info() counts this compile (not for the runner)."""
     compiler, compiler_id = _compiler()
-    digest = hashlib.sha256("\0".join([source, compiler_id, " ".join(_CPU_FLAGS)]).encode()).hexdigest()[:20]
+    digest = hashlib.sha256("\0".join([source, compiler_id, " ".join(flags)]).encode()).hexdigest()[:20]
     directory = _rtc_cache_dir()
-    library = directory / f"{name}-{digest}.so"
-    if library.exists():
-        _stats["disk_loads"] += 1
-        return _CpuLauncher(library)
+    target = directory / f"{name}-{digest}{suffix}"
+    if target.exists():
+        if count:
+            _stats["disk_loads"] += 1
+        return target
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rtc-", dir=directory) as tmp:
         cpp = os.path.join(tmp, f"{name}.cpp")
         with open(cpp, "w") as f:
             f.write(source)
-        out = os.path.join(tmp, f"{name}.so")
-        done = subprocess.run([compiler, *_CPU_FLAGS, cpp, "-o", out], capture_output=True, text=True, cwd=tmp)
-        _stats["compiles"] += 1
+        out = os.path.join(tmp, f"{name}{suffix}")
+        done = subprocess.run([compiler, *flags, cpp, "-o", out, *libraries], capture_output=True, text=True,
+                              cwd=tmp)
+        if count:
+            _stats["compiles"] += 1
         if done.returncode != 0:
             # g++ opens with "In function 'void labops_rtc_thread(...)'": the wrapper, not the user's code
             log = "\n".join(line for line in done.stderr.replace(cpp, name).splitlines()
                             if not line.startswith(f"{name}: In function"))
             raise CompileError(f"labops.rtc: kernel '{name}' failed to compile for the CPU "
                                f"(line numbers are the body's):\n{log}", log, source)
-        os.replace(out, library)  # atomic: a concurrent process sees the whole library or none
-    return _CpuLauncher(library)
+        os.replace(out, target)  # atomic: a concurrent process sees the whole file or none
+    return target
+
+
+def _runner():
+    """The runner program's path, compiled on first use (and again if the cache was emptied since)."""
+    global _runner_path
+    with _lock:
+        if _runner_path is None or not _runner_path.exists():
+            _runner_path = _compile("rtc-runner", _RUNNER_SOURCE, ["-O2", "-std=c++17", "-fdiagnostics-color=never"],
+                                    "", count=False, libraries=["-ldl"])
+    return _runner_path
+
+
+class _Layout:
+    """Where each tensor's copy goes in the memory shared with the runner: the report's page first, then
+    each distinct tensor placed so that its last byte is the last before a guard page (made PROT_NONE by
+    the runner)."""
+
+    def __init__(self, tensors):
+        self.page = mmap.PAGESIZE
+        self.offsets = []  # each tensor's copy, in bytes from the start
+        copies = {}  # (address, bytes) -> offset: a tensor passed twice (in place) is copied once
+        self.guards = [self.page]  # a guard page right after the report
+        end = 2 * self.page
+        for t in tensors:
+            nbytes = t.numel() * t.element_size()
+            key = (t.data_ptr(), nbytes)
+            if key not in copies:
+                pages = -(-nbytes // self.page)
+                copies[key] = end + pages * self.page - nbytes
+                end += pages * self.page
+                self.guards.append(end)
+                end += self.page
+            self.offsets.append(copies[key])
+        self.size = end
+
+    def guard_hit(self, tensors, fault_offset):
+        """(tensor number, index) for a fault in the guard page after a tensor's copy or in the one before it
+        (of two tensors around one guard page, the one whose bytes are nearer); None elsewhere."""
+        nearest = None
+        for k, (t, offset) in enumerate(zip(tensors, self.offsets)):
+            end = offset + t.numel() * t.element_size()
+            first_page = offset - offset % self.page
+            if end <= fault_offset < end + self.page:
+                distance = fault_offset - end
+            elif first_page - self.page <= fault_offset < first_page:
+                distance = offset - fault_offset
+            else:
+                continue
+            if nearest is None or distance < nearest[0]:
+                nearest = (distance, k, (fault_offset - offset) // t.element_size())
+        return None if nearest is None else nearest[1:]
+
+
+class _SharedMemory:
+    """A memory file that Python and the runner both map (MAP_SHARED)."""
+
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.fd = os.memfd_create("labops-rtc") if hasattr(os, "memfd_create") else _unlinked_file()
+        try:
+            os.ftruncate(self.fd, capacity)
+            self.memory = mmap.mmap(self.fd, capacity)
+            self._export = ctypes.c_char.from_buffer(self.memory)  # holds the mapping open while we use its address
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.address = ctypes.addressof(self._export)
+
+    def copy_in(self, tensors, offsets):
+        for t, offset in zip(tensors, offsets):
+            ctypes.memmove(self.address + offset, t.data_ptr(), t.numel() * t.element_size())
+
+    def copy_out(self, tensors, offsets):
+        for t, offset in zip(tensors, offsets):
+            ctypes.memmove(t.data_ptr(), self.address + offset, t.numel() * t.element_size())
+
+    def reset_report(self):
+        report = _Report(bad_tensor=-1, fault_offset=-1, fault_write=-1)
+        ctypes.memset(report.sink, _SINK_FILL, len(report.sink))
+        self.memory[:ctypes.sizeof(report)] = bytes(report)
+
+    def report(self):
+        """A copy of the report (safe to keep after close)."""
+        return _Report.from_buffer_copy(self.memory)
+
+    def close(self):
+        del self._export
+        self.memory.close()
+        os.close(self.fd)
+
+
+def _unlinked_file():
+    fd, path = tempfile.mkstemp(prefix="labops-rtc-")
+    os.unlink(path)
+    return fd
+
+
+# Fresh pages cost the kernel a fault and a zero fill each, more than the copy into them; so the memory of
+# one launch is kept for the next, unless it is larger than this.
+_KEEP_SHARED_BYTES = 256 << 20
+_spare_memory = None
+_spare_lock = threading.Lock()
+
+
+def _take_shared_memory(size):
+    global _spare_memory
+    with _spare_lock:
+        spare, _spare_memory = _spare_memory, None
+    if spare is not None and spare.capacity >= size:
+        return spare
+    if spare is not None:
+        spare.close()
+    return _SharedMemory(size)
+
+
+def _keep_shared_memory(memory):
+    global _spare_memory
+    if memory.capacity > _KEEP_SHARED_BYTES:
+        memory.close()
+        return
+    with _spare_lock:
+        memory, _spare_memory = _spare_memory, memory
+    if memory is not None:  # two launches at once: keep one memory
+        memory.close()
+
+
+def _wait(process, limit):
+    """Whether the runner ended within ``limit`` seconds. Ctrl-C interrupts the wait (KeyboardInterrupt)."""
+    timeout = None if limit == math.inf else limit
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # not Linux 5.3 or later: Popen polls instead
+        try:
+            process.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        ended = bool(poller.poll(None if timeout is None else math.ceil(1000 * timeout)))
+    finally:
+        os.close(pidfd)
+    if ended:
+        process.wait()
+    return ended
+
+
+def _kill(process):
+    """Kill the runner and reap it, so that no process is left behind."""
+    process.kill()
+    while True:
+        try:
+            process.wait()
+            return
+        except KeyboardInterrupt:  # a second Ctrl-C: the runner is already killed, reaping it takes no time
+            continue
+
+
+class _CpuLauncher:
+    def __init__(self, name, source, names, n_inputs):
+        self.name, self.source, self.names, self.n_inputs = name, source, names, n_inputs
+        self.library = _compile(name, source, _CPU_FLAGS, ".so", count=True)
+
+    def __call__(self, tensors, grid, block, time_limit_s):
+        limit = CPU_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+        runner = str(_runner())
+        if not self.library.exists():  # the cache was emptied since this process compiled it
+            self.library = _compile(self.name, self.source, _CPU_FLAGS, ".so", count=True)
+        layout = _Layout(tensors)
+        shared = _take_shared_memory(layout.size)
+        try:
+            shared.copy_in(tensors, layout.offsets)
+            shared.reset_report()
+            argv = [runner, str(self.library), str(shared.fd), str(layout.size), str(layout.page), str(os.getpid()),
+                    *map(str, grid), *map(str, block), str(len(tensors))]
+            for t, offset in zip(tensors, layout.offsets):
+                ndim, dims, numel = _shape_args(t)
+                argv += [str(offset), str(ndim), str(numel), *map(str, dims)]
+            argv += [str(len(layout.guards)), *map(str, layout.guards)]
+            process = subprocess.Popen(argv, pass_fds=(shared.fd,), stdin=subprocess.DEVNULL)
+            try:
+                ended = _wait(process, limit)
+            finally:
+                if process.returncode is None:  # out of time, or Ctrl-C
+                    _kill(process)
+            self._raise_if_failed(shared.report(), layout, tensors, process.returncode, ended, limit)
+            shared.copy_out(tensors[self.n_inputs:], layout.offsets[self.n_inputs:])
+        finally:
+            _keep_shared_memory(shared)
+
+    def _raise_if_failed(self, report, layout, tensors, returncode, ended, limit):
+        if report.error:
+            raise RuntimeError(f"labops.rtc: could not run kernel '{self.name}' on the CPU: "
+                               f"{report.error.decode(errors='replace')}")
+        if report.bad_tensor >= 0:
+            k = report.bad_tensor
+            wrote = k >= self.n_inputs and any(b != _SINK_FILL for b in report.sink)
+            raise self._out_of_bounds("wrote" if wrote else "read", k, report.bad_index, tensors[k], "")
+        hit = layout.guard_hit(tensors, report.fault_offset) if report.fault_offset >= 0 else None
+        if hit is not None:
+            verb = {1: "wrote", 0: "read"}.get(report.fault_write, "read or wrote")
+            raise self._out_of_bounds(verb, *hit, tensors[hit[0]], " through a plain pointer")
+        if not ended:
+            raise TimeoutError(f"labops.rtc: kernel '{self.name}' ran longer than the CPU time limit of {limit:g} s "
+                               f"and was stopped (does a loop never reach its end?). For a longer limit pass "
+                               f"time_limit_s=..., or set labops.rtc.CPU_TIME_LIMIT_S or "
+                               f"$LABOPS_RTC_CPU_TIME_LIMIT_S")
+        if returncode < 0:
+            number = -returncode
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                name = f"signal {number}"
+            why = (" A SIGSEGV or SIGBUS is a read or write of memory that no tensor owns, most often through a "
+                   "plain pointer made from a tensor (the tensor's own name checks every index; a plain pointer "
+                   "does not)." if number in (signal.SIGSEGV, signal.SIGBUS) else "")
+            raise KernelCrashError(
+                f"labops.rtc: kernel '{self.name}' crashed on the CPU with {name} ({signal.strsignal(number)}), "
+                f"which ended the process that ran it; Python goes on and the outputs were not written.{why}",
+                number)
+        if returncode != 0 or not report.finished:
+            raise KernelCrashError(f"labops.rtc: kernel '{self.name}' ended the process that ran it with exit status "
+                                   f"{returncode} before every thread had run; the outputs were not written", None)
+
+    def _out_of_bounds(self, verb, k, index, tensor, how):
+        name, numel = self.names[k], tensor.numel()
+        valid = f"valid 0..{numel - 1}" if numel else "no index is valid"
+        return OutOfBoundsError(f"labops.rtc: kernel '{self.name}' {verb} {name}[{index}]{how}, but {name} has "
+                                f"{numel} element{'s' if numel != 1 else ''} ({valid})",
+                                kernel=self.name, tensor=name, index=index, numel=numel, access=verb)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -561,6 +1062,7 @@ class Kernel:
 
         k(x, y, grid=(blocks,), block=(threads,))      # ints or tuples of 1-3 ints
         k(x, y, grid=(rows,), block=256, shared_mem=0)  # shared_mem: dynamic shared bytes (CUDA only)
+        k(x, y, grid=1, block=32, time_limit_s=5)       # seconds before a CPU launch is stopped
 
     ``k.source(dtypes, device)`` returns the code that would be compiled.
     """
@@ -619,21 +1121,26 @@ class Kernel:
                             f"the CPU path runs each thread to its end before the next starts, so threads can "
                             f"neither wait for each other nor share memory or race. Run it on a CUDA tensor, or "
                             f"write a version without them for the CPU")
-                    launcher = _build_cpu(self.name, self.source(dtypes, "cpu"))
+                    launcher = _CpuLauncher(self.name, self.source(dtypes, "cpu"), self.names, len(self.inputs))
                 else:
                     launcher = _build_cuda(self.name, self.source(dtypes, "cuda"), device.index)
                 _compiled[key] = launcher
         return launcher
 
-    def __call__(self, *tensors, grid, block, shared_mem: int = 0):
+    def __call__(self, *tensors, grid, block, shared_mem: int = 0, time_limit_s: float | None = None):
         grid, block = _check_launch(grid, block, shared_mem)
         device = _check_tensors(self.name, self.names, len(self.inputs), tensors)
         if device.type == "cpu" and shared_mem:
             raise GpuOnlyError(f"labops.rtc: shared_mem={shared_mem}: shared memory exists only on a GPU")
+        if time_limit_s is not None:
+            _check_time_limit(time_limit_s, "time_limit_s")
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         dtypes = tuple(t.dtype for t in tensors)
-        self._launcher(device, dtypes)(tensors, grid, block, shared_mem)
+        if device.type == "cpu":
+            self._launcher(device, dtypes)(tensors, grid, block, time_limit_s)
+        else:
+            self._launcher(device, dtypes)(tensors, grid, block, shared_mem)
 
 
 def kernel(name: str, inputs, outputs, body: str) -> Kernel:

@@ -1,9 +1,19 @@
-"""labops.rtc: kernels from strings, on the CPU (C++ via ctypes) and on CUDA (NVRTC), against float64
-oracles; the rules a launch must obey; compile errors that point into the body; the cache; and the
-autograd-aware ops built from rtc kernels (softmax, cross-entropy, darknet reorg)."""
+"""labops.rtc: kernels from strings, on the CPU (C++ in a process of its own) and on CUDA (NVRTC), against
+float64 oracles; the rules a launch must obey; compile errors that point into the body; the cache; the
+autograd-aware ops built from rtc kernels (softmax, cross-entropy, darknet reorg); and, on the CPU, a bad
+access, a crash, an endless loop and Ctrl-C, none of which may take Python down."""
 
+import inspect
+import os
 import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -272,7 +282,7 @@ def test_generated_sources():
     assert "const __half* x, long long x_rank, long long x_d0" in cuda and "float* y, long long y_rank" in cuda
     assert cuda.rstrip().endswith('#line 1 "copy_half"\ny[threadIdx.x] = x[threadIdx.x];\n}')
     cpu = k.source(torch.float64, "cpu")
-    assert "const double* x" in cpu and "#include <cuda_fp16.h>" not in cpu
+    assert "labops_rtc::checked_ptr<const double> x" in cpu and "#include <cuda_fp16.h>" not in cpu
     # grid loops outside the block loops
     assert cpu.index("bx < gridDim.x") < cpu.index("tz < blockDim.z")
     with pytest.raises(TypeError, match="runs on CUDA only"):
@@ -300,3 +310,196 @@ def test_a_second_kernel_with_the_same_body_does_not_recompile(device):
         rtc.kernel("cached_inc", ["x"], ["y"], body)(x, y, grid=1, block=16)
         third = rtc.cache_info()
         assert third["compiles"] == second["compiles"] + 1 and third["disk_loads"] == second["disk_loads"] + 1
+
+
+# ---- on the CPU, a kernel's mistakes end its own process, never Python's ----
+
+SCALE = rtc.kernel("scale", ["x"], ["y"], r"""
+long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+if (i < x_numel) y[i] = 2 * x[i];
+""")
+
+
+def assert_a_correct_kernel_still_works():
+    x = torch.randn(1000, dtype=torch.float64)
+    y = poisoned(1000, dtype=torch.float64)
+    SCALE(x, y, grid=4, block=256)
+    assert torch.equal(y, 2 * x)  # exact: doubling a float64 rounds nothing
+
+
+# name: (body, the message's "<access> <tensor>[<index>]"); x and y have 50 elements, 64 threads run.
+OUT_OF_BOUNDS = {
+    "write_just_past_the_end": ("long long i = threadIdx.x; if (i <= y_numel) y[i] = 1;", "wrote y[50]"),
+    "write_far_past_the_end": ("long long i = threadIdx.x; if (i < y_numel) y[i * 1000000] = 1;", "wrote y[1000000]"),
+    "read_just_past_the_end": ("long long i = threadIdx.x; if (i < y_numel) y[i] = x[i + 1];", "read x[50]"),
+    "read_far_past_the_end": ("long long i = threadIdx.x; if (i < y_numel) y[i] = x[i + 100000000];",
+                              "read x[100000000]"),
+    "negative_index": ("long long i = threadIdx.x; if (i < y_numel) y[i] = x[i - 1];", "read x[-1]"),
+    "negative_write": ("long long i = threadIdx.x; if (i < y_numel) y[i - 1] = x[i];", "wrote y[-1]"),
+    "read_of_an_output": ("long long i = threadIdx.x; if (i < y_numel) y[i] = y[i + 1];", "read y[50]"),
+    # x + 40 keeps checking, and names the index in x
+    "past_the_end_of_x_plus_40": ("auto tail = x + 40; if (threadIdx.x < 16) y[threadIdx.x] = tail[threadIdx.x];",
+                                  "read x[50]"),
+}
+
+
+@pytest.mark.parametrize("case", OUT_OF_BOUNDS)
+def test_an_out_of_bounds_access_raises_and_writes_nothing(case):
+    body, access = OUT_OF_BOUNDS[case]
+    x, y = torch.randn(50), poisoned(50)
+    with pytest.raises(rtc.OutOfBoundsError) as info:
+        rtc.kernel(case, ["x"], ["y"], body)(x, y, grid=1, block=64)
+    tensor = access.split()[1][0]
+    assert str(info.value) == f"labops.rtc: kernel '{case}' {access}, but {tensor} has 50 elements (valid 0..49)"
+    assert isinstance(info.value, IndexError) and info.value.tensor == tensor and info.value.numel == 50
+    assert info.value.index == int(access.split("[")[1][:-1])
+    assert y.isnan().all(), "a launch that failed must not write its outputs"
+    assert_a_correct_kernel_still_works()
+
+
+@pytest.mark.parametrize("access", ["write", "read"])
+def test_a_plain_pointer_just_past_the_end_stops_at_the_guard_page(access):
+    # A plain pointer is not checked, but each tensor's copy ends where a guard page starts.
+    body = ("float* row = y; long long i = threadIdx.x; if (i <= y_numel) row[i] = 1;" if access == "write" else
+            "const float* row = x; long long i = threadIdx.x; if (i < y_numel) y[i] = row[i + 1];")
+    name = f"plain_pointer_{access}"
+    verb, tensor = ("wrote", "y") if access == "write" else ("read", "x")
+    # the CPU's fault tells a read from a write on x86-64 only
+    with pytest.raises(rtc.OutOfBoundsError, match=rf"kernel '{name}' ({verb}|read or wrote) {tensor}\[50\] through "
+                                                   rf"a plain pointer, but {tensor} has 50 elements \(valid 0\.\.49\)"):
+        rtc.kernel(name, ["x"], ["y"], body)(torch.randn(50), torch.empty(50), grid=1, block=64)
+    assert_a_correct_kernel_still_works()
+
+
+@pytest.mark.parametrize("case,body,signal_name", [
+    ("null_pointer", "float* nowhere = nullptr; nowhere[threadIdx.x] = 1;", "SIGSEGV"),
+    ("abort", "if (threadIdx.x == 3) abort(); y[threadIdx.x] = 1;", "SIGABRT"),
+    ("exit", "if (threadIdx.x == 3) exit(3); y[threadIdx.x] = 1;", None),
+])
+def test_a_crash_names_the_kernel_and_the_signal(case, body, signal_name):
+    y = poisoned(8)
+    ending = (f"crashed on the CPU with {signal_name} " if signal_name else
+              "ended the process that ran it with exit status 3")
+    with pytest.raises(rtc.KernelCrashError, match=rf"kernel '{case}' {ending}") as info:
+        rtc.kernel(case, [], ["y"], body)(y, grid=1, block=8)
+    assert info.value.signal == (getattr(signal, signal_name) if signal_name else None)
+    assert y.isnan().all()
+    assert_a_correct_kernel_still_works()
+
+
+def test_in_place_launch_reads_and_writes_one_tensor():
+    # the same tensor as input and output: one copy in the shared memory, as on a GPU
+    inc = rtc.kernel("increment", ["x"], ["y"], "if (threadIdx.x < x_numel) y[threadIdx.x] = x[threadIdx.x] + 1;")
+    x = torch.randn(32, dtype=torch.float64)
+    expected = x + 1
+    inc(x, x, grid=1, block=32)
+    assert torch.equal(x, expected)
+
+
+def children_of(pid):
+    """Pids of the processes (running or not yet reaped) whose parent is ``pid`` and whose name says they are
+    rtc's runner, read from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except (OSError, ValueError):
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if entry.isdigit() and int(fields[1]) == pid and name.startswith("rtc-runner"):
+            found.append(int(entry))
+    return found
+
+
+needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="finds processes through /proc")
+
+ENDLESS = {
+    "while_true": "while (true) {}",
+    "index_never_moves": "for (long long i = threadIdx.x; i < x_numel; i += 0 * blockDim.x) y[i] = x[i];",
+}
+
+
+@needs_proc
+@pytest.mark.parametrize("case", ENDLESS)
+def test_an_endless_kernel_is_stopped_at_the_time_limit(case):
+    kernel = rtc.kernel(f"endless_{case}", ["x"], ["y"], ENDLESS[case])
+    seen, launching = set(), threading.Event()
+
+    def watch():  # the runner's pid, while the launch runs
+        while launching.is_set():
+            seen.update(children_of(os.getpid()))
+            time.sleep(0.05)
+
+    launching.set()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match=rf"kernel 'endless_{case}' ran longer than the CPU time limit of "
+                                               rf"0.5 s and was stopped"):
+            kernel(torch.randn(8), torch.empty(8), grid=1, block=8, time_limit_s=0.5)
+    finally:
+        launching.clear()
+        watcher.join()
+    assert time.monotonic() - start < 5  # the compile, the limit, the kill
+    assert seen and not any(os.path.exists(f"/proc/{pid}") for pid in seen), "the runner must be killed and reaped"
+    assert_a_correct_kernel_still_works()
+
+
+def test_the_time_limit_comes_from_the_call_the_module_or_the_environment(monkeypatch):
+    spin = rtc.kernel("endless_while_true", ["x"], ["y"], ENDLESS["while_true"])
+    monkeypatch.setattr(rtc, "CPU_TIME_LIMIT_S", 0.3)
+    with pytest.raises(TimeoutError, match="time limit of 0.3 s"):
+        spin(torch.randn(8), torch.empty(8), grid=1, block=8)
+    for bad in (0, -1.0, True, "1"):
+        with pytest.raises(ValueError, match="time_limit_s must be a number of seconds > 0"):
+            spin(torch.randn(8), torch.empty(8), grid=1, block=8, time_limit_s=bad)
+    monkeypatch.setenv("LABOPS_RTC_CPU_TIME_LIMIT_S", "2.5")
+    assert rtc._time_limit_from_environment(30.0) == 2.5
+    monkeypatch.setenv("LABOPS_RTC_CPU_TIME_LIMIT_S", "soon")
+    with pytest.raises(ValueError, match=r"\$LABOPS_RTC_CPU_TIME_LIMIT_S must be a number of seconds > 0"):
+        rtc._time_limit_from_environment(30.0)
+
+
+# The script prints its runner's fate after Ctrl-C before Python's own exit, where the runner's
+# parent-death signal would kill it anyway.
+CTRL_C_SCRIPT = "import os\nimport sys\n\n" + inspect.getsource(children_of) + textwrap.dedent("""
+    import torch
+    from labops import rtc
+
+    assert rtc.CPU_TIME_LIMIT_S == 60.0  # from $LABOPS_RTC_CPU_TIME_LIMIT_S
+    spin = rtc.kernel("endless_while_true", ["x"], ["y"], "while (true) {}")
+    print("launching", flush=True)
+    try:
+        spin(torch.randn(8), torch.empty(8), grid=1, block=8)
+    except KeyboardInterrupt:
+        print("runners left:", children_of(os.getpid()), file=sys.stderr, flush=True)
+        raise
+""")
+
+
+@needs_proc
+def test_ctrl_c_stops_an_endless_kernel():
+    env = dict(os.environ, LABOPS_RTC_CPU_TIME_LIMIT_S="60")
+    script = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT], env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parent.parent)
+    try:
+        assert script.stdout.readline() == "launching\n"
+        deadline = time.monotonic() + 30  # the first launch may compile
+        while not (runners := children_of(script.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert runners, "the kernel never started"
+        time.sleep(1.0)
+        interrupted = time.monotonic()
+        os.kill(script.pid, signal.SIGINT)
+        _, err = script.communicate(timeout=10)
+        took = time.monotonic() - interrupted
+    finally:
+        if script.poll() is None:
+            script.kill()
+            script.wait()
+    assert "KeyboardInterrupt" in err and script.returncode != 0, err
+    assert "runners left: []" in err, err
+    assert took < 5, f"Python took {took:.1f} s to stop after Ctrl-C"
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in runners)

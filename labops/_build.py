@@ -9,14 +9,19 @@ Concurrency: builds take an exclusive ``flock`` on a lock file. The kernel
 drops that lock when its holder exits, even by SIGKILL, so a killed build
 can never leave a lock that hangs the next import. Each build writes into a
 fresh temporary directory and renames the finished library into place, so a
-killed build leaves no half-written library either.
+killed build leaves no half-written library either. A killed build leaves
+no compiler running and, by the next build at the latest, no build
+directory: see Note [killed builds].
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -178,40 +183,119 @@ def _compile(p: BuildPlan, verbose: bool) -> str:
     )
     for note in p.notes:
         print(f"labops: note: {note}", file=sys.stderr, flush=True)
-    from torch.utils import cpp_extension  # slow import: only when compiling
 
     start = time.monotonic()
+    # We hold the lock, so no build is running here: any build directory is a killed build's.
+    for stale in p.directory.glob("build-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=p.directory))
     done = threading.Event()
     progress = threading.Thread(target=_report_objects, args=(build_dir, len(p.sources), start, done), daemon=True)
     progress.start()
     try:
-        cpp_extension.load(
-            name=LIBRARY_NAME,
-            sources=[str(s) for s in p.sources],
-            extra_cflags=p.cflags,
-            extra_cuda_cflags=p.cuda_cflags,
-            extra_ldflags=p.ldflags,
-            build_directory=str(build_dir),
-            with_cuda=p.with_cuda,
-            is_python_module=False,
-            verbose=verbose,
-        )
-    except Exception as exc:  # the compiler's own message is inside exc
-        done.set()
+        failure = _run_builder(p, build_dir, verbose)
+    except BaseException:  # Ctrl-C, say: _run_builder has stopped the compilers
         shutil.rmtree(build_dir, ignore_errors=True)
-        raise BuildError(f"labops: compiling {names} failed:\n{exc}") from exc
-    done.set()
-    progress.join()
-    # cpp_extension.load has loaded the library from build_dir. Move it into
-    # place atomically; the loaded mapping survives the rename.
-    built = build_dir / f"{LIBRARY_NAME}.so"
-    tmp = p.library.with_suffix(".so.tmp")
-    shutil.copy2(built, tmp)
-    os.replace(tmp, p.library)
+        raise
+    finally:
+        done.set()
+        progress.join()
+    if failure is not None:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise BuildError(f"labops: compiling {names} failed:\n{failure}")
+    os.replace(build_dir / f"{LIBRARY_NAME}.so", p.library)
     shutil.rmtree(build_dir, ignore_errors=True)
+    torch.ops.load_library(str(p.library))
     print(f"labops: built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return str(p.library)
+
+
+# Note [killed builds]
+# A build killed halfway must leave no compiler running. ninja starts each
+# compile command in a process group of its own (so that Ctrl-C at a terminal
+# reaches ninja alone); on SIGINT, SIGTERM or SIGHUP it sends the same signal to
+# every command's group, waits for them and exits. So "stop the build" means
+# "SIGTERM ninja"; a SIGKILLed ninja would orphan its compilers.
+#
+# The build step (cpp_extension.load: it writes build.ninja and runs ninja) runs
+# in a fresh interpreter, the builder, started in a new session: its process
+# group holds the builder and ninja. The library is loaded here once built.
+#  - An exception here, KeyboardInterrupt included: SIGTERM the builder's group,
+#    wait for ninja to exit (it waits for its compilers), remove the build dir.
+#  - This process dies without running Python (SIGKILL, or SIGTERM, whose
+#    default action Python keeps): the builder holds the read end of a pipe whose
+#    only write end is ours, and a thread of it blocks reading it; the kernel
+#    closes our end as we die, the read returns, and the thread SIGTERMs its
+#    group, builder included. The build dir stays; the next build, holding the
+#    lock, removes it.
+# Not prctl(PR_SET_PDEATHSIG): it is Linux only, fires when the creating
+# *thread* exits, and the builder would need a signal handler to pass it on to
+# ninja; a blocking read does the same on every POSIX system.
+#
+# Run as `python -c _BUILDER LIFELINE_FD CPP_EXTENSION_LOAD_ARGS_JSON`.
+_BUILDER = """
+import json, os, signal, sys, threading
+
+def stop_build_when_parent_dies(lifeline):
+    os.read(lifeline, 1)  # the parent never writes: this returns when its end closes
+    os.killpg(0, signal.SIGTERM)  # ninja passes it on to the compilers; this process dies of it too
+
+threading.Thread(target=stop_build_when_parent_dies, args=(int(sys.argv[1]),), daemon=True).start()
+from torch.utils import cpp_extension
+
+try:
+    cpp_extension.load(**json.loads(sys.argv[2]))
+except Exception as exc:  # the compiler's own message is inside exc
+    sys.exit(str(exc))  # to stderr, status 1
+"""
+
+
+def _run_builder(p: BuildPlan, build_dir: Path, verbose: bool) -> str | None:
+    """Build the library into build_dir in the builder process; None, or why it failed."""
+    lifeline, our_end = os.pipe()
+    args = dict(
+        name=LIBRARY_NAME,
+        sources=[str(s) for s in p.sources],
+        extra_cflags=p.cflags,
+        extra_cuda_cflags=p.cuda_cflags,
+        extra_ldflags=p.ldflags,
+        build_directory=str(build_dir),
+        with_cuda=p.with_cuda,
+        is_python_module=False,
+        verbose=verbose,
+    )
+    try:
+        # stdout is shared so that verbose=True shows ninja's lines as they come.
+        builder = subprocess.Popen([sys.executable, "-c", _BUILDER, str(lifeline), json.dumps(args)],
+                                   stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True, pass_fds=(lifeline,))
+    finally:
+        os.close(lifeline)
+    try:
+        _, errors = builder.communicate()
+    except BaseException:
+        _stop_builder(builder)
+        raise
+    finally:
+        os.close(our_end)
+    if builder.returncode != 0:
+        return errors.strip() or f"the build process exited with status {builder.returncode}"
+    sys.stderr.write(errors)  # warnings, if any
+    return None
+
+
+def _stop_builder(builder: subprocess.Popen) -> None:
+    """SIGTERM the builder's group and wait until ninja, and so its compilers, are gone."""
+    if builder.poll() is None:
+        os.killpg(builder.pid, signal.SIGTERM)
+    builder.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(builder.pid, 0)  # ninja, orphaned by the builder, keeps its group alive
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def _report_objects(build_dir: Path, total: int, start: float, done: threading.Event) -> None:

@@ -1,5 +1,7 @@
 """The JIT build: cache keys, no recompile on a second import, two processes
-building at once, a lock left by a killed build, and a missing compiler.
+building at once, a lock left by a killed build, a build stopped by Ctrl-C or
+killed (no compiler left running, no build directory left behind), and a
+missing compiler.
 
 These use a tiny stand-in csrc/ (one op) through $LABOPS_CSRC, so each real
 compile takes seconds instead of rebuilding every labops kernel.
@@ -7,9 +9,11 @@ compile takes seconds instead of rebuilding every labops kernel.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -103,6 +107,71 @@ def test_lock_of_a_killed_build_does_not_hang(tiny):
     assert (plan.directory / "build.lock").read_text().strip()  # the pid is still written there
     path, err = finish(start(env), timeout=300)
     assert path == str(plan.library) and "compiling" in err
+
+
+def processes_under(path):
+    """pid -> command line of each live process whose command line or working directory names `path`."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:  # gone, a zombie (no cwd), or not ours
+            continue
+        if str(path) in command or cwd.startswith(str(path)):
+            found[int(entry.name)] = command
+    return found
+
+
+def wait_for_compiler(path, timeout=120):
+    """Wait until a compiler of the build under `path` runs: the earliest moment to kill the build."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        programs = {Path(command.partition(" ")[0]).name for command in processes_under(path).values()}
+        if programs & {"cc1plus", "c++"}:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"no compiler started under {path} in {timeout} s")
+
+
+def assert_all_gone(path, timeout=5):
+    deadline = time.monotonic() + timeout
+    while processes_under(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not processes_under(path), processes_under(path)
+
+
+linux_only = pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds the build's processes in /proc")
+
+
+@linux_only
+def test_ctrl_c_stops_the_compilers_and_removes_the_build_dir(tiny, tmp_path):
+    _, env = tiny
+    build = start(env)
+    wait_for_compiler(tmp_path)
+    build.send_signal(signal.SIGINT)
+    _, err = build.communicate(timeout=30)
+    assert build.returncode != 0 and "KeyboardInterrupt" in err, err
+    assert_all_gone(tmp_path)
+    assert os.listdir(_build.plan().directory) == ["build.lock"]
+
+
+@linux_only
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_build_stops_its_compilers_and_the_next_build_cleans_up(tiny, tmp_path, sig):
+    """SIGKILL and SIGTERM (Python keeps its default action) end the process without running any of its code."""
+    _, env = tiny
+    build = start(env)
+    wait_for_compiler(tmp_path)
+    build.send_signal(sig)
+    build.communicate(timeout=30)
+    assert build.returncode == -sig
+    assert_all_gone(tmp_path)
+    plan = _build.plan()
+    (left,) = plan.directory.glob("build-*")  # the killed build's; the next build removes it
+    path, err = finish(start(env))
+    assert path == str(plan.library) and "compiling" in err
+    assert not left.exists() and not list(plan.directory.glob("build-*"))
 
 
 def test_missing_compiler_says_what_to_install(tiny):

@@ -42,8 +42,11 @@ WORKERS = 2
 
 EX01, EX02, EX04 = "ex01_layer_contract", "ex02_compiled_op", "ex04_global_avg_pooling"
 
-# Each trick is written into the *blank* ex01 notebook's first solution cell (or, for the last one, in
-# place of a wrong answer). Honest worth of every one of them: 0 of 7.
+# Each trick goes into ex01 after wrong answers (those two are worth 0 of 7), or replaces them. In the
+# student's own kernel most of them show full marks.
+WRONG_TANH = "def tanh_backward(output, grad_output):\n    return grad_output  # tanh's derivative left out\n"
+WRONG_LINEAR = ("def linear_acc_grad_parameters(input, grad_output, grad_weight, grad_bias, scale):\n"
+                "    pass  # nothing accumulated\n")
 TRICKS = {
     "rebinds_check": """
 class _Full:
@@ -127,6 +130,14 @@ BAD_FORWARDS = {
 }
 
 
+def _trick_notebook(course, code):
+    """ex01 with wrong answers and ``code`` after them (or in their place, when it defines the functions)."""
+    nb = _read(course, "release", EX01)
+    _cell(nb, "tanh_solution").source = ("" if "def tanh_backward" in code else WRONG_TANH) + code
+    _cell(nb, "linear_solution").source = "" if "def linear_acc_grad_parameters" in code else WRONG_LINEAR
+    return nb
+
+
 def _nbgrader(course, *args):
     exe = Path(sys.executable).with_name("nbgrader")
     return subprocess.run([str(exe), *args, "--log-level=WARN"], cwd=course, capture_output=True, text=True,
@@ -168,10 +179,7 @@ def graded(tmp_path_factory):
     _submit(course, "carla", EX01, ex01)  # half right: forgets `scale`
 
     for trick, code in TRICKS.items():
-        nb = _read(course, "release", EX01)
-        cell = _cell(nb, "tanh_solution")
-        cell.source = cell.source + "\n" + code if "def tanh_backward" not in code else code
-        _submit(course, f"trick_{trick}", EX01, nb)
+        _submit(course, f"trick_{trick}", EX01, _trick_notebook(course, code))
     nb = _read(course, "release", EX02)  # the C++ exercise's own trick: a check that never builds anything
     _cell(nb, "prelu_solution").source = ("def prelu_source():\n    return 'this is not C++'\n" + TRICKS["patches_compare"])
     _submit(course, "trick_patches_compiled_check", EX02, nb)
@@ -205,8 +213,8 @@ def graded(tmp_path_factory):
     with open(course / "grades.csv") as f:
         grades = {(r["student_id"], r["assignment"]): (float(r["score"]), float(r["max_score"]))
                   for r in csv.DictReader(f)}
-    print(f"\nautograde of {len(students)} students ({WORKERS} at a time): {total:.0f} s; "
-          f"alice's 8 notebooks alone {seconds['alice']:.0f} s")
+    print(f"\nautograde of {len(students)} students ({WORKERS} at a time): {total:.0f} s; alice's 8 notebooks "
+          f"{seconds['alice']:.0f} s; the hangs {seconds['bad_hangs']:.0f} s and {seconds['bad_hangs_at_top_level']:.0f} s")
     return course, runs, grades, seconds
 
 
@@ -283,10 +291,12 @@ def test_the_compiled_check_cannot_be_patched(graded):
     assert "your C++ did not compile" in _text(cell), _text(cell)
 
 
-def test_a_kernel_that_showed_more_is_told_so(graded):
-    course = graded[0]
-    cell = _graded_cells(course, "trick_rebinds_check", EX01)["check_tanh_backward"]
-    assert "your notebook's own run of this check showed 4" in _text(cell), _text(cell)
+@pytest.mark.parametrize("trick, shown", [("rebinds_check", 4), ("patches_compare", 3), ("patches_check_result", 3),
+                                          ("replaces_isclose", 3), ("reads_the_expected_answer", 3)])
+def test_a_kernel_that_showed_more_is_told_so(graded, trick, shown):
+    # In the student's own kernel these tricks work: it shows full marks; the feedback says what counts.
+    cell = _graded_cells(graded[0], f"trick_{trick}", EX01)["check_tanh_backward"]
+    assert f"your notebook's own run of this check showed {shown}; the grader" in _text(cell), _text(cell)
 
 
 @pytest.mark.skipif(bwrap_path() is None, reason="the sandbox needs bubblewrap")

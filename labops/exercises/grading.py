@@ -149,10 +149,26 @@ except ImportError:  # nbgrader is the instructors' extra ("teach"); the rest of
 if AsyncKernelManager is not None:
 
     class SandboxedKernelManager(AsyncKernelManager):
-        """A kernel started inside bubblewrap: it can write only its own folder and /tmp (private)."""
+        """A kernel started inside bubblewrap: it can write only its own folder and /tmp (private), and with
+        bubblewrap it has no network: it talks to nbgrader through Unix sockets in a folder of its own."""
 
         hidden_paths: list = []
         memory_bytes: int = 6 << 30
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if bwrap_path() is not None:
+                import tempfile
+
+                self._ipc_folder = tempfile.mkdtemp(prefix="labops-kernel-")
+                self.transport, self.ip = "ipc", os.path.join(self._ipc_folder, "ipc")
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            await super()._async_cleanup_resources(restart)
+            if not restart and getattr(self, "_ipc_folder", None):
+                import shutil
+
+                shutil.rmtree(self._ipc_folder, ignore_errors=True)
 
         def format_kernel_cmd(self, extra_arguments=None):
             # The address-space limit is set by a tiny launcher that then becomes the kernel (exec).
@@ -166,13 +182,17 @@ if AsyncKernelManager is not None:
             cwd = os.path.realpath(str(self._launch_args.get("cwd") or os.getcwd()))
             connection = os.path.realpath(self.connection_file)
             sandbox = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-            for hidden in self.hidden_paths:
+            # The course folder, the secret's folder, and Jupyter's runtime folder (other kernels' keys).
+            for hidden in [*self.hidden_paths, os.path.dirname(connection)]:
                 if os.path.exists(hidden):
                     sandbox += ["--tmpfs", os.path.realpath(hidden)]
             sandbox += ["--bind", cwd, cwd, "--ro-bind", connection, connection, "--chdir", cwd,
-                        "--unshare-pid", "--unshare-ipc", "--die-with-parent",
+                        "--bind", self._ipc_folder, self._ipc_folder,
+                        "--unshare-all", "--die-with-parent",
                         "--setenv", "MPLCONFIGDIR", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/ipython",
-                        "--unsetenv", "JPY_PARENT_PID",  # the kernel would not see its parent: no poller
+                        # Its parent is outside its process namespace: 1 tells ipykernel not to poll for it
+                        # (and not to print the connection banner a kernel without a parent prints).
+                        "--setenv", "JPY_PARENT_PID", "1",
                         "--setenv", "LABOPS_GRADING_KERNEL", "1", "--"]
             return sandbox + cmd
 

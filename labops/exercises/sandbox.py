@@ -321,7 +321,7 @@ def run_steps(steps: list, limits: Limits | None = None) -> tuple[dict, dict]:
                         if (s, k, j) not in outcomes and (job / "out" / f"s{s}_k{k}_c{j}.json").exists():
                             continue
                         here = failed_at[0] == "prepare" or (failed_at[2], failed_at[3]) == (k, j)
-                        text = why if here else f"was not run: {why} on an earlier case"
+                        text = why if here else f"was not run: on an earlier case it {why}"
                         outcomes.setdefault((s, k, j), Outcome(raised=Raised(("GradingProcessDied",), text)))
             start = s + 1
         for s, step in enumerate(steps):

@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 from ._core import evaluate, seeds_from, wrap_lines
-from .sandbox import CodeStep, GradeStep, Limits, bwrap_path, run_steps
+from .sandbox import CodeStep, GradeStep, Limits, bwrap_args, bwrap_path, run_steps
 
 __all__ = ["ContainedExecute", "SandboxedKernelManager", "TrustedScores", "audit", "grade_cells", "load_secret"]
 
@@ -176,18 +176,14 @@ if AsyncKernelManager is not None:
             limit = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]),) * 2); "
                      "os.environ.pop('LABOPS_GRADER_SECRET', None); os.execv(sys.argv[2], sys.argv[2:])")
             cmd = [sys.executable, "-c", limit, str(self.memory_bytes)] + super().format_kernel_cmd(extra_arguments)
-            bwrap = bwrap_path()
-            if bwrap is None:
+            if bwrap_path() is None:
                 return cmd
             cwd = os.path.realpath(str(self._launch_args.get("cwd") or os.getcwd()))
             connection = os.path.realpath(self.connection_file)
-            sandbox = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-            # The course folder, the secret's folder, and Jupyter's runtime folder (other kernels' keys).
-            for hidden in [*self.hidden_paths, os.path.dirname(connection)]:
-                if os.path.exists(hidden):
-                    sandbox += ["--tmpfs", os.path.realpath(hidden)]
-            sandbox += ["--bind", cwd, cwd, "--ro-bind", connection, connection, "--chdir", cwd,
-                        "--bind", self._ipc_folder, self._ipc_folder,
+            # Hidden: the course folder, the secret's folder, and Jupyter's runtime folder (other kernels' keys).
+            sandbox = bwrap_args([*self.hidden_paths, os.path.dirname(connection)], [cwd, self._ipc_folder],
+                                 [connection])
+            sandbox += ["--chdir", cwd,
                         "--unshare-all", "--die-with-parent",
                         "--setenv", "MPLCONFIGDIR", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/ipython",
                         # Its parent is outside its process namespace: 1 tells ipykernel not to poll for it

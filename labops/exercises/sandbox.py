@@ -42,7 +42,7 @@ import torch
 
 from ._core import Opaque, Outcome, Raised
 
-__all__ = ["CodeStep", "GradeStep", "Limits", "bwrap_path", "run_steps"]
+__all__ = ["CodeStep", "GradeStep", "Limits", "bwrap_args", "bwrap_path", "run_steps"]
 
 CELL_TIME_LIMIT_S = 60.0  # one of the learner's cells (definitions run in milliseconds)
 SLACK_S = 10.0  # on top of a limit the child enforces itself: its start-up, writing the result
@@ -186,21 +186,47 @@ def _read_outcome(folder: Path, name: str) -> Outcome | None:
 
 # ---- the parent ----
 
+def _python_paths_in_tmp() -> list[str]:
+    """This Python, its packages and labops, where they live under /tmp (a CI virtualenv, a clone there)."""
+    import labops
+
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(labops.__file__).resolve().parent.parent),
+                  *(p for p in sys.path if p)}
+    real = sorted({os.path.realpath(p) for p in candidates if os.path.exists(p)})
+    kept: list[str] = []
+    for path in real:
+        if (path == "/tmp" or path.startswith("/tmp/")) and not any(path.startswith(k + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def bwrap_args(hidden=(), writable=(), read_only=()) -> list[str]:
+    """bubblewrap's arguments for a sandbox: the file system read-only, a private /tmp (with this Python and
+    labops visible again if they live there), each of ``hidden`` an empty folder, ``writable`` bound
+    read-write, ``read_only`` bound read-only (in that order: a writable folder may sit inside a hidden one)."""
+    args = [bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in _python_paths_in_tmp():
+        args += ["--ro-bind", path, path]
+    for path in hidden:
+        if path and os.path.exists(path) and os.path.realpath(path) != "/tmp":  # /tmp is private already
+            args += ["--tmpfs", os.path.realpath(path)]
+    for path in writable:
+        args += ["--bind", str(path), str(path)]
+    for path in read_only:
+        args += ["--ro-bind", str(path), str(path)]
+    return args
+
+
 def _sandboxed(argv: list[str], job: Path, limits: Limits) -> list[str]:
     want = limits.sandbox
-    bwrap = bwrap_path()
-    if want == "none" or (want == "auto" and bwrap is None):
+    if want == "none" or (want == "auto" and bwrap_path() is None):
         return argv
-    if bwrap is None:
+    if bwrap_path() is None:
         raise RuntimeError("labops grading: sandbox = 'bwrap' but bubblewrap is not installed "
                            "(Debian/Ubuntu: apt install bubblewrap)")
-    cmd = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for hidden in limits.hidden_paths:
-        if hidden and os.path.exists(hidden):
-            cmd += ["--tmpfs", os.path.realpath(hidden)]
-    cmd += ["--bind", str(job), str(job), "--chdir", str(job / "work"),
-            "--unshare-all", "--die-with-parent", "--setenv", "HOME", str(job / "work"), "--"]
-    return cmd + argv
+    return bwrap_args(limits.hidden_paths, [job]) + [
+        "--chdir", str(job / "work"), "--unshare-all", "--die-with-parent", "--setenv", "HOME", str(job / "work"),
+        "--", *argv]
 
 
 def _child_env(job: Path) -> dict:

@@ -34,12 +34,11 @@ import io
 import json
 import os
 import secrets
-import signal
 import sys
 from pathlib import Path
 
 from ._core import evaluate, seeds_from, wrap_lines
-from .sandbox import CodeStep, GradeStep, Limits, bwrap_args, bwrap_path, run_steps
+from .sandbox import CodeStep, GradeStep, Limits, bwrap_args, bwrap_path, run_steps, signal_name
 
 __all__ = ["ContainedExecute", "SandboxedKernelManager", "TrustedScores", "audit", "grade_cells", "load_secret"]
 
@@ -195,14 +194,8 @@ if AsyncKernelManager is not None:
     def _exit_text(code) -> str:
         if code is None:
             return "stopped responding"
-        if code < 0 or code > 128:  # killed by a signal (bubblewrap reports 128 + the signal)
-            number = -code if code < 0 else code - 128
-            try:
-                name = signal.Signals(number).name
-            except ValueError:
-                name = f"signal {number}"
-            return f"died ({name})"
-        return f"exited with status {code}"
+        name = signal_name(code)
+        return f"died ({name})" if name else f"exited with status {code}"
 
     class ContainedExecute(Execute):
         """nbgrader's Execute in a sandboxed kernel; a kernel that dies or hangs stops only the cells after it."""

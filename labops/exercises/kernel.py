@@ -100,7 +100,7 @@ def draw(case, got):
         np.zeros((0, 4), dtype=np.int64)
     trace = simt.Trace(simt.Dim3.of(grid), simt.Dim3.of(block),
                        [simt.Access(int(e), int(b), int(t), int(i)) for e, b, t, i in writes])
-    counts = np.bincount(writes[:, 0][(writes[:, 0] >= 0) & (writes[:, 0] < n)], minlength=n)[:n]
+    counts = trace.arrays(n)["count"]
     missed, twice = int((counts == 0).sum()), int((counts > 1).sum())
     title = (f"your kernel: {grid} blocks x {block} threads, n = {n}: "
              f"{missed} element(s) never written, {twice} written more than once")

@@ -42,7 +42,7 @@ import torch
 
 from ._core import Opaque, Outcome, Raised
 
-__all__ = ["CodeStep", "GradeStep", "Limits", "bwrap_args", "bwrap_path", "run_steps"]
+__all__ = ["CodeStep", "GradeStep", "Limits", "bwrap_args", "bwrap_path", "run_steps", "signal_name"]
 
 CELL_TIME_LIMIT_S = 60.0  # one of the learner's cells (definitions run in milliseconds)
 SLACK_S = 10.0  # on top of a limit the child enforces itself: its start-up, writing the result
@@ -266,13 +266,21 @@ def _kill_group(proc: subprocess.Popen):
         pass
 
 
+def signal_name(returncode: int) -> str | None:
+    """The signal that ended a process ("SIGSEGV"), or None when it exited: Popen reports a signal as
+    -number, bubblewrap (which waits for the sandboxed process) as 128 + number."""
+    if 0 <= returncode <= 128:
+        return None
+    number = -returncode if returncode < 0 else returncode - 128
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _death(returncode: int, memory_bytes: int) -> str:
-    if returncode < 0 or returncode > 128:  # a signal (bubblewrap exits with 128 + the signal's number)
-        number = -returncode if returncode < 0 else returncode - 128
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = f"signal {number}"
+    name = signal_name(returncode)
+    if name is not None:
         why = {"SIGSEGV": "a segmentation fault (a read or write outside an array or tensor?)",
                "SIGBUS": "a bus error (a read or write outside an array or tensor?)",
                "SIGABRT": "aborted (an uncaught C++ exception or a failed assertion)",
@@ -332,38 +340,39 @@ def run_steps(steps: list, limits: Limits | None = None) -> tuple[dict, dict]:
             if failed_at[0] == "start":  # it died before running anything: a broken install, not the learner
                 log = (job / "child.log").read_bytes().decode(errors="replace")[-1500:]
                 why = f"the grading process could not start ({why}):\n{log}"
-                for s, step in enumerate(steps):
-                    if isinstance(step, GradeStep):
-                        for k, check in enumerate(step.cases):
-                            for j, _ in enumerate(check):
-                                outcomes.setdefault((s, k, j), Outcome(raised=Raised(("GradingProcessDied",), why)))
+                for key in _case_keys(steps):
+                    outcomes.setdefault(key, Outcome(raised=Raised(("GradingProcessDied",), why)))
                 break
             if failed_at[0] == "code":
                 skip.add(s)
                 notes[s] = why
             else:
-                for k, check in enumerate(steps[s].cases):
-                    for j, _ in enumerate(check):
-                        if (s, k, j) not in outcomes and (job / "out" / f"s{s}_k{k}_c{j}.json").exists():
-                            continue
-                        here = failed_at[0] == "prepare" or (failed_at[2], failed_at[3]) == (k, j)
-                        text = why if here else f"was not run: on an earlier case it {why}"
-                        outcomes.setdefault((s, k, j), Outcome(raised=Raised(("GradingProcessDied",), text)))
+                for key in _case_keys(steps, s):
+                    if key not in outcomes and (job / "out" / f"s{s}_k{key[1]}_c{key[2]}.json").exists():
+                        continue  # it finished before the child died: its result is read below
+                    here = failed_at[0] == "prepare" or failed_at[2:] == key[1:]
+                    text = why if here else f"was not run: on an earlier case it {why}"
+                    outcomes.setdefault(key, Outcome(raised=Raised(("GradingProcessDied",), text)))
             start = s + 1
         for s, step in enumerate(steps):
             if isinstance(step, CodeStep):
                 note = _read_outcome(job / "out", f"s{s}.json")
                 if note is not None and note.raised is not None and s not in notes:
                     notes[s] = note.raised.text
-                continue
-            for k, check in enumerate(step.cases):
-                for j, _ in enumerate(check):
-                    if (s, k, j) in outcomes:
-                        continue
-                    got = _read_outcome(job / "out", f"s{s}_k{k}_c{j}.json")
-                    outcomes[(s, k, j)] = got or Outcome(raised=Raised(
-                        ("GradingProcessDied",), "was not run: the grading process stopped before it"))
+        for s, k, j in _case_keys(steps):
+            if (s, k, j) not in outcomes:
+                outcomes[(s, k, j)] = _read_outcome(job / "out", f"s{s}_k{k}_c{j}.json") or Outcome(raised=Raised(
+                    ("GradingProcessDied",), "was not run: the grading process stopped before it"))
     return outcomes, notes
+
+
+def _case_keys(steps, only: int | None = None):
+    """(step, check, case) of every case of every grade step (or of step ``only``)."""
+    for s, step in enumerate(steps):
+        if isinstance(step, GradeStep) and only in (None, s):
+            for k, check in enumerate(step.cases):
+                for j in range(len(check)):
+                    yield s, k, j
 
 
 def _run_child(steps, job: Path, limits: Limits):

@@ -15,21 +15,34 @@ contiguous: the body indexes them as dense row-major arrays.
   ``cuda-core`` package (``pip install labops[gpu]``) for this GPU's architecture and launched on
   PyTorch's current stream.
 * **CPU**: the same body becomes a plain C++ function compiled by the host compiler (``c++``, no torch
-  headers: well under a second) into a small shared library. ``blockIdx`` and ``threadIdx`` are loop
-  variables: the grid loops are outside, the block loops inside, and each "thread" runs to its end before
-  the next starts. So bodies that need threads to run *together* (``__syncthreads``, ``__shared__``,
-  atomics, warp shuffles) are GPU-only and raise on the CPU.
+  headers: about a second) into a small shared library, with CUDA's execution model from ``rtc_cpu.h``
+  beside this file. Blocks run one after another. The threads of a block run as *fibers* on one core: each
+  runs until it waits (``__syncthreads``, ``__syncwarp``, a warp shuffle or vote), then the next one runs,
+  and once all wait they go on together. So ``__shared__`` arrays (static, or ``extern __shared__`` sized
+  by ``shared_mem=``), barriers, ``__shfl_sync``/``_xor``/``_down``/``_up``, ``__ballot_sync``,
+  ``__syncthreads_count`` and atomics (``atomicAdd``, ``atomicMax``, ``atomicCAS``, ...) behave as on a
+  GPU. A body that never waits runs each thread to its end before the next starts, without fibers.
 
 A mistake in a body must not take Python down, so on the CPU each launch runs in a small process of its
-own, on copies of the tensors (the outputs are copied back when it went right):
+own, on copies of the tensors (the outputs are copied back when it went right). It also reports what a GPU
+never tells you, each as an exception naming the array, the index and the threads (all are
+``KernelBugError``; the launch stops at the first):
 
+* **A data race** (``DataRaceError``): two threads touched one element of a ``__shared__`` array or an
+  output with nothing ordering them (no barrier between, or different blocks), one of them writing: a
+  missing ``__syncthreads``, or a plain ``+=`` where an ``atomicAdd`` is needed. Every access is recorded
+  (who, and after how many barriers), so the race is found whatever order the threads ran in.
+* **A barrier not every thread reaches** (``BarrierDivergenceError``): a ``__syncthreads`` inside a branch
+  some threads skip, or after some threads returned; on a GPU it hangs or gives garbage.
+* **A read of shared memory that no thread wrote** (``UninitializedReadError``): each block's shared
+  memory starts as garbage on a GPU; here it starts unwritten, and holds NaN (or -1) bits.
 * **An index outside a tensor** (past its end, far past it, or negative) never touches memory: the name
-  ``x`` checks every index. The launch stops after that thread and raises ``OutOfBoundsError`` (an
-  ``IndexError``) that names the kernel, the tensor, the index, the valid range, and whether it was a read
-  or a write. ``x + i`` is checked the same way; a plain pointer made from it (``const float* row = x +
-  i``) is not: just past the tensor's end it meets a guard page and raises the same error, further off it
-  may crash the launch's process (``KernelCrashError``, naming the signal) or land in another tensor
-  unnoticed.
+  ``x`` checks every index (a ``__shared__`` array checks each dimension's). The launch stops there and
+  raises ``OutOfBoundsError`` (an ``IndexError``) that names the kernel, the tensor, the index, the valid
+  range, the thread, and whether it was a read or a write. ``x + i`` is checked the same way; a plain
+  pointer made from it (``const float* row = x + i``) is not: just past the tensor's end it meets a guard
+  page and raises the same error, further off it may crash the launch's process (``KernelCrashError``,
+  naming the signal) or land in another tensor unnoticed.
 * **An endless loop** is killed after ``CPU_TIME_LIMIT_S`` seconds (30, or ``$LABOPS_RTC_CPU_TIME_LIMIT_S``
   read at import; a launch can pass ``time_limit_s=``) with a ``TimeoutError``; Ctrl-C kills it at once
   and raises ``KeyboardInterrupt``.
@@ -46,7 +59,7 @@ Example (CPU: one thread too many reads one element past ``x``)::
     >>> off_by_one(torch.ones(4), torch.empty(4), grid=1, block=5)
     Traceback (most recent call last):
         ...
-    labops.rtc.OutOfBoundsError: labops.rtc: kernel 'off_by_one' read x[4], but x has 4 elements (valid 0..3)
+    labops.rtc.OutOfBoundsError: labops.rtc: kernel 'off_by_one' read x[4], but x has 4 elements (valid 0..3) (thread (4, 0, 0) of block (0, 0, 0))
 
 Compiled code is cached per (source, dtypes, device): in this process, and for the CPU also on disk
 under labops's cache directory. ``cache_info()`` counts compiles and cache hits.
@@ -72,12 +85,14 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 __all__ = [
-    "CPU_TIME_LIMIT_S", "CompileError", "GpuOnlyError", "Kernel", "KernelCrashError", "MAX_DIMS", "OutOfBoundsError",
-    "cache_info", "clear_cache", "cpu_source", "cuda_source", "gpu_only_features", "kernel",
+    "BarrierDivergenceError", "CPU_TIME_LIMIT_S", "CompileError", "DataRaceError", "GpuOnlyError", "Kernel",
+    "KernelBugError", "KernelCrashError", "MAX_DIMS", "OutOfBoundsError", "SharedArray", "UninitializedReadError",
+    "cache_info", "clear_cache", "cpu_source", "cuda_source", "gpu_only_features", "kernel", "shared_arrays",
     # kernels and ops built with it (notebook 11)
     "softmax_rows", "softmax_block_per_row", "softmax_backward_rows", "cross_entropy_rows",
     "cross_entropy_backward_rows", "reorg_darknet", "reorg_darknet_backward", "reorg_writeup",
@@ -97,8 +112,7 @@ _DTYPES = {
 _SUPPORTED = ", ".join(str(d).replace("torch.", "") for d in _DTYPES)
 
 # Features that need the threads of a block (or a warp) to run at the same time, or to race.
-_GPU_ONLY = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shared__|atomic[A-Z]\w*|__shfl\w*|__ballot_sync"
-                       r"|__any_sync|__all_sync|__activemask|__match\w*_sync|__reduce\w*_sync|cooperative_groups)\b")
+_GPU_ONLY = re.compile(r"\b(__match\w*_sync|__reduce\w*_sync|cooperative_groups|__nanosleep|clock64|__half2?)\b")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED = {"blockIdx", "threadIdx", "blockDim", "gridDim", "warpSize", "dim3", "uint3", "INFINITY", "NAN",
              "min", "max", "abs", "exp", "log", "sqrt", "pow"}
@@ -107,6 +121,7 @@ _RESERVED = {"blockIdx", "threadIdx", "blockDim", "gridDim", "warpSize", "dim3",
 _MAX_BLOCK = (1024, 1024, 64)
 _MAX_THREADS_PER_BLOCK = 1024
 _MAX_GRID = (2**31 - 1, 65535, 65535)
+_MAX_DYNAMIC_SHARED = 48 * 1024
 
 
 def _time_limit_from_environment(default):
@@ -145,15 +160,54 @@ class GpuOnlyError(RuntimeError):
     """The body uses a feature that only a GPU can run (threads of a block running together)."""
 
 
-class OutOfBoundsError(IndexError):
-    """A CPU launch read or wrote an element outside a tensor. The access never reached memory (or stopped at
-    the guard page after the tensor), the launch was stopped there, and its outputs were not written.
-    ``kernel``, ``tensor`` (its name in the kernel), ``index``, ``numel`` and ``access`` ("read", "wrote",
-    or "read or wrote" where the CPU does not say) describe the first such access."""
+class KernelBugError(RuntimeError):
+    """A bug the CPU path found in a kernel while it ran: the launch stopped there and its outputs were not
+    written. ``kernel`` names it. The subclasses say which bug; on a GPU each of them goes unreported."""
+
+    def __init__(self, message, *, kernel):
+        super().__init__(message)
+        self.kernel = kernel
+
+
+class OutOfBoundsError(IndexError, KernelBugError):
+    """A CPU launch read or wrote an element outside a tensor or a ``__shared__`` array. The access never
+    reached memory (or stopped at the guard page after the tensor). ``tensor`` (the tensor's or the shared
+    array's name in the kernel), ``index`` (flat), ``numel`` and ``access`` ("read", "wrote", or "read or
+    wrote" where the CPU does not say) describe the first such access."""
 
     def __init__(self, message, *, kernel, tensor, index, numel, access):
-        super().__init__(message)
+        IndexError.__init__(self, message)
         self.kernel, self.tensor, self.index, self.numel, self.access = kernel, tensor, index, numel, access
+
+
+class DataRaceError(KernelBugError):
+    """Two threads touched one element of a ``__shared__`` array or an output with nothing ordering them,
+    at least one with a plain write: on a GPU the result depends on timing. ``array``, ``index`` (flat),
+    ``kind`` ("read before the write", "write after read", "two writes"), ``threads`` (global thread indices
+    block * threads per block + thread, the first None when several threads had read) and ``shared``."""
+
+    def __init__(self, message, *, kernel, array, index, kind, threads, shared):
+        super().__init__(message, kernel=kernel)
+        self.array, self.index, self.kind, self.threads, self.shared = array, index, kind, threads, shared
+
+
+class BarrierDivergenceError(KernelBugError):
+    """A ``__syncthreads()`` (or a warp shuffle or ``__syncwarp``) that not every thread reached: some
+    finished, or wait at another one. ``line`` is its line in the body; ``other_line`` where the other
+    thread waits (None: it finished)."""
+
+    def __init__(self, message, *, kernel, line, other_line):
+        super().__init__(message, kernel=kernel)
+        self.line, self.other_line = line, other_line
+
+
+class UninitializedReadError(KernelBugError):
+    """A read of a ``__shared__`` element that no thread of the block had written (shared memory starts as
+    garbage in every block). ``array`` and ``index`` (flat)."""
+
+    def __init__(self, message, *, kernel, array, index):
+        super().__init__(message, kernel=kernel)
+        self.array, self.index = array, index
 
 
 class KernelCrashError(RuntimeError):
@@ -203,12 +257,12 @@ def _strip_comments_and_strings(body: str) -> str:
 
 
 def gpu_only_features(body: str) -> list[str]:
-    """The GPU-only names a body uses (comments and strings ignored), in order of first use.
+    """The names a body uses that only a GPU runs (comments and strings ignored), in order of first use.
 
     Example::
 
-        >>> gpu_only_features("__shared__ float s[32]; s[threadIdx.x] = 0; __syncthreads();")
-        ['__shared__', '__syncthreads']
+        >>> gpu_only_features("__shared__ float s[32]; __syncthreads(); namespace cg = cooperative_groups;")
+        ['cooperative_groups']
     """
     found = []
     for m in _GPU_ONLY.finditer(_strip_comments_and_strings(body)):
@@ -248,110 +302,29 @@ def _check_names(name, inputs, outputs, body):
 _REPORT_STRUCT = r"""namespace labops_rtc {
 struct report {
   long long finished;         // 1 once every thread has run
-  long long bad_tensor;       // the first out-of-bounds access through a tensor's name: which tensor
-                              // (inputs first), or -1
-  long long bad_index;        //   and the index it asked for
   long long fault_signal;     // SIGSEGV or SIGBUS caught by the runner, or 0
   long long fault_offset;     //   the faulting address, in bytes from the shared region's start (-1: outside)
   long long fault_write;      //   1 for a write, 0 for a read, -1 when the CPU does not say
-  unsigned char sink[16];     // the first out-of-bounds access reads or writes here, never memory; Python
-                              // fills it with 0xA5 bytes first, so a changed sink means it was a write
-                              // (of anything but those bytes)
-  unsigned char scratch[16];  // any later out-of-bounds access
+  long long bug_kind;         // the first bug found (rtc_cpu.h's bug_kind), or 0
+  long long bug_index;        //   the element (flat index), or the other thread's line for a divergence
+  long long bug_extent;       //   the array's size, or the shared bytes for too_much_shared
+  long long bug_write;        //   out of bounds: 1 a write, 0 a read; data race: 1 for a __shared__ array
+  long long bug_line;         //   the barrier's line
+  long long bug_race;         //   the kind of race (rtc_cpu.h's race_kind); divergence: 1 for a warp op
+  long long bug_thread_a;     //   global thread indices (block * threads per block + thread): the first
+  long long bug_thread_b;     //   access (or the waiting thread) and the second (or the one elsewhere)
+  long long bug_depth;        //   the indices of a __shared__ array's element, one per dimension
+  long long bug_indices[4];
+  char bug_array[64];         //   the tensor or __shared__ array
   char error[256];            // why the runner could not run the launch
 };
 }  // namespace labops_rtc
 """
 
-_CPU_PRELUDE = r"""// Generated by labops.rtc for the CPU: the body runs once per (block, thread), one after another.
-#include <math.h>
-#include <cmath>
-#include <cstdint>
-#include <cstddef>
-#include <cstdlib>
-#include <algorithm>
-#include <type_traits>
-
-namespace labops_rtc {
-struct uint3 { unsigned int x, y, z; };
-struct dim3 { unsigned int x, y, z; };
-}  // namespace labops_rtc
-using labops_rtc::uint3;
-using labops_rtc::dim3;
-using std::abs;
-""" + _REPORT_STRUCT + r"""
-namespace labops_rtc {
-static report* shared_report;  // set by labops_rtc_launch
-
-template <class I>
-using if_index = typename std::enable_if<std::is_integral<I>::value || std::is_enum<I>::value, int>::type;
-
-// A tensor as the body sees it on the CPU: a pointer that checks every index against the tensor's size.
-// An index outside it never reaches memory: the first is recorded in the report and reads or writes the
-// report's sink instead; the thread runs on to its end and the launch stops before the next thread.
-// `x + i` is checked the same way; a plain pointer made from it (`const float* row = x + i`) is not, and
-// only the guard page after each tensor's copy catches it.
-template <class T> struct checked_ptr {
-  T* data;            // the tensor's first element
-  long long offset;   // where this pointer points, in elements from data (x + 5 has offset 5)
-  long long numel;
-  long long tensor;   // its place in the kernel's list of tensors, inputs first
-
-  checked_ptr(void* first, long long n, long long k) : data(static_cast<T*>(first)), offset(0), numel(n), tensor(k) {}
-
-  T& element(long long index) const {
-    if (static_cast<unsigned long long>(index) < static_cast<unsigned long long>(numel)) return data[index];
-    return out_of_bounds(index);
-  }
-  __attribute__((noinline, cold)) T& out_of_bounds(long long index) const {
-    report& r = *shared_report;
-    if (r.bad_tensor >= 0) return *reinterpret_cast<T*>(r.scratch);  // only the first one is reported
-    r.bad_tensor = tensor;
-    r.bad_index = index;
-    return *reinterpret_cast<T*>(r.sink);
-  }
-  template <class I, if_index<I> = 0> T& operator[](I i) const { return element(offset + static_cast<long long>(i)); }
-  T& operator*() const { return element(offset); }
-  operator T*() const { return data + offset; }  // where a plain pointer is needed: unchecked from here on
-
-  template <class I, if_index<I> = 0> checked_ptr operator+(I i) const {
-    checked_ptr moved = *this;
-    moved.offset += static_cast<long long>(i);
-    return moved;
-  }
-  template <class I, if_index<I> = 0> friend checked_ptr operator+(I i, checked_ptr p) { return p + i; }
-  template <class I, if_index<I> = 0> checked_ptr operator-(I i) const { return *this + -static_cast<long long>(i); }
-  template <class I, if_index<I> = 0> checked_ptr& operator+=(I i) { return *this = *this + i; }
-  template <class I, if_index<I> = 0> checked_ptr& operator-=(I i) { return *this = *this - i; }
-  checked_ptr& operator++() { ++offset; return *this; }
-  checked_ptr& operator--() { --offset; return *this; }
-  checked_ptr operator++(int) { checked_ptr before = *this; ++offset; return before; }
-  checked_ptr operator--(int) { checked_ptr before = *this; --offset; return before; }
-};
-
-// Called before each thread: after an out-of-bounds access, the launch goes no further.
-inline void stop_after_bad_access() {
-  if (shared_report->bad_tensor >= 0) std::_Exit(0);
-}
-}  // namespace labops_rtc
-
-// The CUDA math names a body is likely to use (CUDA has them for device code).
-template <class A, class B> inline typename std::common_type<A, B>::type min(A a, B b) { return b < a ? b : a; }
-template <class A, class B> inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
-inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-inline double rsqrt(double x) { return 1.0 / sqrt(x); }
-inline float __expf(float x) { return expf(x); }
-inline float __logf(float x) { return logf(x); }
-inline float __fdividef(float a, float b) { return a / b; }
-inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
-template <class T> inline T __ldg(const T* p) { return *p; }
-template <class T> inline T __ldg(labops_rtc::checked_ptr<const T> p) { return *p; }
-static const int warpSize = 32;
-#define __device__
-#define __host__
-#define __forceinline__ inline
-#define __restrict__ __restrict
-"""
+# CUDA's execution model for the CPU path: fibers, __shared__ arrays, barriers, shuffles, atomics, and the
+# checks (rtc_cpu.h). LABOPS_RTC_FIBERS is 0 for a body without barriers or warp ops: each thread then runs
+# to its end before the next, with no fiber to switch.
+_CPU_RUNTIME = (Path(__file__).with_name("rtc_cpu.h")).read_text()
 
 _CUDA_PRELUDE = r"""// Generated by labops.rtc for NVRTC.
 #ifndef INFINITY
@@ -368,13 +341,110 @@ def _c_types(dtypes, device_type):
     return [_DTYPES[d][column] for d in dtypes]
 
 
+# `__shared__ float tile[16][17];`, `extern __shared__ float s[];`, `__shared__ float a[4], b;` (with
+# `static`, `volatile` or `__align__(n)` around): one declaration, up to its semicolon.
+_SHARED_DECLARATION = re.compile(r"(?P<extern>\bextern\s+)?(?:\bstatic\s+)?\b__shared__\b(?P<declarators>[^;{}]*);")
+_DECLARATOR = re.compile(r"^\s*(?P<type>.*?\S)?\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)$", re.S)
+_QUALIFIERS = re.compile(r"\b(?:volatile|static|__align__\s*\([^)]*\)|alignas\s*\([^)]*\))\s*")
+
+
+@dataclass(frozen=True)
+class SharedArray:
+    """A ``__shared__`` declaration of a body: its ``name``, element ``type``, ``dims`` (the bracketed
+    sizes as written; ``[]`` for ``extern``, none for a scalar) and whether it is ``extern``."""
+
+    name: str
+    type: str
+    dims: tuple
+    extern: bool
+
+
+def _split_top_level(text, separator=","):
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += c in "([{<"
+        depth -= c in ")]}>"
+        if c == separator and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def shared_arrays(body: str) -> list[SharedArray]:
+    """The ``__shared__`` declarations of a body (comments and strings ignored), in order.
+
+    Example::
+
+        >>> [(a.name, a.type, a.dims) for a in shared_arrays("__shared__ float tile[16][16 + 1], total;")]
+        [('tile', 'float', ('16', '16 + 1')), ('total', 'float', ())]
+    """
+    return [array for _, array in _shared_declarations(body)]
+
+
+def _shared_declarations(body):
+    """((start, end) of each declaration in ``body``, SharedArray) for every declarator."""
+    ignored = [m.span() for m in re.finditer(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', body, re.S)]
+    found = []
+    for m in _SHARED_DECLARATION.finditer(body):
+        if any(a <= m.start() < b for a, b in ignored):
+            continue
+        declarators = _split_top_level(m.group("declarators"))
+        element_type = None
+        for k, text in enumerate(declarators):
+            text = _QUALIFIERS.sub("", text)
+            d = _DECLARATOR.match(text)
+            if d is None or (k == 0) != (d.group("type") is not None) or "*" in text or "&" in text:
+                raise CompileError(f"labops.rtc: cannot read the __shared__ declaration {m.group(0).strip()!r}: "
+                                   f"write it as `__shared__ float name[SIZE];` (sizes known when compiling; "
+                                   f"no pointers)", "", body)
+            if k == 0:
+                element_type = " ".join(d.group("type").split())
+            dims = tuple(x.strip() for x in re.findall(r"\[([^\]]*)\]", d.group("dims")))
+            extern = bool(m.group("extern"))
+            if extern != (dims == ("",)) or (not extern and "" in dims):
+                raise CompileError(f"labops.rtc: in {m.group(0).strip()!r}: an `extern __shared__` array is "
+                                   f"declared with empty brackets (`extern __shared__ float s[];`, sized by "
+                                   f"shared_mem= at launch), every other __shared__ array with a size in each "
+                                   f"bracket", "", body)
+            found.append((m.span(), SharedArray(d.group("name"), element_type, dims, extern)))
+    return found
+
+
+def _rewrite_shared(body):
+    """The body with each __shared__ declaration replaced by a block-wide array from rtc_cpu.h and a view
+    of it under the same name (on the same line, so that line numbers stay the body's)."""
+    pieces, last = [], 0
+    declarations = _shared_declarations(body)
+    spans = {}
+    for span, array in declarations:
+        spans.setdefault(span, []).append(array)
+    for k, (span, arrays) in enumerate(spans.items()):
+        statements = []
+        for j, a in enumerate(arrays):
+            storage = f"labops_rtc_shared_{k}_{j}"
+            if a.extern:
+                kind = f"labops_rtc::dynamic_shared<{a.type}>"
+            elif not a.dims:
+                kind = f"labops_rtc::shared_scalar<{a.type}>"
+            else:
+                kind = f"labops_rtc::shared_array<{a.type}, " + ", ".join(f"({d})" for d in a.dims) + ">"
+            statements.append(f'static {kind} {storage}("{a.name}"); auto {a.name} = {storage}.enter();')
+        pieces += [body[last:span[0]], " ".join(statements)]
+        last = span[1]
+    return "".join(pieces) + body[last:]
+
+
+# A body that never waits for another thread runs each thread to its end, without fibers.
+_WAITS = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync)\b")
+
+
 def cpu_source(name, inputs, outputs, body, dtypes) -> str:
     """The C++ file the CPU path compiles for these dtypes (one per tensor, inputs first).
 
     Example::
 
         >>> source = cpu_source("copy", ["x"], ["y"], "y[0] = x[0];", [torch.float32] * 2)
-        >>> '#line 1 "copy"' in source, "for (unsigned int bx = 0" in source
+        >>> '#line 1 "copy"' in source, "launch_grid" in source
         (True, True)
     """
     names = list(inputs) + list(outputs)
@@ -384,19 +454,23 @@ def cpu_source(name, inputs, outputs, body, dtypes) -> str:
         const = "const " if k < len(inputs) else ""
         params.append(f"labops_rtc::checked_ptr<{const}{t}> {n}, const int {n}_ndim, const long long* {n}_dims, "
                       f"const long long {n}_numel")
-        unpack.append(f"  labops_rtc::checked_ptr<{const}{t}> {n}(ptrs[{k}], numels[{k}], {k});")
+        marks = (f"static_cast<labops_rtc::shadow*>(calloc(numels[{k}] ? numels[{k}] : 1, "
+                 f"sizeof(labops_rtc::shadow)))" if k >= len(inputs) else "nullptr")
+        unpack.append(f'  static labops_rtc::array_info {n}_info = {{"{n}", numels[{k}], {marks}, false}};\n'
+                      f"  labops_rtc::checked_ptr<{const}{t}> {n}(ptrs[{k}], &{n}_info);")
         args.append(f"{n}, ndims[{k}], dims + {k * MAX_DIMS}, numels[{k}]")
     typedefs = "".join(f"  typedef {t} {n}_type;\n" for n, t in zip(names, ctypes_))
     silence = "".join(f"  (void){n}; (void){n}_ndim; (void){n}_dims; (void){n}_numel;\n" for n in names)
     thread_params = ",\n    ".join(["const uint3 blockIdx, const uint3 threadIdx, const dim3 blockDim, "
                                     "const dim3 gridDim"] + params)
     launch_args = ", ".join(["block, thread, blockDim, gridDim"] + args)
+    fibers = 1 if _WAITS.search(_strip_comments_and_strings(body)) else 0
     return (
-        f"{_CPU_PRELUDE}\n"
+        f"// Generated by labops.rtc for the CPU.\n#define LABOPS_RTC_FIBERS {fibers}\n"
+        f"{_REPORT_STRUCT}{_CPU_RUNTIME}\n"
         f"static inline void labops_rtc_thread(\n    {thread_params}) {{\n{typedefs}{silence}"
         f"  (void)blockIdx; (void)threadIdx; (void)blockDim; (void)gridDim;\n"
-        f"  labops_rtc::stop_after_bad_access();\n"
-        f'#line 1 "{name}"\n{body}\n}}\n\n'
+        f'#line 1 "{name}"\n{_rewrite_shared(body)}\n}}\n\n'
         f'extern "C" void labops_rtc_launch(void* const* ptrs, const int* ndims, const long long* dims,\n'
         f"                                  const long long* numels, const unsigned int* config,\n"
         f"                                  labops_rtc::report* labops_rtc_report) {{\n"
@@ -404,16 +478,8 @@ def cpu_source(name, inputs, outputs, body, dtypes) -> str:
         + "\n".join(unpack) + "\n"
         f"  const dim3 gridDim = {{config[0], config[1], config[2]}};\n"
         f"  const dim3 blockDim = {{config[3], config[4], config[5]}};\n"
-        f"  // grid loops outside, block loops inside: every thread of a block before the next block\n"
-        f"  for (unsigned int bz = 0; bz < gridDim.z; ++bz)\n"
-        f"    for (unsigned int by = 0; by < gridDim.y; ++by)\n"
-        f"      for (unsigned int bx = 0; bx < gridDim.x; ++bx)\n"
-        f"        for (unsigned int tz = 0; tz < blockDim.z; ++tz)\n"
-        f"          for (unsigned int ty = 0; ty < blockDim.y; ++ty)\n"
-        f"            for (unsigned int tx = 0; tx < blockDim.x; ++tx) {{\n"
-        f"              const uint3 block = {{bx, by, bz}}, thread = {{tx, ty, tz}};\n"
-        f"              labops_rtc_thread({launch_args});\n"
-        f"            }}\n"
+        f"  auto body = [&](uint3 block, uint3 thread) {{ labops_rtc_thread({launch_args}); }};\n"
+        f"  labops_rtc::launch_grid(gridDim, blockDim, config[6], body);\n"
         f"}}\n"
     )
 
@@ -476,8 +542,9 @@ def _check_launch(grid, block, shared_mem):
     if threads > _MAX_THREADS_PER_BLOCK:
         raise ValueError(f"labops.rtc: a block holds at most {_MAX_THREADS_PER_BLOCK} threads (a CUDA limit), "
                          f"got block={block} = {threads}")
-    if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
-        raise ValueError(f"labops.rtc: shared_mem must be an int >= 0 (bytes), got {shared_mem!r}")
+    if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or not 0 <= shared_mem <= _MAX_DYNAMIC_SHARED:
+        raise ValueError(f"labops.rtc: shared_mem must be an int from 0 to {_MAX_DYNAMIC_SHARED} (bytes of dynamic "
+                         f"shared memory; more needs an opt-in that labops.rtc does not make), got {shared_mem!r}")
     return grid, block
 
 
@@ -526,7 +593,7 @@ def _shape_args(t):
 # ends could only be stopped by killing Python (a C loop ignores Ctrl-C). So Python copies the tensors
 # into memory it shares with a small runner program (_RUNNER_SOURCE), starts the runner, and waits for it
 # with a time limit; on Ctrl-C or at the limit it kills the runner. Inside the runner a tensor's name is a
-# checked_ptr (_CPU_PRELUDE), and each tensor's copy ends at a guard page, so a bad access is reported with
+# checked_ptr (rtc_cpu.h), and each tensor's copy ends at a guard page, so a bad access is reported with
 # the tensor and the index. The outputs are copied back only after a launch that went right. The cost is
 # a process start and a copy of every tensor, per launch. The runner is a program of its own rather than a
 # fork of Python because a fork copies the page tables of all of Python's memory (torch's included) and
@@ -557,17 +624,16 @@ def _rtc_cache_dir():
 class _Report(ctypes.Structure):
     """_REPORT_STRUCT, field for field."""
 
-    _fields_ = [("finished", ctypes.c_longlong), ("bad_tensor", ctypes.c_longlong),
-                ("bad_index", ctypes.c_longlong), ("fault_signal", ctypes.c_longlong),
+    _fields_ = [("finished", ctypes.c_longlong), ("fault_signal", ctypes.c_longlong),
                 ("fault_offset", ctypes.c_longlong), ("fault_write", ctypes.c_longlong),
-                ("sink", ctypes.c_ubyte * 16), ("scratch", ctypes.c_ubyte * 16), ("error", ctypes.c_char * 256)]
+                *((f, ctypes.c_longlong) for f in ("bug_kind", "bug_index", "bug_extent", "bug_write", "bug_line",
+                                                    "bug_race", "bug_thread_a", "bug_thread_b", "bug_depth")),
+                ("bug_indices", ctypes.c_longlong * 4), ("bug_array", ctypes.c_char * 64), ("error", ctypes.c_char * 256)]
 
-
-_SINK_FILL = 0xA5
 
 _RUNNER_SOURCE = r"""// labops.rtc's runner: one CPU launch of a kernel library, in a process of its own (see
 // Note [a launch in its own process] in labops/rtc.py). Its arguments:
-//   LIBRARY FD REGION_BYTES PAGE_BYTES PARENT_PID GRID_X GRID_Y GRID_Z BLOCK_X BLOCK_Y BLOCK_Z TENSORS,
+//   LIBRARY FD REGION_BYTES PAGE_BYTES PARENT_PID GRID_X GRID_Y GRID_Z BLOCK_X BLOCK_Y BLOCK_Z SHARED_BYTES TENSORS,
 //   for each tensor OFFSET NDIM NUMEL and MAX_DIMS dims, then GUARDS and the offset of each guard page.
 // FD is the shared memory: the report, then each tensor's copy. It prints nothing: Python reads the report.
 #include <dlfcn.h>
@@ -611,7 +677,7 @@ static int fail(const char* what, const char* detail) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 13) return 64;
+  if (argc < 14) return 64;
   int arg = 1;
   const char* library = argv[arg++];
   const int fd = atoi(argv[arg++]);
@@ -634,8 +700,8 @@ int main(int argc, char** argv) {
   region = static_cast<char*>(mapped);
   shared = reinterpret_cast<labops_rtc::report*>(region);
 
-  unsigned int config[6];
-  for (int i = 0; i < 6; ++i) config[i] = static_cast<unsigned int>(strtoul(argv[arg++], NULL, 10));
+  unsigned int config[7];
+  for (int i = 0; i < 7; ++i) config[i] = static_cast<unsigned int>(strtoul(argv[arg++], NULL, 10));
   const int tensors = atoi(argv[arg++]);
   if (argc < arg + tensors * (3 + max_dims) + 1) return fail("the runner got too few arguments", NULL);
   void** ptrs = static_cast<void**>(calloc(tensors, sizeof(void*)));
@@ -779,8 +845,7 @@ class _SharedMemory:
             ctypes.memmove(t.data_ptr(), self.address + offset, t.numel() * t.element_size())
 
     def reset_report(self):
-        report = _Report(bad_tensor=-1, fault_offset=-1, fault_write=-1)
-        ctypes.memset(report.sink, _SINK_FILL, len(report.sink))
+        report = _Report(fault_offset=-1, fault_write=-1)
         self.memory[:ctypes.sizeof(report)] = bytes(report)
 
     def report(self):
@@ -862,11 +927,11 @@ def _kill(process):
 
 
 class _CpuLauncher:
-    def __init__(self, name, source, names, n_inputs):
-        self.name, self.source, self.names, self.n_inputs = name, source, names, n_inputs
+    def __init__(self, name, source, names, n_inputs, shared):
+        self.name, self.source, self.names, self.n_inputs, self.shared = name, source, names, n_inputs, shared
         self.library = _compile(name, source, _CPU_FLAGS, ".so", count=True)
 
-    def __call__(self, tensors, grid, block, time_limit_s):
+    def __call__(self, tensors, grid, block, shared_mem, time_limit_s):
         limit = CPU_TIME_LIMIT_S if time_limit_s is None else time_limit_s
         runner = str(_runner())
         if not self.library.exists():  # the cache was emptied since this process compiled it
@@ -877,7 +942,7 @@ class _CpuLauncher:
             shared.copy_in(tensors, layout.offsets)
             shared.reset_report()
             argv = [runner, str(self.library), str(shared.fd), str(layout.size), str(layout.page), str(os.getpid()),
-                    *map(str, grid), *map(str, block), str(len(tensors))]
+                    *map(str, grid), *map(str, block), str(shared_mem), str(len(tensors))]
             for t, offset in zip(tensors, layout.offsets):
                 ndim, dims, numel = _shape_args(t)
                 argv += [str(offset), str(ndim), str(numel), *map(str, dims)]
@@ -888,19 +953,17 @@ class _CpuLauncher:
             finally:
                 if process.returncode is None:  # out of time, or Ctrl-C
                     _kill(process)
-            self._raise_if_failed(shared.report(), layout, tensors, process.returncode, ended, limit)
+            self._raise_if_failed(shared.report(), layout, tensors, process.returncode, ended, limit, grid, block)
             shared.copy_out(tensors[self.n_inputs:], layout.offsets[self.n_inputs:])
         finally:
             _keep_shared_memory(shared)
 
-    def _raise_if_failed(self, report, layout, tensors, returncode, ended, limit):
+    def _raise_if_failed(self, report, layout, tensors, returncode, ended, limit, grid, block):
         if report.error:
             raise RuntimeError(f"labops.rtc: could not run kernel '{self.name}' on the CPU: "
                                f"{report.error.decode(errors='replace')}")
-        if report.bad_tensor >= 0:
-            k = report.bad_tensor
-            wrote = k >= self.n_inputs and any(b != _SINK_FILL for b in report.sink)
-            raise self._out_of_bounds("wrote" if wrote else "read", k, report.bad_index, tensors[k], "")
+        if report.bug_kind:
+            raise _bug(self, report, tensors, grid, block)
         hit = layout.guard_hit(tensors, report.fault_offset) if report.fault_offset >= 0 else None
         if hit is not None:
             verb = {1: "wrote", 0: "read"}.get(report.fault_write, "read or wrote")
@@ -929,10 +992,89 @@ class _CpuLauncher:
 
     def _out_of_bounds(self, verb, k, index, tensor, how):
         name, numel = self.names[k], tensor.numel()
-        valid = f"valid 0..{numel - 1}" if numel else "no index is valid"
-        return OutOfBoundsError(f"labops.rtc: kernel '{self.name}' {verb} {name}[{index}]{how}, but {name} has "
-                                f"{numel} element{'s' if numel != 1 else ''} ({valid})",
+        return OutOfBoundsError(_outside(self.name, verb, f"{name}[{index}]{how}", name, numel),
                                 kernel=self.name, tensor=name, index=index, numel=numel, access=verb)
+
+
+def _outside(kernel_name, verb, element, name, numel):
+    valid = f"valid 0..{numel - 1}" if numel else "no index is valid"
+    return (f"labops.rtc: kernel '{kernel_name}' {verb} {element}, but {name} has {numel} "
+            f"element{'s' if numel != 1 else ''} ({valid})")
+
+
+def _who(thread, threads_per_block, block, grid=None):
+    """'thread (x, y, z) of block (x, y, z)' for a global thread index (block * threads + thread)."""
+    b, t = divmod(thread, threads_per_block)
+    tx, ty, tz = t % block[0], t // block[0] % block[1], t // (block[0] * block[1])
+    return f"thread ({tx}, {ty}, {tz}) of block {b}" if grid is None else \
+        f"thread ({tx}, {ty}, {tz}) of block ({b % grid[0]}, {b // grid[0] % grid[1]}, {b // (grid[0] * grid[1])})"
+
+
+def _bug(launcher, report, tensors, grid, block):
+    """The exception for a bug the CPU runtime found (rtc_cpu.h writes it into the report)."""
+    kernel_name, threads = launcher.name, block[0] * block[1] * block[2]
+    array = report.bug_array.decode(errors="replace")
+    who_a = _who(report.bug_thread_a, threads, block, grid)
+    who_b = _who(report.bug_thread_b, threads, block, grid)
+    shared = [a for a in launcher.shared if a.name == array]
+    kind = report.bug_kind
+    if kind == 1:  # out of bounds
+        verb = "wrote" if report.bug_write == 1 else "read"
+        if shared:
+            a = shared[0]
+            indices = "".join(f"[{i}]" for i in report.bug_indices[:report.bug_depth])
+            declared = "[]" if a.extern else "".join(f"[{d}]" for d in a.dims)
+            message = (f"labops.rtc: kernel '{kernel_name}' {verb} __shared__ {array}{indices} ({who_a}), but "
+                       f"{array} is declared {a.type} {array}{declared}"
+                       + (f" and shared_mem= gives it {report.bug_extent} elements" if a.extern else "")
+                       + ": every index must be inside its own dimension")
+            index = report.bug_index
+        else:
+            message = _outside(kernel_name, verb, f"{array}[{report.bug_index}]", array, report.bug_extent) + \
+                f" ({who_a})"
+            index = report.bug_index
+        return OutOfBoundsError(message, kernel=kernel_name, tensor=array, index=index, numel=report.bug_extent,
+                                access=verb)
+    if kind == 2:  # data race
+        what = f"__shared__ array {array}" if report.bug_write == 1 else f"output {array}"
+        element = f"{array}[{report.bug_index}]"
+        other = "other threads" if report.bug_thread_a < 0 else who_a
+        first, then = {1: ("wrote", "read"), 2: ("read", "wrote"), 3: ("wrote", "wrote")}[report.bug_race]
+        race = {1: "read before the write", 2: "write after read", 3: "two writes"}[report.bug_race]
+        if report.bug_write == 1:
+            fix = ("nothing orders the two accesses: on a GPU either may come first. A __syncthreads() between "
+                   "them (reached by every thread of the block) makes the first one happen before the second")
+        else:
+            fix = ("on a GPU either may come first, and an update can be lost. Threads that add into one element "
+                   "need atomicAdd (threads of different blocks are never ordered within a launch), or give each "
+                   "element one thread that writes it")
+        message = (f"labops.rtc: kernel '{kernel_name}': data race on {what}: {other} {first} {element}, then "
+                   f"{who_b} {then} it, with no barrier between ({race}); {fix}")
+        threads_involved = (None if report.bug_thread_a < 0 else report.bug_thread_a, report.bug_thread_b)
+        return DataRaceError(message, kernel=kernel_name, array=array, index=report.bug_index, kind=race,
+                             threads=threads_involved, shared=report.bug_write == 1)
+    if kind == 3:  # divergent barrier
+        op = "a warp operation (shuffle, vote or __syncwarp)" if report.bug_race == 1 else "__syncthreads()"
+        where = ("had finished without reaching it" if report.bug_index < 0
+                 else f"waits at another one, at line {report.bug_index}")
+        rule = ("every lane named in the mask must reach the same warp operation" if report.bug_race == 1 else
+                "every thread of the block must reach the same __syncthreads(): keep it out of branches and loops "
+                "whose condition differs between threads (or returns before it)")
+        message = (f"labops.rtc: kernel '{kernel_name}': {op} at line {report.bug_line} is not reached by every "
+                   f"thread: {who_a} waits there, but {who_b} {where}. On a GPU this hangs or gives garbage; {rule}")
+        return BarrierDivergenceError(message, kernel=kernel_name, line=report.bug_line,
+                                      other_line=None if report.bug_index < 0 else report.bug_index)
+    if kind == 4:  # uninitialized read
+        message = (f"labops.rtc: kernel '{kernel_name}': {who_a} read __shared__ {array}[{report.bug_index}], but "
+                   f"no thread of its block had written it (and none did before the next barrier). Shared memory "
+                   f"holds garbage when a block starts: write every element you read first, then __syncthreads()")
+        return UninitializedReadError(message, kernel=kernel_name, array=array, index=report.bug_index)
+    if kind == 5:
+        return KernelBugError(f"labops.rtc: kernel '{kernel_name}': its __shared__ arrays take {report.bug_extent} "
+                              f"bytes per block (counting {array!r}), more than CUDA's {48 * 1024} bytes (48 KB) "
+                              f"of static shared memory per block", kernel=kernel_name)
+    return KernelBugError(f"labops.rtc: kernel '{kernel_name}': the CPU runtime reported bug {kind}",
+                          kernel=kernel_name)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1117,11 +1259,11 @@ class Kernel:
                     used = gpu_only_features(self.body)
                     if used:
                         raise GpuOnlyError(
-                            f"labops.rtc: kernel '{self.name}' uses {', '.join(used)}, which only a GPU can run: "
-                            f"the CPU path runs each thread to its end before the next starts, so threads can "
-                            f"neither wait for each other nor share memory or race. Run it on a CUDA tensor, or "
-                            f"write a version without them for the CPU")
-                    launcher = _CpuLauncher(self.name, self.source(dtypes, "cpu"), self.names, len(self.inputs))
+                            f"labops.rtc: kernel '{self.name}' uses {', '.join(used)}, which the CPU path does not "
+                            f"run (it runs __shared__, barriers, warp shuffles and votes, and atomics). Run it on "
+                            f"a CUDA tensor, or write it without them")
+                    launcher = _CpuLauncher(self.name, self.source(dtypes, "cpu"), self.names, len(self.inputs),
+                                            shared_arrays(self.body))
                 else:
                     launcher = _build_cuda(self.name, self.source(dtypes, "cuda"), device.index)
                 _compiled[key] = launcher
@@ -1130,15 +1272,13 @@ class Kernel:
     def __call__(self, *tensors, grid, block, shared_mem: int = 0, time_limit_s: float | None = None):
         grid, block = _check_launch(grid, block, shared_mem)
         device = _check_tensors(self.name, self.names, len(self.inputs), tensors)
-        if device.type == "cpu" and shared_mem:
-            raise GpuOnlyError(f"labops.rtc: shared_mem={shared_mem}: shared memory exists only on a GPU")
         if time_limit_s is not None:
             _check_time_limit(time_limit_s, "time_limit_s")
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         dtypes = tuple(t.dtype for t in tensors)
         if device.type == "cpu":
-            self._launcher(device, dtypes)(tensors, grid, block, time_limit_s)
+            self._launcher(device, dtypes)(tensors, grid, block, shared_mem, time_limit_s)
         else:
             self._launcher(device, dtypes)(tensors, grid, block, shared_mem)
 

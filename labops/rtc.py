@@ -410,25 +410,37 @@ def _shared_declarations(body):
     return found
 
 
-def _rewrite_shared(body):
-    """The body with each __shared__ declaration replaced by a block-wide array from rtc_cpu.h and a view
-    of it under the same name (on the same line, so that line numbers stay the body's)."""
+def _rewrite_shared(body, device="cpu", first_name=0):
+    """The body with each __shared__ declaration replaced by a checked array (rtc_cpu.h on the CPU,
+    rtc_cuda_checked.h on a GPU) and a view of it under the same name, on the same line, so that line
+    numbers stay the body's. ``first_name``: the number of the first array in the report's list of names."""
     pieces, last = [], 0
-    declarations = _shared_declarations(body)
     spans = {}
-    for span, array in declarations:
+    for span, array in _shared_declarations(body):
         spans.setdefault(span, []).append(array)
+    number = first_name
     for k, (span, arrays) in enumerate(spans.items()):
         statements = []
         for j, a in enumerate(arrays):
             storage = f"labops_rtc_shared_{k}_{j}"
-            if a.extern:
-                kind = f"labops_rtc::dynamic_shared<{a.type}>"
-            elif not a.dims:
-                kind = f"labops_rtc::shared_scalar<{a.type}>"
+            if a.extern and device == "cuda":
+                statements.append(
+                    f"extern __shared__ {a.type} {storage}[]; __shared__ labops_rtc::array_info {storage}_info; "
+                    f"auto {a.name} = labops_rtc::enter_dynamic(labops_rtc_context, {storage}, {number}, "
+                    f"labops_rtc_dynamic_marks, labops_rtc_dynamic_bytes, {storage}_info);")
             else:
-                kind = f"labops_rtc::shared_array<{a.type}, " + ", ".join(f"({d})" for d in a.dims) + ">"
-            statements.append(f'static {kind} {storage}("{a.name}"); auto {a.name} = {storage}.enter();')
+                if a.extern:
+                    kind = f"labops_rtc::dynamic_shared<{a.type}>"
+                elif not a.dims:
+                    kind = f"labops_rtc::shared_scalar<{a.type}>"
+                else:
+                    kind = f"labops_rtc::shared_array<{a.type}, " + ", ".join(f"({d})" for d in a.dims) + ">"
+                if device == "cuda":
+                    statements.append(f"__shared__ {kind} {storage}; "
+                                      f"auto {a.name} = {storage}.enter(labops_rtc_context, {number});")
+                else:
+                    statements.append(f'static {kind} {storage}("{a.name}"); auto {a.name} = {storage}.enter();')
+            number += 1
         pieces += [body[last:span[0]], " ".join(statements)]
         last = span[1]
     return "".join(pieces) + body[last:]
@@ -484,12 +496,17 @@ def cpu_source(name, inputs, outputs, body, dtypes) -> str:
     )
 
 
-def cuda_source(name, inputs, outputs, body, dtypes) -> str:
+_CUDA_CHECKED_RUNTIME = (Path(__file__).with_name("rtc_cuda_checked.h")).read_text()
+
+
+def cuda_source(name, inputs, outputs, body, dtypes, checked=False) -> str:
     """The CUDA C++ source NVRTC compiles for these dtypes (one per tensor, inputs first).
 
     Each tensor ``x`` becomes the kernel parameters ``x`` (pointer), ``x_rank``, ``x_d0 ... x_d7`` and
     ``x_numel``, all 64-bit so that the launch passes plain Python ints (cuda.core's fastest argument);
-    ``x_ndim`` and the array ``x_dims`` are locals made from them.
+    ``x_ndim`` and the array ``x_dims`` are locals made from them. ``checked``: the source of a checked
+    launch (rtc_cuda_checked.h): ``x`` is then a checked proxy made from the pointer, and the parameters
+    end with each output's marks, the report, and the marks and bytes of dynamic shared memory.
 
     Example::
 
@@ -503,16 +520,39 @@ def cuda_source(name, inputs, outputs, body, dtypes) -> str:
     for k, (n, t) in enumerate(zip(names, ctypes_)):
         const = "const " if k < len(inputs) else ""
         dims = ", ".join(f"long long {n}_d{i}" for i in range(MAX_DIMS))
-        params.append(f"{const}{t}* {n}, long long {n}_rank, {dims}, long long {n}_numel")
+        pointer = f"labops_rtc_{n}" if checked else n
+        params.append(f"{const}{t}* {pointer}, long long {n}_rank, {dims}, long long {n}_numel")
         locals_.append(f"  const int {n}_ndim = (int){n}_rank;\n"
                        f"  const long long {n}_dims[{MAX_DIMS}] = {{"
                        + ", ".join(f"{n}_d{i}" for i in range(MAX_DIMS)) + "};\n"
-                       f"  typedef {t} {n}_type;\n"
-                       f"  (void){n}; (void){n}_ndim; (void){n}_dims; (void){n}_numel;\n")
+                       f"  typedef {t} {n}_type;\n")
+        if checked:
+            marks = f"labops_rtc_{n}_marks" if k >= len(inputs) else "nullptr"
+            locals_.append(f"  const labops_rtc::array_info {n}_info = {{{k}, {n}_numel, {marks}, false}};\n"
+                           f"  const labops_rtc::checked_ptr<{const}{t}> {n}({pointer}, &{n}_info, &labops_rtc_context);\n")
+        locals_.append(f"  (void){n}; (void){n}_ndim; (void){n}_dims; (void){n}_numel;\n")
     include = "#include <cuda_fp16.h>\n" if torch.float16 in dtypes else ""
-    return (f"{_CUDA_PRELUDE}{include}\n"
+    if not checked:
+        return (f"{_CUDA_PRELUDE}{include}\n"
+                f'extern "C" __global__ void {name}(\n    ' + ",\n    ".join(params) + ") {\n"
+                + "".join(locals_) + f'#line 1 "{name}"\n{body}\n}}\n')
+    params += [f"labops_rtc::shadow* labops_rtc_{n}_marks" for n in outputs]
+    params += ["labops_rtc::report* labops_rtc_report", "labops_rtc::shadow* labops_rtc_dynamic_marks",
+               "long long labops_rtc_dynamic_bytes"]
+    context = ("  labops_rtc::thread_context labops_rtc_context;\n"
+               "  labops_rtc_context.out = labops_rtc_report;\n"
+               "  labops_rtc_context.threads = blockDim.x * blockDim.y * blockDim.z;\n"
+               "  labops_rtc_context.me = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;\n"
+               "  labops_rtc_context.block = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;\n"
+               "  labops_rtc_context.self = labops_rtc_context.block * labops_rtc_context.threads + labops_rtc_context.me;\n"
+               "  labops_rtc_context.epoch = 0; labops_rtc_context.warp_epoch = 0; labops_rtc_context.pending_name = -1;\n"
+               "  labops_rtc_context.pending_index = 0;\n"
+               "  (void)labops_rtc_dynamic_marks; (void)labops_rtc_dynamic_bytes;\n")
+    return (f"{_CUDA_PRELUDE}{include}{_CUDA_CHECKED_RUNTIME}\n"
             f'extern "C" __global__ void {name}(\n    ' + ",\n    ".join(params) + ") {\n"
-            + "".join(locals_) + f'#line 1 "{name}"\n{body}\n}}\n')
+            + context + "".join(locals_)
+            + f'#line 1 "{name}"\n{_rewrite_shared(body, "cuda", len(names))}\n'
+            + "  labops_rtc::check_pending(labops_rtc_context);\n}\n")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -963,7 +1003,7 @@ class _CpuLauncher:
             raise RuntimeError(f"labops.rtc: could not run kernel '{self.name}' on the CPU: "
                                f"{report.error.decode(errors='replace')}")
         if report.bug_kind:
-            raise _bug(self, report, tensors, grid, block)
+            raise _bug(self.name, self.shared, report, grid, block)
         hit = layout.guard_hit(tensors, report.fault_offset) if report.fault_offset >= 0 else None
         if hit is not None:
             verb = {1: "wrote", 0: "read"}.get(report.fault_write, "read or wrote")
@@ -1010,13 +1050,14 @@ def _who(thread, threads_per_block, block, grid=None):
         f"thread ({tx}, {ty}, {tz}) of block ({b % grid[0]}, {b // grid[0] % grid[1]}, {b // (grid[0] * grid[1])})"
 
 
-def _bug(launcher, report, tensors, grid, block):
-    """The exception for a bug the CPU runtime found (rtc_cpu.h writes it into the report)."""
-    kernel_name, threads = launcher.name, block[0] * block[1] * block[2]
+def _bug(kernel_name, shared_arrays_, report, grid, block, on_gpu=False):
+    """The exception for a bug the CPU runtime (rtc_cpu.h) or a checked GPU launch (rtc_cuda_checked.h)
+    found and wrote into its report."""
+    threads = block[0] * block[1] * block[2]
     array = report.bug_array.decode(errors="replace")
     who_a = _who(report.bug_thread_a, threads, block, grid)
     who_b = _who(report.bug_thread_b, threads, block, grid)
-    shared = [a for a in launcher.shared if a.name == array]
+    shared = [a for a in shared_arrays_ if a.name == array]
     kind = report.bug_kind
     if kind == 1:  # out of bounds
         verb = "wrote" if report.bug_write == 1 else "read"
@@ -1053,6 +1094,13 @@ def _bug(launcher, report, tensors, grid, block):
         threads_involved = (None if report.bug_thread_a < 0 else report.bug_thread_a, report.bug_thread_b)
         return DataRaceError(message, kernel=kernel_name, array=array, index=report.bug_index, kind=race,
                              threads=threads_involved, shared=report.bug_write == 1)
+    if kind == 3 and on_gpu:  # a GPU counts who arrived, not who is elsewhere
+        op = "a warp operation (shuffle, vote or __syncwarp)" if report.bug_race == 1 else "__syncthreads()"
+        count = f"{report.bug_index} of the {'lanes its mask names' if report.bug_race == 1 else f'{threads} threads'}"
+        message = (f"labops.rtc: kernel '{kernel_name}': {op} at line {report.bug_line} is not reached by every "
+                   f"thread (or they wait at different ones): {count} arrived together ({who_a} among them). "
+                   f"Every thread of the block must reach the same __syncthreads()")
+        return BarrierDivergenceError(message, kernel=kernel_name, line=report.bug_line, other_line=None)
     if kind == 3:  # divergent barrier
         op = "a warp operation (shuffle, vote or __syncwarp)" if report.bug_race == 1 else "__syncthreads()"
         where = ("had finished without reaching it" if report.bug_index < 0
@@ -1152,11 +1200,12 @@ class _CudaLauncher:
             config = self.configs[key] = _cuda_core.LaunchConfig(grid=grid, block=block, shmem_size=shared_mem)
         return config
 
-    def __call__(self, tensors, grid, block, shared_mem):
+    def __call__(self, tensors, grid, block, shared_mem, extra=()):
         args = []
         for t in tensors:  # Python ints: cuda.core passes them as 64-bit values (pointers and long longs)
             ndim, dims, numel = _shape_args(t)
             args += [t.data_ptr(), ndim, *dims, numel]
+        args += extra
         config = self._config(grid, block, shared_mem)
         # The launch goes to the context current on this thread: make it this device's (primary) context,
         # the one PyTorch uses. Skipped when this thread already did so and torch still points at it.
@@ -1246,8 +1295,8 @@ class Kernel:
             return cuda_source(self.name, self.inputs, self.outputs, self.body, dtypes)
         raise ValueError(f"labops.rtc: device must be cpu or cuda, got {device}")
 
-    def _launcher(self, device, dtypes):
-        key = (self.name, self.inputs, self.outputs, self.body, dtypes, str(device))
+    def _launcher(self, device, dtypes, checked=False):
+        key = (self.name, self.inputs, self.outputs, self.body, dtypes, str(device), checked)
         launcher = _compiled.get(key)
         if launcher is not None:
             _stats["memory_hits"] += 1
@@ -1265,22 +1314,67 @@ class Kernel:
                     launcher = _CpuLauncher(self.name, self.source(dtypes, "cpu"), self.names, len(self.inputs),
                                             shared_arrays(self.body))
                 else:
-                    launcher = _build_cuda(self.name, self.source(dtypes, "cuda"), device.index)
+                    source = cuda_source(self.name, self.inputs, self.outputs, self.body, dtypes, checked=checked)
+                    launcher = _build_cuda(self.name, source, device.index)
                 _compiled[key] = launcher
         return launcher
 
-    def __call__(self, *tensors, grid, block, shared_mem: int = 0, time_limit_s: float | None = None):
+    def __call__(self, *tensors, grid, block, shared_mem: int = 0, time_limit_s: float | None = None,
+                 checked: bool = False):
         grid, block = _check_launch(grid, block, shared_mem)
         device = _check_tensors(self.name, self.names, len(self.inputs), tensors)
         if time_limit_s is not None:
             _check_time_limit(time_limit_s, "time_limit_s")
+        if not isinstance(checked, bool):
+            raise TypeError(f"labops.rtc: checked must be True or False, got {checked!r}")
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         dtypes = tuple(t.dtype for t in tensors)
-        if device.type == "cpu":
+        if device.type == "cpu":  # always checked
             self._launcher(device, dtypes)(tensors, grid, block, shared_mem, time_limit_s)
+        elif checked:
+            self._checked_cuda_launch(device, dtypes, tensors, grid, block, shared_mem)
         else:
             self._launcher(device, dtypes)(tensors, grid, block, shared_mem)
+
+    def _checked_cuda_launch(self, device, dtypes, tensors, grid, block, shared_mem):
+        """A launch with rtc_cuda_checked.h's checks, on copies of the outputs (written back if no bug)."""
+        n_in = len(self.inputs)
+        outputs = [t.clone() for t in tensors[n_in:]]
+        marks = [torch.zeros(2 * max(t.numel(), 1), dtype=torch.int64, device=device) for t in outputs]
+        blocks = grid[0] * grid[1] * grid[2]
+        if blocks * shared_mem * 16 > 2**30:
+            raise ValueError(f"labops.rtc: a checked launch keeps 16 bytes of marks per byte of dynamic shared "
+                             f"memory per block; {blocks} blocks x {shared_mem} bytes is too much: launch a smaller "
+                             f"grid to check it")
+        dynamic_marks = torch.zeros(2 * max(blocks * shared_mem, 1), dtype=torch.int64, device=device)
+        report = torch.zeros(len(_DEVICE_REPORT_FIELDS) + 3, dtype=torch.int64, device=device)
+        extra = [m.data_ptr() for m in marks] + [report.data_ptr(), dynamic_marks.data_ptr(), shared_mem]
+        self._launcher(device, dtypes, checked=True)(list(tensors[:n_in]) + outputs, grid, block, shared_mem, extra)
+        values = dict(zip(_DEVICE_REPORT_FIELDS, report.tolist()))
+        if values["claimed"]:
+            arrays = shared_arrays(self.body)
+            names = list(self.names) + [a.name for a in arrays]
+            found = _DeviceReport(values, names[values["name"]] if 0 <= values["name"] < len(names) else "?")
+            raise _bug(self.name, arrays, found, grid, block, on_gpu=True)
+        for t, checked_copy in zip(tensors[n_in:], outputs):
+            t.copy_(checked_copy)
+
+
+# rtc_cuda_checked.h's report, in order (indices is four values)
+_DEVICE_REPORT_FIELDS = ("claimed", "kind", "index", "extent", "write", "line", "race", "thread_a", "thread_b",
+                         "depth", "i0", "i1", "i2", "i3", "name")
+
+
+class _DeviceReport:
+    """A checked GPU launch's report, with the CPU report's field names (so that _bug reads either)."""
+
+    def __init__(self, values, name):
+        self.bug_kind, self.bug_index, self.bug_extent = values["kind"], values["index"], values["extent"]
+        self.bug_write, self.bug_line, self.bug_race = values["write"], values["line"], values["race"]
+        self.bug_thread_a, self.bug_thread_b, self.bug_depth = values["thread_a"], values["thread_b"], values["depth"]
+        self.bug_indices = [values[f"i{d}"] for d in range(4)]
+        self.bug_array = name.encode()
 
 
 def kernel(name: str, inputs, outputs, body: str) -> Kernel:

@@ -423,6 +423,11 @@ template <class T, class F> inline T atomic_update(T* p, F update) {  // a plain
     return labops_rtc::atomic_update(labops_rtc_as_pointer<E>(p), [v](E old) { return static_cast<E>(EXPR); }); \
   }
 template <class E> inline labops_rtc::tracked_ptr<E> labops_rtc_as_pointer(labops_rtc::tracked_ptr<E> p) { return p; }
+// CUDA's atomicMax and atomicMin take integers only (a float max is an atomicCAS loop)
+template <class E> inline E labops_rtc_integer(E v) {
+  static_assert(std::is_integral<E>::value, "atomicMax and atomicMin take int, unsigned or long long, as in CUDA");
+  return v;
+}
 template <class E> inline E* labops_rtc_as_pointer(E* p) { return p; }
 template <class E, class T, typename std::enable_if<!std::is_const<T>::value, int>::type = 0>
 inline labops_rtc::tracked_ptr<E> labops_rtc_as_pointer(const labops_rtc::checked_ptr<T>& p) {
@@ -430,8 +435,8 @@ inline labops_rtc::tracked_ptr<E> labops_rtc_as_pointer(const labops_rtc::checke
 }
 LABOPS_RTC_ATOMIC(atomicAdd, old + v)
 LABOPS_RTC_ATOMIC(atomicSub, old - v)
-LABOPS_RTC_ATOMIC(atomicMax, v > old ? v : old)
-LABOPS_RTC_ATOMIC(atomicMin, v < old ? v : old)
+LABOPS_RTC_ATOMIC(atomicMax, labops_rtc_integer(v > old ? v : old))
+LABOPS_RTC_ATOMIC(atomicMin, labops_rtc_integer(v < old ? v : old))
 LABOPS_RTC_ATOMIC(atomicExch, v)
 LABOPS_RTC_ATOMIC(atomicAnd, old & v)
 LABOPS_RTC_ATOMIC(atomicOr, old | v)

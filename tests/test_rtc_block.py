@@ -284,3 +284,62 @@ def test_shared_declarations_are_read_and_bad_ones_refused():
         rtc.shared_arrays("__shared__ float* p;")
     with pytest.raises(rtc.CompileError, match="empty brackets"):
         rtc.shared_arrays("__shared__ float s[];")
+
+
+# ---- the same bodies on a GPU: checked launches report the same bugs, clean ones give the CPU's results ----
+
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+SAME_BUGS = {
+    "missing barrier after the load": (BLOCK_SUM.replace("__syncthreads();\nfor", "for", 1), rtc.DataRaceError),
+    "missing barrier in the tree": (BLOCK_SUM.replace("  __syncthreads();\n}", "}"), rtc.DataRaceError),
+    "barrier in a branch": (BLOCK_SUM.replace("  if (t < width / 2) partial[t] += partial[t + half];\n  __syncthreads();",
+                                              "  if (t < width / 2) { partial[t] += partial[t + half];\n  __syncthreads(); }"),
+                            rtc.BarrierDivergenceError),
+    "read of unwritten shared": (BLOCK_SUM.replace("partial[t] = i < x_numel ? x[i] : 0.0f;",
+                                                   "if (i < x_numel) partial[t] = x[i];"), rtc.UninitializedReadError),
+    "no bounds guard": (BLOCK_SUM.replace("i < x_numel ? x[i] : 0.0f", "x[i]"), rtc.OutOfBoundsError),
+    "shared index past its dimension": (BLOCK_SUM.replace("partial[t + half]", "partial[t + half + 1]"),
+                                        rtc.OutOfBoundsError),
+    "plain += where blocks collide": ("const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+                                      "if (i < x_numel) y[0] += x[i];", rtc.DataRaceError),
+    "clean": (BLOCK_SUM, None),
+}
+
+
+@GPU
+@pytest.mark.parametrize("case", SAME_BUGS)
+def test_a_checked_gpu_launch_reports_what_the_cpu_reports(case):
+    body, error = SAME_BUGS[case]
+    x = seeded(300, seed=9)
+    results = {}
+    for device in ("cpu", "cuda"):
+        y = poisoned(5, device=device)
+        k = rtc.kernel("same_" + case.replace(" ", "_").replace("+=", "add"), ["x"], ["y"], body)
+        try:
+            k(x.to(device), y, grid=5, block=64, shared_mem=4 * 64, checked=True)
+            results[device] = y.cpu()
+        except rtc.KernelBugError as e:
+            results[device] = type(e)
+            assert y.isnan().all(), f"{device}: a launch that found a bug wrote its output"
+    if error is None:
+        torch.testing.assert_close(results["cuda"], results["cpu"], rtol=1e-6, atol=1e-6)
+    else:
+        assert results == {"cpu": error, "cuda": error}
+
+
+@GPU
+def test_checked_gpu_launches_of_the_feature_kernels_match_the_cpu():
+    x = seeded(128, seed=3)
+    got = {}
+    for device in ("cpu", "cuda"):
+        outs = [poisoned(128, device=device) for _ in range(6)]
+        WARP_OPS(x.to(device), *outs, grid=1, block=128, checked=True)
+        got[device] = [o.cpu() for o in outs]
+    for cpu, cuda in zip(got["cpu"], got["cuda"]):
+        torch.testing.assert_close(cuda, cpu, rtol=1e-5, atol=1e-5)
+    a, b = seeded(37, 50, seed=5), seeded(50, 21, seed=6)
+    c = {d: poisoned(37, 21, device=d) for d in ("cpu", "cuda")}
+    for d in c:
+        rtc.kernel("sgemm", ["A", "B"], ["C"], SGEMM)(a.to(d), b.to(d), c[d], grid=(2, 3), block=(16, 16), checked=True)
+    torch.testing.assert_close(c["cuda"].cpu(), c["cpu"], rtol=1e-5, atol=1e-5)

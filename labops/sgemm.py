@@ -10,8 +10,9 @@ step is a CUDA C body that runs on the CPU (rtc's fibers: small sizes, every acc
    and one of B into shared memory (one element per thread, coalesced), waits at a barrier, and does its
    16 multiply-adds from shared memory: global loads fall 16-fold. The second barrier stops a fast thread
    from overwriting a tile that others still read.
-3. ``register_blocked``: a block of 256 threads computes a 128 x 128 tile of C, each thread an 8 x 8
-   sub-tile held in registers. Per step of 8 along K a thread reads 8 values of A and 8 of B from shared
+3. ``register_blocked``: a block of 256 threads computes a 128 x 128 tile of C, each thread 8 rows x 8
+   columns of it (the columns 16 apart, so that neighbouring threads touch neighbouring words) held in
+   registers. Per step of 8 along K a thread reads 8 values of A and 8 of B from shared
    memory and does 64 multiply-adds: shared-memory traffic per flop falls 8-fold more, and the loop is
    limited by arithmetic, not loads.
 
@@ -74,7 +75,9 @@ __shared__ float A_tile[BK][BM];
 __shared__ float B_tile[BK][BN];
 const int M = A_dims[0], K = A_dims[1], N = B_dims[1];
 const int t = threadIdx.x;                                   // 256 threads
-const int sub_row = (t / (BN / TN)) * TM, sub_col = (t % (BN / TN)) * TN;
+// rows sub_row .. sub_row + 7; columns lane_col, lane_col + 16, ...: neighbouring threads read neighbouring
+// words of B_tile (no two in a bank) and write neighbouring elements of C
+const int sub_row = (t / (BN / TN)) * TM, lane_col = t % (BN / TN);
 const int block_row = blockIdx.y * BM, block_col = blockIdx.x * BN;
 float acc[TM][TN];
 for (int i = 0; i < TM; ++i)
@@ -92,7 +95,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
   __syncthreads();
   for (int k = 0; k < BK; ++k) {
     for (int i = 0; i < TM; ++i) a[i] = A_tile[k][sub_row + i];
-    for (int j = 0; j < TN; ++j) b[j] = B_tile[k][sub_col + j];
+    for (int j = 0; j < TN; ++j) b[j] = B_tile[k][lane_col + j * (BN / TN)];
     for (int i = 0; i < TM; ++i)
       for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];  // 64 multiply-adds per 16 shared loads
   }
@@ -100,7 +103,7 @@ for (int k0 = 0; k0 < K; k0 += BK) {
 }
 for (int i = 0; i < TM; ++i)
   for (int j = 0; j < TN; ++j) {
-    const int row = block_row + sub_row + i, col = block_col + sub_col + j;
+    const int row = block_row + sub_row + i, col = block_col + lane_col + j * (BN / TN);
     if (row < M && col < N) C[(long long)row * N + col] = acc[i][j];
   }
 """

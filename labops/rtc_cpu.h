@@ -404,6 +404,7 @@ template <class T> struct element_of<ref<T>> { using type = T; };
 
 template <class T, class F> inline T atomic_update(tracked_ptr<T> p, F update) {
   ref<T> r = p.at(p.offset);
+  r.check(true);  // an atomic both reads and writes: outside the array it is reported as a write
   on_read(*r.a, r.index, true);
   T old = r.data[r.index];
   on_write(*r.a, r.index, true);
@@ -570,10 +571,11 @@ inline long long labops_rtc_syncthreads_count(long long predicate, int line, int
 template <class T> inline auto labops_rtc_value(const T& v) {
   if constexpr (std::is_class<T>::value) return v.get(); else return v;
 }
-#define __syncthreads() labops_rtc::syncthreads(__LINE__, __COUNTER__)
-#define __syncthreads_count(p) labops_rtc_syncthreads_count((p), __LINE__, __COUNTER__)
-#define __syncthreads_and(p) (labops_rtc_syncthreads_count(!(p), __LINE__, __COUNTER__) == 0)
-#define __syncthreads_or(p) (labops_rtc_syncthreads_count((p), __LINE__, __COUNTER__) != 0)
+// rtc.py numbers each call in the body (_number_barriers): two barriers on one line are two sites
+#define labops_rtc_syncthreads_at(site) labops_rtc::syncthreads(__LINE__, (site))
+#define labops_rtc_syncthreads_count_at(site, p) labops_rtc_syncthreads_count((p), __LINE__, (site))
+#define labops_rtc_syncthreads_and_at(site, p) (labops_rtc_syncthreads_count(!(p), __LINE__, (site)) == 0)
+#define labops_rtc_syncthreads_or_at(site, p) (labops_rtc_syncthreads_count((p), __LINE__, (site)) != 0)
 #define __syncwarp(...) labops_rtc::warp_sync(labops_rtc_mask(__VA_ARGS__), __LINE__, 0)
 inline unsigned labops_rtc_mask() { return 0xffffffffu; }
 inline unsigned labops_rtc_mask(unsigned m) { return m; }

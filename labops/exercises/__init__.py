@@ -21,12 +21,14 @@ from __future__ import annotations
 import os
 
 from ._core import CheckResult, Exercise, run_checks, wrap_lines
-from . import compiled as _compiled, convolution as _convolution, kernel as _kernel, layers as _layers
+from . import compiled as _compiled, convolution as _convolution, cuda as _cuda, kernel as _kernel, layers as _layers
+from .cuda import kernel_submission
 
-__all__ = ["CheckResult", "EXERCISES", "check", "describe"]
+__all__ = ["CheckResult", "EXERCISES", "check", "describe", "kernel_submission"]
 
 EXERCISES: dict[str, Exercise] = {
-    ex.id: ex for ex in (*_layers.EXERCISES, *_convolution.EXERCISES, *_kernel.EXERCISES, *_compiled.EXERCISES)
+    ex.id: ex for ex in (*_layers.EXERCISES, *_convolution.EXERCISES, *_kernel.EXERCISES, *_compiled.EXERCISES,
+                         *_cuda.EXERCISES)
 }
 
 

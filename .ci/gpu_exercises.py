@@ -8,7 +8,8 @@
    measured in this run, or cuBLAS without TF32 for the GEMM), beside native PyTorch and torch.compile of
    the same native code, and labops.sgemm's register-blocked step at the same GEMM size.
 
-Usage: PYTHONPATH=$PWD python .ci/gpu_exercises.py --out $OUT/exercises_gpu.json [--skip-parity]
+Usage: PYTHONPATH=$PWD python .ci/gpu_exercises.py --out $OUT/exercises_gpu.json [--skip-parity] [--skip-speed]
+       [--exercises cuda_gelu ...]   (NVRTC compiles each variant: run one process per exercise in parallel)
 """
 
 import argparse
@@ -158,6 +159,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--skip-parity", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--exercises", nargs="*", help="grade only these exercises' variants")
     args = parser.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit}
@@ -165,7 +168,7 @@ def main():
         from labops.exercises import cuda_corpus
 
         start = time.perf_counter()
-        rows = cuda_corpus.grade_corpus(device="cuda")
+        rows = cuda_corpus.grade_corpus(device="cuda", exercises=args.exercises or None)
         result["parity"] = [r._asdict() for r in rows]
         result["parity_seconds"] = time.perf_counter() - start
         wrong = [r for r in result["parity"] if r["named"] != r["planted"]]
@@ -173,6 +176,10 @@ def main():
               f"{len(wrong)} named another mistake than the planted one")
         for r in wrong[:20]:
             print("  ", r)
+    if args.skip_speed:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        return
     bandwidth = speed.copy_bandwidth()
     result["copy_bandwidth"] = bandwidth
     result["speed"] = speed_rows(bandwidth)

@@ -91,9 +91,9 @@ def benchmarks():
     }
 
 
-def submission_runner(exercise_id, args):
-    """(make_inputs, run) for the exercise's reference solution on the setup of ``args``."""
-    problem, solution = cuda.PROBLEMS[exercise_id], cuda.SOLUTIONS[exercise_id]
+def submission_runner(exercise_id, args, solution=None):
+    """(make_inputs, run) for ``solution`` (default: the exercise's reference) on the setup of ``args``."""
+    problem, solution = cuda.PROBLEMS[exercise_id], solution or cuda.SOLUTIONS[exercise_id]
     inputs, out_shapes, sizes = problem.setup(*args)
     launch = cuda._check_launch(solution.launch(**sizes), "launch")
     kernel = rtc.kernel(problem.kernel_name, list(problem.inputs), list(problem.outputs), solution.body)
@@ -129,7 +129,10 @@ def speed_rows(bandwidth):
                 return lambda ins: (lambda out: out if isinstance(out, tuple) else (out,))(fn(*ins))
 
             row = {"exercise": exercise_id}
-            for label, fn in (("reference", run), ("native", as_tuple(native)), ("compiled", as_tuple(compiled))):
+            candidates = [("reference", run), ("native", as_tuple(native)), ("compiled", as_tuple(compiled))]
+            if exercise_id in cuda.FAST_SOLUTIONS:
+                candidates.append(("fast", submission_runner(exercise_id, spec["args"], cuda.FAST_SOLUTIONS[exercise_id])[1]))
+            for label, fn in candidates:
                 start = time.perf_counter()
                 timing = speed.time_submission(fn, make_inputs, reference, check=relative_error(1e-4),
                                                min_total_s=0.2, min_reps=5, warmup=2, launch_is_ours=True)
@@ -161,7 +164,18 @@ def main():
     parser.add_argument("--skip-parity", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--exercises", nargs="*", help="grade only these exercises' variants")
+    parser.add_argument("--variant", help="grade this one variant and print its row as JSON (a kernel that "
+                                          "hangs the GPU then costs one process: .ci/gpu_exercises.sh)")
     args = parser.parse_args()
+    if args.variant:
+        from labops.exercises import cuda_corpus
+
+        start = time.perf_counter()
+        variant = next(v for v in cuda_corpus.CORPUS if v.id == args.variant)
+        row = cuda_corpus.grade(variant, "cuda")._asdict()
+        row["seconds"] = time.perf_counter() - start
+        print("ROW " + json.dumps(row))
+        return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit}
     if not args.skip_parity:
@@ -186,11 +200,11 @@ def main():
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"{result['device']}: copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write)")
-    print(f"{'exercise':32} {'roof':22} {'ref %':>7} {'torch %':>8} {'compile %':>9}")
+    print(f"{'exercise':32} {'roof':22} {'ref %':>7} {'fast %':>7} {'torch %':>8} {'compile %':>9}")
     for r in result["speed"]:
-        cells = [r.get(k, {}).get("percent_of_roof") for k in ("reference", "native", "compiled")]
+        cells = [r.get(k, {}).get("percent_of_roof") for k in ("reference", "fast", "native", "compiled")]
         text = ["-" if v is None else f"{v:.1f}" for v in cells]
-        print(f"{r['exercise']:32} {r['roof']:22} {text[0]:>7} {text[1]:>8} {text[2]:>9}")
+        print(f"{r['exercise']:32} {r['roof']:22} {text[0]:>7} {text[1]:>7} {text[2]:>8} {text[3]:>9}")
 
 
 if __name__ == "__main__":

@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
-# GPU machine: the CUDA exercises' corpus graded on the GPU, one process per exercise (NVRTC compiles
-# every variant, on the CPU cores), then the references' speed. Writes $OUT/parity_*.json, $OUT/speed.json.
+# GPU machine: every variant of the CUDA exercises' corpus graded on the GPU, each in a process of its own
+# with a time limit (a kernel that hangs the GPU costs that process, and is recorded as a hang), 12 at a
+# time (NVRTC compiles on the host's cores); then the references' speed.
+# Writes $OUT/parity_gpu.json, $OUT/speed.json and $OUT/exercises.log.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 LABOPS_CACHE_DIR=/tmp/labops-cache PYTHONPATH=$PWD
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-for e in $(python3 -c "from labops.exercises import cuda; print(' '.join(cuda.SOLUTIONS))"); do
-  timeout "${PARITY_TIMEOUT:-300}" python3 .ci/gpu_exercises.py --skip-speed --exercises "$e" --out "$out/parity_$e.json" \
-    > "$out/parity_$e.log" 2>&1 &
-done
-wait
-tail -n 3 "$out"/parity_*.log
-python3 - "$out" <<'PY'
-import glob, json, sys
-rows, first = [], None
-for path in sorted(glob.glob(f"{sys.argv[1]}/parity_*.json")):
-    d = json.load(open(path)); first = first or d; rows += d["parity"]
-if first:
-    first["parity"] = rows
-    json.dump(first, open(f"{sys.argv[1]}/parity_gpu.json", "w"), indent=1)
-    print(f"{len(rows)} variants graded on the GPU")
+work=$(mktemp -d)
+python3 -c "from labops.exercises import cuda_corpus; print('\n'.join(v.id for v in cuda_corpus.CORPUS))" > "$work/ids"
+start=$(date +%s)
+xargs -P "${JOBS:-12}" -I{} sh -c 'timeout "${VARIANT_TIMEOUT:-90}" python3 .ci/gpu_exercises.py --out /dev/null --variant "$1" > "$2/$(echo "$1" | tr / _).out" 2>&1; echo "rc $?" >> "$2/$(echo "$1" | tr / _).out"' _ {} "$work" < "$work/ids"
+echo "corpus graded on the GPU in $(( $(date +%s) - start )) s"
+python3 - "$work" "$out" <<'PY'
+import glob, json, subprocess, sys
+import torch
+work, out = sys.argv[1:]
+from labops.exercises import cuda_corpus
+by_id = {v.id: v for v in cuda_corpus.CORPUS}
+rows = []
+for path in sorted(glob.glob(f"{work}/*.out")):
+    text = open(path).read()
+    line = next((l for l in text.splitlines() if l.startswith("ROW ")), None)
+    if line:
+        rows.append(json.loads(line[4:]))
+        continue
+    vid = path.split("/")[-1][:-4]
+    v = next(v for k, v in by_id.items() if k.replace("/", "_") == vid)
+    rc = text.strip().splitlines()[-1] if text.strip() else "?"
+    rows.append({"variant": v.id, "exercise": v.exercise, "planted": v.planted, "passed": False,
+                 "named": "hang" if rc == "rc 124" else f"crash ({rc})", "tail": text[-600:]})
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": commit, "parity": rows},
+          open(f"{out}/parity_gpu.json", "w"), indent=1)
+wrong = [r for r in rows if r["named"] != r["planted"]]
+print(f"{len(rows)} variants; {len(wrong)} named another mistake than the planted one:")
+for r in wrong:
+    print("  ", {k: r[k] for k in ("variant", "planted", "passed", "named")}, r.get("tail", "")[-300:])
 PY
+cat "$work"/*.out > "$out/exercises.log"
 [ "${SKIP_SPEED:-0}" = 1 ] || timeout "${SPEED_TIMEOUT:-240}" python3 .ci/gpu_exercises.py --skip-parity --out "$out/speed.json" 2>&1 | tail -15

@@ -446,6 +446,27 @@ def _rewrite_shared(body, device="cpu", first_name=0):
     return "".join(pieces) + body[last:]
 
 
+_BARRIER_CALL = re.compile(r"\b__syncthreads(_count|_and|_or)?\s*\(")
+
+
+def _number_barriers(body):
+    """Each __syncthreads call gets its own number (NVRTC has no __COUNTER__): ``__syncthreads()`` becomes
+    ``labops_rtc_syncthreads_at(3)``, ``__syncthreads_count(p)`` ``labops_rtc_syncthreads_count_at(4, p)``.
+    Two barriers on one line are then told apart."""
+    ignored = [m.span() for m in re.finditer(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', body, re.S)]
+    pieces, last, site = [], 0, 0
+    for m in _BARRIER_CALL.finditer(body):
+        if any(a <= m.start() < b for a, b in ignored):
+            continue
+        suffix = m.group(1) or ""
+        empty = re.match(r"\s*\)", body[m.end():]) is not None
+        pieces += [body[last:m.start()], f"labops_rtc_syncthreads{suffix}_at({site}" + ("" if empty and not suffix
+                                                                                     else ", ")]
+        last = m.end()
+        site += 1
+    return "".join(pieces) + body[last:]
+
+
 # A body that never waits for another thread runs each thread to its end, without fibers.
 _WAITS = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync)\b")
 
@@ -482,7 +503,7 @@ def cpu_source(name, inputs, outputs, body, dtypes) -> str:
         f"{_REPORT_STRUCT}{_CPU_RUNTIME}\n"
         f"static inline void labops_rtc_thread(\n    {thread_params}) {{\n{typedefs}{silence}"
         f"  (void)blockIdx; (void)threadIdx; (void)blockDim; (void)gridDim;\n"
-        f'#line 1 "{name}"\n{_rewrite_shared(body)}\n}}\n\n'
+        f'#line 1 "{name}"\n{_number_barriers(_rewrite_shared(body))}\n}}\n\n'
         f'extern "C" void labops_rtc_launch(void* const* ptrs, const int* ndims, const long long* dims,\n'
         f"                                  const long long* numels, const unsigned int* config,\n"
         f"                                  labops_rtc::report* labops_rtc_report) {{\n"
@@ -551,7 +572,7 @@ def cuda_source(name, inputs, outputs, body, dtypes, checked=False) -> str:
     return (f"{_CUDA_PRELUDE}{include}{_CUDA_CHECKED_RUNTIME}\n"
             f'extern "C" __global__ void {name}(\n    ' + ",\n    ".join(params) + ") {\n"
             + context + "".join(locals_)
-            + f'#line 1 "{name}"\n{_rewrite_shared(body, "cuda", len(names))}\n'
+            + f'#line 1 "{name}"\n{_number_barriers(_rewrite_shared(body, "cuda", len(names)))}\n'
             + "  labops_rtc::check_pending(labops_rtc_context);\n}\n")
 
 
@@ -1349,6 +1370,7 @@ class Kernel:
                              f"grid to check it")
         dynamic_marks = torch.zeros(2 * max(blocks * shared_mem, 1), dtype=torch.int64, device=device)
         report = torch.zeros(len(_DEVICE_REPORT_FIELDS) + 3, dtype=torch.int64, device=device)
+        report[_DEVICE_REPORT_FIELDS.index("key")] = -1  # all ones: any bug comes before it
         extra = [m.data_ptr() for m in marks] + [report.data_ptr(), dynamic_marks.data_ptr(), shared_mem]
         self._launcher(device, dtypes, checked=True)(list(tensors[:n_in]) + outputs, grid, block, shared_mem, extra)
         values = dict(zip(_DEVICE_REPORT_FIELDS, report.tolist()))
@@ -1363,7 +1385,7 @@ class Kernel:
 
 # rtc_cuda_checked.h's report, in order (indices is four values)
 _DEVICE_REPORT_FIELDS = ("claimed", "kind", "index", "extent", "write", "line", "race", "thread_a", "thread_b",
-                         "depth", "i0", "i1", "i2", "i3", "name")
+                         "depth", "i0", "i1", "i2", "i3", "name", "key")
 
 
 class _DeviceReport:

@@ -3,11 +3,11 @@
 //
 // The body is the same; its tensors and __shared__ arrays become the same kind of proxies as on the CPU,
 // each access checked against its array's size and recorded in a shadow word per element (which thread
-// wrote or read it last, after how many barriers). Here the block's threads really run at once, so a race
-// is caught when one access finds the other's record: when both land before either records, it may be
-// missed, and on another run it is not. __syncthreads counts the threads that reach it; a warp operation
-// checks that the lanes of its mask are all there. The first bug a thread finds is written to the report
-// (the others are dropped), and the launch goes on without the access: a checked launch never faults.
+// wrote or read it last, after how many barriers). Here the block's threads really run at once: each access
+// publishes its mark with an atomic exchange before it reads the other's, so of two conflicting accesses the
+// second always sees the first. __syncthreads counts the threads that reach it; a warp operation checks that
+// the lanes of its mask are all there. Of the bugs found, the report keeps the one the CPU would have found
+// first (claim), and the launch goes on without the bad access: a checked launch never faults.
 namespace labops_rtc {
 
 template <class T> struct is_const_t { static const bool value = false; };
@@ -23,6 +23,8 @@ enum : long long { read_before_write = 1, write_after_read = 2, two_writes = 3 }
 struct report {  // rtc.py's _DEVICE_REPORT_FIELDS, in order
   unsigned long long claimed;
   long long kind, index, extent, write, line, race, thread_a, thread_b, depth, indices[4], name;
+  unsigned long long key;  // rtc.py starts it at all ones
+  int lock, pad;
 };
 
 // A shadow word: bits 0-39 a global thread index + 1 (0: nobody; all ones: several readers), 40-55 the
@@ -47,22 +49,53 @@ struct array_info {
 
 __device__ unsigned char sink[64];  // where an access outside every array goes instead
 
-__device__ inline bool claim(thread_context& c, long long kind) {
-  if (atomicCAS(&c.out->claimed, 0ULL, 1ULL) != 0ULL) return false;
+// Which bug the report keeps: the one the CPU would have found first. The CPU runs blocks in order, and in a
+// block the epochs (barriers passed) in order, the threads in order within one, and it checks a barrier
+// (not every thread reached it, then a read of unwritten shared memory) after the epoch's accesses. A
+// bug's key is that order; the smallest key wins, whatever order the GPU found them in.
+constexpr unsigned at_barrier_order = 0xFFFE, at_uninitialized_order = 0xFFFF;
+
+__device__ inline unsigned long long order_key(const thread_context& c, unsigned order) {
+  const unsigned long long block = c.block < (1LL << 24) ? c.block : (1LL << 24) - 1;
+  const unsigned long long epoch = c.epoch < (1u << 24) ? c.epoch : (1u << 24) - 1;
+  return block << 40 | epoch << 16 | order;
+}
+
+// Takes the report's lock when this bug comes before the one it holds; the caller fills it, then release().
+__device__ inline bool claim(thread_context& c, long long kind, unsigned order) {
+  const unsigned long long key = order_key(c, order);
+  if (key >= *static_cast<volatile unsigned long long*>(&c.out->key)) return false;
+  while (atomicCAS(&c.out->lock, 0, 1) != 0) {}
+  __threadfence();
+  if (key >= c.out->key) {
+    __threadfence();
+    atomicExch(&c.out->lock, 0);
+    return false;
+  }
+  c.out->key = key;
+  c.out->claimed = 1;
   c.out->kind = kind;
   c.out->thread_a = c.self;
+  c.out->thread_b = 0;
+  c.out->depth = 0;
   return true;
+}
+
+__device__ inline void release(thread_context& c) {
+  __threadfence();
+  atomicExch(&c.out->lock, 0);
 }
 
 __device__ inline void report_out_of_bounds(thread_context& c, int name, long long index, long long numel,
                                             bool write, const long long* indices = nullptr, int depth = 0) {
-  if (!claim(c, out_of_bounds)) return;
+  if (!claim(c, out_of_bounds, c.me)) return;
   c.out->name = name;
   c.out->index = index;
   c.out->extent = numel;
   c.out->write = write ? 1 : 0;
   c.out->depth = depth;
   for (int d = 0; d < depth && d < 4; ++d) c.out->indices[d] = indices[d];
+  release(c);
 }
 
 __device__ inline unsigned long long stamp(const thread_context& c, bool atomic) {
@@ -81,39 +114,45 @@ __device__ inline bool ordered(const thread_context& c, unsigned long long word)
 
 __device__ inline void report_race(thread_context& c, const array_info& a, long long index, long long kind,
                                    unsigned long long other) {
-  if (!claim(c, data_race)) return;
+  if (!claim(c, data_race, c.me)) return;
   c.out->name = a.name;
   c.out->index = index;
   c.out->race = kind;
   c.out->thread_a = (other & id_bits) == many ? -1 : static_cast<long long>(other & id_bits) - 1;
   c.out->thread_b = c.self;
   c.out->write = a.is_shared ? 1 : 0;
+  release(c);
 }
 
+// Each access publishes its mark with an atomic exchange, then (after a fence) reads the other kind of mark:
+// of two conflicting accesses, whichever comes second sees the first, even when they run at the same time.
 __device__ inline void on_read(thread_context& c, const array_info& a, long long index, bool atomic = false) {
   shadow& s = a.marks[index];
-  const unsigned long long writer = s.writer;
+  if (!atomic) {
+    const unsigned long long before = atomicExch(&s.reader, stamp(c, false));
+    const bool alone = !(before & id_bits) || ((before & id_bits) != many && ordered(c, before));
+    if (!alone) atomicExch(&s.reader, (stamp(c, false) & ~id_bits) | many);
+  }
+  __threadfence();
+  const unsigned long long writer = *static_cast<volatile unsigned long long*>(&s.writer);
   if ((writer & id_bits) && !ordered(c, writer) && !(atomic && (writer >> 63)))
     report_race(c, a, index, read_before_write, writer);
   if (!(writer & id_bits) && a.is_shared && c.pending_name < 0) {
     c.pending_name = a.name;
     c.pending_index = index;
   }
-  if (atomic) return;
-  const unsigned long long reader = s.reader;
-  const bool alone = !(reader & id_bits) || ((reader & id_bits) != many && ordered(c, reader));
-  s.reader = alone ? stamp(c, false) : ((stamp(c, false) & ~id_bits) | many);
 }
 
 __device__ inline void on_write(thread_context& c, const array_info& a, long long index, bool atomic = false) {
   shadow& s = a.marks[index];
-  const unsigned long long writer = s.writer, reader = s.reader;
+  const unsigned long long writer = atomicExch(&s.writer, stamp(c, atomic));
+  __threadfence();
+  const unsigned long long reader = *static_cast<volatile unsigned long long*>(&s.reader);
   if ((writer & id_bits) && !ordered(c, writer) && !(atomic && (writer >> 63)))
     report_race(c, a, index, two_writes, writer);
-  else if ((reader & id_bits) == many ? ((reader >> 40) & 0xFFFF) == (c.epoch & 0xFFFF)
+  else if ((reader & id_bits) == many ? ((reader >> 40) & 0xFFFF) == (c.epoch & 0xFFFF) && !ordered(c, reader)
                                       : (reader & id_bits) && !ordered(c, reader))
     report_race(c, a, index, write_after_read, reader);
-  s.writer = stamp(c, atomic);
 }
 
 template <class T> struct tracked_ptr;
@@ -285,9 +324,10 @@ template <class T> __device__ inline view<T, (1LL << 40)> enter_dynamic(thread_c
 
 __device__ inline void check_pending(thread_context& c) {
   if (c.pending_name < 0) return;
-  if (claim(c, uninitialized_read)) {
+  if (claim(c, uninitialized_read, at_uninitialized_order)) {
     c.out->name = c.pending_name;
     c.out->index = c.pending_index;
+    release(c);
   }
   c.pending_name = -1;
 }
@@ -302,10 +342,11 @@ __device__ inline void barrier(thread_context& c, int line, int site, int* predi
     same_site = same_site && (ones == 0 || ones == arrived);
   }
   if (predicate_count) *predicate_count = __syncthreads_count(predicate);
-  if ((arrived != static_cast<int>(c.threads) || !same_site) && claim(c, divergent_barrier)) {
+  if ((arrived != static_cast<int>(c.threads) || !same_site) && claim(c, divergent_barrier, at_barrier_order)) {
     c.out->line = line;
     c.out->index = arrived;  // how many threads arrived (rtc.py names the rest)
     c.out->race = 0;
+    release(c);
   }
   check_pending(c);
   ++c.epoch;
@@ -317,10 +358,11 @@ __device__ inline void warp_op(thread_context& c, unsigned mask, int line) {
   const unsigned lanes = c.threads - first < 32 ? c.threads - first : 32;
   const unsigned existing = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
   const unsigned required = mask & existing, here = __activemask();
-  if ((here & required) != required && claim(c, divergent_barrier)) {
+  if ((here & required) != required && claim(c, divergent_barrier, c.me)) {
     c.out->line = line;
     c.out->index = __popc(here & required);
     c.out->race = 1;
+    release(c);
   }
   ++c.warp_epoch;
 }
@@ -354,7 +396,8 @@ template <class T, class V> __device__ inline T atomicCAS(labops_rtc::tracked_pt
   return labops_rtc::atomic_tracked(p, [&](T* raw) { return ::atomicCAS(raw, static_cast<T>(compare), static_cast<T>(value)); });
 }
 
-#define __syncthreads() labops_rtc::barrier(labops_rtc_context, __LINE__, __COUNTER__)
+// rtc.py numbers each call in the body (_number_barriers): two barriers on one line are two sites
+#define labops_rtc_syncthreads_at(site) labops_rtc::barrier(labops_rtc_context, __LINE__, (site))
 #define __syncwarp(...) (labops_rtc::warp_op(labops_rtc_context, labops_rtc_mask(__VA_ARGS__), __LINE__), __syncwarp(__VA_ARGS__))
 __device__ inline unsigned labops_rtc_mask() { return 0xffffffffu; }
 __device__ inline unsigned labops_rtc_mask(unsigned m) { return m; }
@@ -370,6 +413,6 @@ __device__ inline int labops_rtc_syncthreads_count(labops_rtc::thread_context& c
   labops_rtc::barrier(c, line, site, &count, predicate);
   return count;
 }
-#define __syncthreads_count(p) labops_rtc_syncthreads_count(labops_rtc_context, (p), __LINE__, __COUNTER__)
-#define __syncthreads_and(p) (labops_rtc_syncthreads_count(labops_rtc_context, !(p), __LINE__, __COUNTER__) == 0)
-#define __syncthreads_or(p) (labops_rtc_syncthreads_count(labops_rtc_context, (p), __LINE__, __COUNTER__) != 0)
+#define labops_rtc_syncthreads_count_at(site, p) labops_rtc_syncthreads_count(labops_rtc_context, (p), __LINE__, (site))
+#define labops_rtc_syncthreads_and_at(site, p) (labops_rtc_syncthreads_count(labops_rtc_context, !(p), __LINE__, (site)) == 0)
+#define labops_rtc_syncthreads_or_at(site, p) (labops_rtc_syncthreads_count(labops_rtc_context, (p), __LINE__, (site)) != 0)

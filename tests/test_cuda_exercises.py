@@ -285,3 +285,11 @@ def test_grading_one_exercise_on_the_cpu_takes_seconds(exercise_id, tmp_path, mo
     assert result.passed
     assert rtc.cache_info()["compiles"] > compiles  # the cold run compiled the kernel
     assert cold < 60 and warm < 20, f"{exercise_id}: {cold:.1f} s cold, {warm:.1f} s warm"
+
+
+@pytest.mark.parametrize("exercise_id", sorted(cuda.FAST_SOLUTIONS))
+def test_the_fast_references_pass_their_exercises(exercise_id):
+    from labops.exercises._core import run_checks
+
+    result = run_checks(cuda.EXERCISES_BY_ID[exercise_id], cuda.FAST_SOLUTIONS[exercise_id], True)
+    assert result.passed, result.messages

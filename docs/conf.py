@@ -100,7 +100,7 @@ def link_notebooks() -> list[Path]:
     """Link the course and the student exercises into docs/notebooks/; drop links whose target is gone."""
     out = DOCS / "notebooks"
     nb = ROOT / "notebooks"
-    wanted = {out / p.name: p for p in sorted(nb.glob("[0-9][0-9]_*.ipynb"))}
+    wanted = {out / p.name: p for p in sorted(nb.glob("[0-9][0-9]*_*.ipynb"))}
     wanted.update({out / p.name: p for p in (nb / "glossary.md", nb / "writeups.md") if p.exists()})
     wanted.update({out / "exercises" / p.name: p for p in sorted(nb.glob("exercises/release/*/*.ipynb"))})
     for dst, src in wanted.items():

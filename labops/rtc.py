@@ -569,8 +569,9 @@ def cuda_source(name, inputs, outputs, body, dtypes, checked=False) -> str:
                "  labops_rtc_context.epoch = 0; labops_rtc_context.warp_epoch = 0; labops_rtc_context.pending_name = -1;\n"
                "  labops_rtc_context.pending_index = 0;\n"
                "  (void)labops_rtc_dynamic_marks; (void)labops_rtc_dynamic_bytes;\n")
+    # the checks take registers: bound them so that a block of 1024 threads still launches
     return (f"{_CUDA_PRELUDE}{include}{_CUDA_CHECKED_RUNTIME}\n"
-            f'extern "C" __global__ void {name}(\n    ' + ",\n    ".join(params) + ") {\n"
+            f'extern "C" __global__ void __launch_bounds__(1024) {name}(\n    ' + ",\n    ".join(params) + ") {\n"
             + context + "".join(locals_)
             + f'#line 1 "{name}"\n{_number_barriers(_rewrite_shared(body, "cuda", len(names)))}\n'
             + "  labops_rtc::check_pending(labops_rtc_context);\n}\n")

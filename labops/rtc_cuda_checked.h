@@ -357,7 +357,9 @@ __device__ inline void warp_op(thread_context& c, unsigned mask, int line) {
   const unsigned first = (c.me / 32) * 32;
   const unsigned lanes = c.threads - first < 32 ? c.threads - first : 32;
   const unsigned existing = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
-  const unsigned required = mask & existing, here = __activemask();
+  const unsigned required = mask & existing;
+  __syncwarp(required);  // the lanes converge here (the body's own op would sync them too): then look
+  const unsigned here = __activemask();
   if ((here & required) != required && claim(c, divergent_barrier, c.me)) {
     c.out->line = line;
     c.out->index = __popc(here & required);

@@ -103,7 +103,7 @@ def typed_benchmark_figures(text: str, values: dict) -> list[str]:
     return found
 
 
-NOTEBOOKS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(ROOT.glob("notebooks/[0-9][0-9]*_*.ipynb"))
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)

@@ -53,7 +53,7 @@ def pages():
 
 def notebooks():
     nb = ROOT / "notebooks"
-    course = [(p, Path("notebooks") / p.name) for p in sorted(nb.glob("[0-9][0-9]_*.ipynb"))]
+    course = [(p, Path("notebooks") / p.name) for p in sorted(nb.glob("[0-9][0-9]*_*.ipynb"))]
     exercises = [(p, Path("notebooks/exercises") / p.name) for p in sorted(nb.glob("exercises/release/*/*.ipynb"))]
     return course + exercises
 

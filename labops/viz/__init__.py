@@ -16,6 +16,7 @@ One module per topic, every name re-exported here (``viz.thread_map``):
 - ``upsample``: bilinear upsampling (``upsample_sampling_positions``, ``upsample_gradient_flow``,
   ``upsample_mode_difference``)
 - ``reorg``: the reorg orders (``reorg_channel_maps``)
+- ``race``: a data race ``labops.rtc`` caught (``race_figure``)
 
 Adding a figure for a new layer: write a function in that layer's module
 (a new ``labops/viz/<layer>.py`` if it has none), build the axes with
@@ -29,6 +30,7 @@ from labops.viz._draw import draw_matrix, explore, new_figure
 from labops.viz.activation import gelu_forms
 from labops.viz.bench import bench_bars, load_bench, roofline
 from labops.viz.conv import im2col_figure, im2col_numpy
+from labops.viz.race import race_figure
 from labops.viz.reorg import reorg_channel_maps
 from labops.viz.threads import thread_map
 from labops.viz.upsample import upsample_gradient_flow, upsample_mode_difference, upsample_sampling_positions
@@ -42,6 +44,7 @@ __all__ = [
     "im2col_numpy",
     "load_bench",
     "new_figure",
+    "race_figure",
     "thread_map",
     "upsample_gradient_flow",
     "upsample_mode_difference",

@@ -168,8 +168,13 @@ def main():
                                           "hangs the GPU then costs one process: .ci/gpu_exercises.sh)")
     args = parser.parse_args()
     if args.variant:
+        import faulthandler
+        import os
+
         from labops.exercises import cuda_corpus
 
+        # before the shell's time limit: where it was stuck (a kernel that never ends, or Python)
+        faulthandler.dump_traceback_later(float(os.environ.get("VARIANT_TIMEOUT", 90)) - 15, exit=True)
         start = time.perf_counter()
         variant = next(v for v in cuda_corpus.CORPUS if v.id == args.variant)
         row = cuda_corpus.grade(variant, "cuda")._asdict()

@@ -233,8 +233,8 @@ def _same(x):
 
 @needs_cuda
 def test_copy_kernel_scores_near_the_copy_bandwidth():
-    bandwidth = speed.copy_bandwidth()
-    timing = speed.time_submission(_copy_run, _inputs, _same)
+    bandwidth = speed.copy_bandwidth()  # the roof's launch is hidden, and so is this kernel's (ours, too)
+    timing = speed.time_submission(_copy_run, _inputs, _same, launch_is_ours=True)
     assert timing.passed and timing.flags == () and timing.reps >= 10, timing.reasons
     assert sum(timing.times_s) >= 0.1
     percent = speed.memory_score(timing.median_s, 2 * N * 4, bandwidth)

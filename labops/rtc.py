@@ -252,8 +252,18 @@ def clear_cache() -> None:
 # Source generation (pure Python: testable without a compiler or a GPU)
 # ---------------------------------------------------------------------------------------------------------
 
+# A comment or a string or character literal of a body: names inside one are not uses.
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', re.S)
+
+
 def _strip_comments_and_strings(body: str) -> str:
-    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', " ", body, flags=re.S)
+    return _COMMENT_OR_STRING.sub(" ", body)
+
+
+def _in_comment_or_string(body: str):
+    """A test of a position of ``body``: is it inside a comment or a string?"""
+    spans = [m.span() for m in _COMMENT_OR_STRING.finditer(body)]
+    return lambda position: any(a <= position < b for a, b in spans)
 
 
 def gpu_only_features(body: str) -> list[str]:
@@ -383,10 +393,10 @@ def shared_arrays(body: str) -> list[SharedArray]:
 
 def _shared_declarations(body):
     """((start, end) of each declaration in ``body``, SharedArray) for every declarator."""
-    ignored = [m.span() for m in re.finditer(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', body, re.S)]
+    ignored = _in_comment_or_string(body)
     found = []
     for m in _SHARED_DECLARATION.finditer(body):
-        if any(a <= m.start() < b for a, b in ignored):
+        if ignored(m.start()):
             continue
         declarators = _split_top_level(m.group("declarators"))
         element_type = None
@@ -453,10 +463,10 @@ def _number_barriers(body):
     """Each __syncthreads call gets its own number (NVRTC has no __COUNTER__): ``__syncthreads()`` becomes
     ``labops_rtc_syncthreads_at(3)``, ``__syncthreads_count(p)`` ``labops_rtc_syncthreads_count_at(4, p)``.
     Two barriers on one line are then told apart."""
-    ignored = [m.span() for m in re.finditer(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', body, re.S)]
+    ignored = _in_comment_or_string(body)
     pieces, last, site = [], 0, 0
     for m in _BARRIER_CALL.finditer(body):
-        if any(a <= m.start() < b for a, b in ignored):
+        if ignored(m.start()):
             continue
         suffix = m.group(1) or ""
         empty = re.match(r"\s*\)", body[m.end():]) is not None

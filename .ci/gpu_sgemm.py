@@ -9,6 +9,7 @@ Usage: python .ci/gpu_sgemm.py --out $OUT/rtc_sgemm_gpu.json [--size 4096]
 
 import argparse
 import json
+import os
 import subprocess
 
 import torch
@@ -31,7 +32,9 @@ def main():
     parser.add_argument("--size", type=int, default=4096)
     args = parser.parse_args()
     m = n = k = args.size
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # the device's copy of the tree may carry an older .git: the caller can say which commit it is
+    commit = os.environ.get("LABOPS_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                                               capture_output=True, text=True).stdout.strip()
     with speed.fp32_matmul():
         cublas_s = speed.cublas_sgemm_time(m, n, k)
         rows = []

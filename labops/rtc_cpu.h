@@ -612,6 +612,12 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 template <class T> inline T __ldg(const T* p) { return *p; }
 template <class T> inline T __ldg(labops_rtc::checked_ptr<const T> p) { return *p; }
+// CUDA's vector types, for 8- and 16-byte loads through a plain pointer: `*(const float4*)&x[i]`. The
+// plain pointer is not tracked, so its reads and writes are not checked.
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __clz(int x) { return x ? __builtin_clz(static_cast<unsigned>(x)) : 32; }

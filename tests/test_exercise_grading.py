@@ -213,8 +213,9 @@ def graded(tmp_path_factory):
     with open(course / "grades.csv") as f:
         grades = {(r["student_id"], r["assignment"]): (float(r["score"]), float(r["max_score"]))
                   for r in csv.DictReader(f)}
-    print(f"\nautograde of {len(students)} students ({WORKERS} at a time): {total:.0f} s; alice's 8 notebooks "
-          f"{seconds['alice']:.0f} s; the hangs {seconds['bad_hangs']:.0f} s and {seconds['bad_hangs_at_top_level']:.0f} s")
+    print(f"\nautograde of {len(students)} students ({WORKERS} at a time): {total:.0f} s; alice's "
+          f"{len(ASSIGNMENTS)} notebooks {seconds['alice']:.0f} s; the hangs {seconds['bad_hangs']:.0f} s and "
+          f"{seconds['bad_hangs_at_top_level']:.0f} s")
     return course, runs, grades, seconds
 
 

@@ -6,6 +6,7 @@ sentence naming that bug (and not merely "wrong").
 """
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,6 +136,28 @@ std::tuple<at::Tensor, at::Tensor> prelu_backward(const at::Tensor& grad_y, cons
 def test_every_exercise_has_a_right_answer_here():
     assert set(RIGHT) | {"prelu_op"} | set(cuda.SOLUTIONS) == set(EXERCISES)
     assert len(EXERCISES) >= 12
+
+
+def test_every_exercise_is_graded_once_for_what_its_checks_are_worth():
+    # The course (notebooks/exercises/source/exNN_*) grades each exercise in one check cell. Its nbgrader
+    # points must be the check's max_score: the score written under the cell is out of max_score, and
+    # nbgrader's autograde fails on a score above the cell's points.
+    nbformat = pytest.importorskip("nbformat")
+    from labops.exercises.grading import check_call
+
+    source = Path(__file__).resolve().parent.parent / "notebooks" / "exercises" / "source"
+    graded = {}
+    for path in sorted(source.glob("*/*.ipynb")):
+        for cell in nbformat.read(path, 4).cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+                exercise = (check_call(cell.source) or (None,))[0]
+                assert exercise not in graded, f"{exercise} is graded in {graded[exercise][0]} and {path.name}"
+                graded[exercise] = (path.name, meta.get("points"))
+    assert set(graded) == set(EXERCISES)
+    for exercise, (notebook, points) in graded.items():
+        max_score = sum(c.points for c in EXERCISES[exercise].make_checks(False))
+        assert points == max_score, f"{notebook}: {exercise}'s cell is worth {points}, its checks {max_score}"
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))

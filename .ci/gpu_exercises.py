@@ -18,98 +18,15 @@ import subprocess
 import time
 
 import torch
-import torch.nn.functional as F
 
-from labops import rtc, sgemm
+from labops import sgemm
 from labops.exercises import cuda, speed
-
-
-def relative_error(limit):
-    def check(outputs, expected):
-        outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-        expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-        for k, (got, want) in enumerate(zip(outputs, expected)):
-            got, want = got.double(), want.double()
-            if got.shape != want.shape:
-                return f"output {k}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-            error = ((got - want).norm() / want.norm()).item()
-            if not error < limit:
-                return f"output {k}: relative error {error:.2e} >= {limit:.0e}"
-        return None
-    return check
+# the benchmark sizes, the native functions and the roofs: one definition, shared with `labops speed-board`
+from labops.exercises.speed_board import GEMM, benchmarks, relative_error, submission_runner
 
 
 def geometry(sh=1, sw=1, ph=1, pw=1):
     return torch.tensor([sh, sw, ph, pw], dtype=torch.int64, device="cuda")
-
-
-# Per exercise: the case arguments of its setup at a benchmark size (as the exercise's cases give them),
-# the native function of its inputs, and its minimal bytes (each input read once, each output written once).
-N_GELU = 2**26
-POOL = (64, 256, 56, 56)
-SOFTMAX = (2**16, 1024)
-GEMM = 4096
-CONV = dict(C=256, H=112, W=112, k=3)
-DEPTHWISE = dict(N=32, C=256, H=56, W=56, k=3)
-
-
-def out_size(size, k, s, p):
-    return (size + 2 * p - k) // s + 1
-
-
-def benchmarks():
-    C, H, W, k = CONV["C"], CONV["H"], CONV["W"], CONV["k"]
-    oh, ow = out_size(H, k, 1, 1), out_size(W, k, 1, 1)
-    n, c, h, w = DEPTHWISE["N"], DEPTHWISE["C"], DEPTHWISE["H"], DEPTHWISE["W"]
-    dk = DEPTHWISE["k"]
-    return {
-        "cuda_gelu": dict(args=(torch.randn(N_GELU), torch.randn(N_GELU)),
-                          native=lambda x, gy: (F.gelu(x), torch.ops.aten.gelu_backward(gy, x)),
-                          bytes=4 * N_GELU * 4),
-        "cuda_global_avg_pool": dict(args=(torch.randn(*POOL),), native=lambda x: x.mean((2, 3)),
-                                     bytes=4 * (POOL[0] * POOL[1] * POOL[2] * POOL[3] + POOL[0] * POOL[1])),
-        "cuda_softmax": dict(args=(torch.randn(*SOFTMAX),), native=lambda x: torch.softmax(x, -1),
-                             bytes=2 * 4 * SOFTMAX[0] * SOFTMAX[1]),
-        "cuda_sgemm": dict(args=(torch.randn(GEMM, GEMM), torch.randn(GEMM, GEMM)), native=torch.mm,
-                           gemm=(GEMM, GEMM, GEMM)),
-        "cuda_im2col": dict(args=(torch.randn(C, H, W), k, k, 1, 1, 1, 1),
-                            native=lambda img, geom: F.unfold(img[None], (k, k), padding=1).view(C, k, k, oh, ow),
-                            bytes=4 * (C * H * W + C * k * k * oh * ow)),
-        "cuda_col2im": dict(args=(torch.randn(C, k, k, oh, ow), H, W, 1, 1, 1, 1),
-                            native=lambda cols, geom: F.fold(cols.reshape(1, C * k * k, oh * ow), (H, W), (k, k),
-                                                             padding=1)[0],
-                            bytes=4 * (C * H * W + C * k * k * oh * ow)),
-        "cuda_col2im_atomic": dict(args=(torch.randn(C, k, k, oh, ow), H, W, 1, 1, 1, 1),
-                                   native=lambda cols, geom: F.fold(cols.reshape(1, C * k * k, oh * ow), (H, W),
-                                                                    (k, k), padding=1)[0],
-                                   bytes=4 * (C * H * W + C * k * k * oh * ow)),
-        "cuda_depthwise_weight_grad": dict(
-            args=(torch.randn(n, c, h, w), torch.randn(n, c, out_size(h, dk, 1, 1), out_size(w, dk, 1, 1)),
-                  dk, dk, 1, 1, 1, 1),
-            native=lambda x, gy, geom: torch.nn.grad.conv2d_weight(x, (c, 1, dk, dk), gy, padding=1, groups=c),
-            bytes=4 * (n * c * h * w * 2 + c * dk * dk)),
-    }
-
-
-def submission_runner(exercise_id, args, solution=None):
-    """(make_inputs, run) for ``solution`` (default: the exercise's reference) on the setup of ``args``."""
-    problem, solution = cuda.PROBLEMS[exercise_id], solution or cuda.SOLUTIONS[exercise_id]
-    inputs, out_shapes, sizes = problem.setup(*args)
-    launch = cuda._check_launch(solution.launch(**sizes), "launch")
-    kernel = rtc.kernel(problem.kernel_name, list(problem.inputs), list(problem.outputs), solution.body)
-    shapes = [(t.shape, t.dtype) for t in inputs]
-    constants = [t.cuda() for t in inputs]
-
-    def make_inputs(generator):
-        return tuple(torch.randn(shape, generator=generator, device="cuda") if dtype.is_floating_point else constant
-                     for (shape, dtype), constant in zip(shapes, constants))
-
-    def run(ins):
-        outs = [torch.full(s, problem.fill, device="cuda") if problem.fill == 0.0 else torch.empty(s, device="cuda")
-                for s in out_shapes]
-        kernel(*ins, *outs, grid=launch.grid, block=launch.block, shared_mem=launch.shared_mem)
-        return tuple(outs)
-    return make_inputs, run
 
 
 def speed_rows(bandwidth):

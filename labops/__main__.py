@@ -1,10 +1,11 @@
-"""labops command line: doctor, build, bench, exercises, audit-grades.
+"""labops command line: doctor, build, bench, exercises, audit-grades, speed-board.
 
     labops doctor     what is installed, build the ops, check each (forward and backward, every
                       device) against native PyTorch in float64
     labops build      compile the ops now (instead of on first use)
     labops bench      labops vs native PyTorch vs copy bandwidth
     labops audit-grades  after nbgrader autograde: flag every score that is not the trusted one
+    labops speed-board   on a GPU: time every student's CUDA kernels of an assignment, write the leaderboard
 """
 
 import argparse
@@ -166,7 +167,29 @@ def main(argv=None) -> int:
                            "the trusted one (exit status 1 when there is any)")
     audit.add_argument("course", nargs="?", default=".", help="the course folder (default: here)")
     audit.add_argument("--db", default=None, help="the gradebook's URL (default: sqlite:///<course>/gradebook.db)")
+    board = sub.add_parser("speed-board", help="on a GPU: time every student's cuda_* kernels of an assignment "
+                           "(nbgrader's submitted/ folder) and write the class's speed leaderboard as a CSV")
+    board.add_argument("--course", default=".", help="the nbgrader course folder (default: here)")
+    board.add_argument("--assignment", required=True, help="the assignment, e.g. ex09_cuda_kernels")
+    board.add_argument("--out", default=None, help="the CSV (default: <course>/speed_<assignment>.csv, beside "
+                       "nbgrader's grades.csv)")
+    board.add_argument("--skip", nargs="*", default=[], metavar="STUDENT", help="students not to time (a kernel "
+                       "that broke the CUDA context or never finished: the board names them)")
+    board.add_argument("--kernel-time-limit", type=float, default=600.0, metavar="SECONDS", help="how long one "
+                       "kernel's compile, checked launch and timing may take before the board stops (default 600)")
     args, rest = parser.parse_known_args(argv)
+    if args.command == "speed-board":
+        if rest:
+            parser.error(f"speed-board: unrecognized arguments: {' '.join(rest)}")
+        from labops.exercises.speed_board import board as speed_board
+
+        try:
+            speed_board(args.course, args.assignment, args.out, skip=tuple(args.skip),
+                        kernel_time_limit_s=args.kernel_time_limit)
+        except (RuntimeError, FileNotFoundError) as exc:
+            print(f"labops speed-board: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "audit-grades":
         from labops.exercises.grading import audit as audit_grades
 

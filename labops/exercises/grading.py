@@ -40,7 +40,8 @@ from pathlib import Path
 from ._core import evaluate, seeds_from, wrap_lines
 from .sandbox import CodeStep, GradeStep, Limits, bwrap_args, bwrap_path, run_steps, signal_name
 
-__all__ = ["ContainedExecute", "SandboxedKernelManager", "TrustedScores", "audit", "grade_cells", "load_secret"]
+__all__ = ["ContainedExecute", "SandboxedKernelManager", "TrustedScores", "audit", "grade_cells", "load_secret",
+           "notebook_steps"]
 
 DEFAULT_SECRET_FILE = "~/.config/labops/grader_secret"
 LEDGER_DIRECTORY = "trusted_scores"
@@ -90,13 +91,9 @@ def _is_graded_check(cell) -> bool:
     return cell.get("cell_type") == "code" and meta.get("grade") and not meta.get("solution")
 
 
-def grade_cells(cells: list, secret: str, limits: Limits | None = None, skip: dict | None = None) \
-        -> tuple[dict, dict]:
-    """Grade every ``check`` cell of a notebook from its student cells' source; never runs them here.
-
-    ``skip``: {cell index: why} for cells not to run (they hung or crashed the notebook's kernel).
-    Returns ({cell index: CheckResult}, {cell index: note on a student cell that raised, hung or crashed}).
-    """
+def notebook_steps(cells: list, skip: dict | None = None) -> tuple[list, dict]:
+    """A notebook's code cells as sandbox steps: a CodeStep per student cell, a GradeStep (its cases not drawn
+    yet) per labops ``check`` cell; and {step index: cell index}. ``skip`` as for ``grade_cells``."""
     from . import EXERCISES
 
     steps, where = [], {}  # where: step index -> cell index
@@ -112,6 +109,19 @@ def grade_cells(cells: list, secret: str, limits: Limits | None = None, skip: di
         else:
             where[len(steps)] = index
             steps.append(CodeStep(f"cell {index + 1}", cell.get("source", ""), (skip or {}).get(index)))
+    return steps, where
+
+
+def grade_cells(cells: list, secret: str, limits: Limits | None = None, skip: dict | None = None) \
+        -> tuple[dict, dict]:
+    """Grade every ``check`` cell of a notebook from its student cells' source; never runs them here.
+
+    ``skip``: {cell index: why} for cells not to run (they hung or crashed the notebook's kernel).
+    Returns ({cell index: CheckResult}, {cell index: note on a student cell that raised, hung or crashed}).
+    """
+    from . import EXERCISES
+
+    steps, where = notebook_steps(cells, skip)
 
     def checks_of(step):
         with seeds_from(secret):

@@ -42,11 +42,12 @@ import torch
 
 from ._core import Opaque, Outcome, Raised
 
-__all__ = ["CodeStep", "GradeStep", "Limits", "bwrap_args", "bwrap_path", "run_steps", "signal_name"]
+__all__ = ["CodeStep", "GradeStep", "KernelStep", "Limits", "bwrap_args", "bwrap_path", "run_steps", "signal_name"]
 
 CELL_TIME_LIMIT_S = 60.0  # one of the learner's cells (definitions run in milliseconds)
 SLACK_S = 10.0  # on top of a limit the child enforces itself: its start-up, writing the result
 LARGEST_RESULT_BYTES = 64 << 20  # one returned array; the cases' answers are kilobytes
+LARGEST_KERNEL_BODY = 64 << 10  # a KernelStep's body, in UTF-8 bytes (the references are under 2 KiB)
 
 
 @dataclass
@@ -77,6 +78,36 @@ class GradeStep:
     exercise: str
     fn_name: str
     cases: list[list]  # per check, its cases (the grader's; their ``expected`` is never sent)
+
+
+@dataclass
+class KernelStep:
+    """Hand back the CUDA kernel that the expression ``fn_name`` (a ``kernel_submission``) holds after the cells
+    so far: its body as a uint8 array of UTF-8 bytes and its ``launch(**sizes)`` as an int64 array (grid x, y, z,
+    block x, y, z, shared_mem), checked by the child as ``check`` checks a launch. Its outcome is keyed
+    (step, 0, 0) and is left as the arrays (``speed_board.kernel_from_child`` checks them again)."""
+
+    exercise: str
+    fn_name: str
+    sizes: dict  # the exercise's sizes at the size the kernel is timed at
+
+
+def kernel_arrays(submission, sizes: dict) -> tuple:
+    """(body bytes, launch) of a ``KernelSubmission``, as a KernelStep hands them back (run in the child)."""
+    from .cuda import KernelSubmission, _check_launch
+
+    if not isinstance(submission, KernelSubmission):
+        raise TypeError(f"the check's argument must be a kernel_submission(body, launch), got "
+                        f"{type(submission).__name__}")
+    if not isinstance(submission.body, str):
+        raise TypeError(f"the kernel's body must be a str, got {type(submission.body).__name__}")
+    body = submission.body.encode("utf-8")
+    if len(body) > LARGEST_KERNEL_BODY:
+        raise ValueError(f"the kernel's body is {len(body)} bytes of UTF-8; at most {LARGEST_KERNEL_BODY} are taken")
+    where = "launch(" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ")"
+    launch = _check_launch(submission.launch(**sizes), where)
+    return (np.frombuffer(body, dtype=np.uint8).copy(),
+            np.array([*launch.grid, *launch.block, launch.shared_mem], dtype=np.int64))
 
 
 def bwrap_path() -> str | None:
@@ -168,7 +199,8 @@ def _plain_result(value):
     return value
 
 
-def _read_outcome(folder: Path, name: str) -> Outcome | None:
+def _read_outcome(folder: Path, name: str, plain: bool = True) -> Outcome | None:
+    """What the child wrote as ``name``: arrays as float64 tensors (``plain``), or as the arrays they are."""
     path = folder / name
     if not path.is_file():
         return None
@@ -179,7 +211,8 @@ def _read_outcome(folder: Path, name: str) -> Outcome | None:
         if isinstance(spec, dict) and set(spec) == {"raised"}:
             names, text = spec["raised"]
             return Outcome(raised=Raised(tuple(str(n)[:100] for n in names[:20]), str(text)[:2000]))
-        return Outcome(got=_plain_result(_decode(spec, folder)))
+        got = _decode(spec, folder)
+        return Outcome(got=_plain_result(got) if plain else got)
     except Exception as exc:  # whatever the child wrote, it is data that did not parse
         return Outcome(got=Opaque("unreadable result", f"{type(exc).__name__}: {exc}"[:200]))
 
@@ -293,7 +326,7 @@ def _death(returncode: int, memory_bytes: int) -> str:
 def _step_limit(step, item, limits: Limits) -> float:
     """The limit of one thing the child announces, as the parent plans it (never as the child says)."""
     kind = item[0]
-    if kind == "code":
+    if kind == "code" or isinstance(step, KernelStep):
         return limits.cell_time_limit_s
     if kind == "prepare":
         from . import EXERCISES
@@ -324,6 +357,9 @@ def run_steps(steps: list, limits: Limits | None = None) -> tuple[dict, dict]:
         for s, step in enumerate(steps):
             if isinstance(step, CodeStep):
                 plan.append({"kind": "code", "label": step.label, "source": step.source})
+            elif isinstance(step, KernelStep):
+                plan.append({"kind": "kernel", "exercise": step.exercise, "fn": step.fn_name,
+                             "sizes": {str(k): int(v) for k, v in step.sizes.items()}})
             else:
                 cases = [[{"label": c.label, "names": list(c.names), "time_limit_s": c.time_limit_s,
                            "args": _encode(tuple(c.args), job / "in", f"s{s}_k{k}_c{j}", [])}
@@ -361,14 +397,17 @@ def run_steps(steps: list, limits: Limits | None = None) -> tuple[dict, dict]:
                     notes[s] = note.raised.text
         for s, k, j in _case_keys(steps):
             if (s, k, j) not in outcomes:
-                outcomes[(s, k, j)] = _read_outcome(job / "out", f"s{s}_k{k}_c{j}.json") or Outcome(raised=Raised(
+                found = _read_outcome(job / "out", f"s{s}_k{k}_c{j}.json", not isinstance(steps[s], KernelStep))
+                outcomes[(s, k, j)] = found or Outcome(raised=Raised(
                     ("GradingProcessDied",), "was not run: the grading process stopped before it"))
     return outcomes, notes
 
 
 def _case_keys(steps, only: int | None = None):
-    """(step, check, case) of every case of every grade step (or of step ``only``)."""
+    """(step, check, case) of every case of every grade step (or of step ``only``); a kernel step's is (s, 0, 0)."""
     for s, step in enumerate(steps):
+        if isinstance(step, KernelStep) and only in (None, s):
+            yield s, 0, 0
         if isinstance(step, GradeStep) and only in (None, s):
             for k, check in enumerate(step.cases):
                 for j in range(len(check)):
@@ -395,7 +434,8 @@ def _run_child(steps, job: Path, limits: Limits):
     threading.Thread(target=reader, daemon=True).start()
     item, limit = ("start",), 120.0  # importing torch on a busy machine
     # However many lines the child writes, it has at most the sum of every limit in the plan.
-    total = 120.0 + sum(limits.cell_time_limit_s if isinstance(s, CodeStep) else
+    total = 120.0 + sum(limits.cell_time_limit_s + SLACK_S if isinstance(s, KernelStep) else
+                        limits.cell_time_limit_s if isinstance(s, CodeStep) else
                         sum(c.time_limit_s + SLACK_S for check in s.cases for c in check) + 400.0 for s in steps)
     deadline_all = time.monotonic() + total
     deadline = time.monotonic() + limit
@@ -489,12 +529,24 @@ def _worker(job: Path, progress_fd: int):
             continue
         if s < start:
             continue
+        undefined = NameError(f"name {step['fn']!r} is not defined: no cell above the check defines it "
+                              "(was it renamed, deleted, or did its cell raise?)")
+        if step["kind"] == "kernel":
+            print("begin case", s, 0, 0, file=progress)
+            try:
+                if step["fn"].isidentifier() and step["fn"] not in namespace:
+                    raise undefined
+                with time_limit(cell_time_limit_s):
+                    outcome = _Outcome(got=kernel_arrays(eval(step["fn"], namespace), step["sizes"]))
+            except BaseException as exc:  # launch() raised, or returned a launch CUDA does not accept
+                outcome = _Outcome(raised=raised(exc))
+            write(f"s{s}_k0_c0", outcome)
+            continue
         exercise = EXERCISES[step["exercise"]]
         fn = namespace.get(step["fn"])
         print("begin prepare", s, file=progress)
         if fn is None:
-            failed = raised(NameError(f"name {step['fn']!r} is not defined: no cell above the check defines it "
-                                      "(was it renamed, deleted, or did its cell raise?)"))
+            failed = raised(undefined)
             target = None
         else:
             try:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How long autograding a class takes: one complete submission (the solutions of all eight assignments)
+# How long autograding a class takes: one complete submission (the solutions of every assignment)
 # alone, then N of them with nbgrader's own command, P at a time (README: "A class of 300").
 #   bash .ci/time_autograde.sh N P
 set -euo pipefail

@@ -20,8 +20,8 @@ contiguous: the body indexes them as dense row-major arrays.
   runs until it waits (``__syncthreads``, ``__syncwarp``, a warp shuffle or vote), then the next one runs,
   and once all wait they go on together. So ``__shared__`` arrays (static, or ``extern __shared__`` sized
   by ``shared_mem=``), barriers, ``__shfl_sync``/``_xor``/``_down``/``_up``, ``__ballot_sync``,
-  ``__syncthreads_count`` and atomics (``atomicAdd``, ``atomicMax``, ``atomicCAS``, ...) behave as on a
-  GPU. A body that never waits runs each thread to its end before the next starts, without fibers.
+  ``__syncthreads_count``, atomics (``atomicAdd``, ``atomicMax``, ``atomicCAS``, ...) and ``__half``
+  (float16 tensors; converted as ``cuda_fp16.h`` does, arithmetic through float) behave as on a GPU. A body that never waits runs each thread to its end before the next starts, without fibers.
 
 A mistake in a body must not take Python down, so on the CPU each launch runs in a small process of its
 own, on copies of the tensors (the outputs are copied back when it went right). It also reports what a GPU
@@ -105,14 +105,14 @@ MAX_DIMS = 8  # x_dims has this many slots; tensors of higher rank are refused
 _DTYPES = {
     torch.float32: ("float", "float"),
     torch.float64: ("double", "double"),
-    torch.float16: ("__half", None),
+    torch.float16: ("__half", "__half"),
     torch.int32: ("int", "int"),
     torch.int64: ("long long", "long long"),
 }
 _SUPPORTED = ", ".join(str(d).replace("torch.", "") for d in _DTYPES)
 
 # Features that need the threads of a block (or a warp) to run at the same time, or to race.
-_GPU_ONLY = re.compile(r"\b(__match\w*_sync|__reduce\w*_sync|cooperative_groups|__nanosleep|clock64|__half2?)\b")
+_GPU_ONLY = re.compile(r"\b(__match\w*_sync|__reduce\w*_sync|cooperative_groups|__nanosleep|clock64|__half2)\b")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED = {"blockIdx", "threadIdx", "blockDim", "gridDim", "warpSize", "dim3", "uint3", "INFINITY", "NAN",
              "min", "max", "abs", "exp", "log", "sqrt", "pow"}

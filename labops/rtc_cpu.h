@@ -612,6 +612,63 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 template <class T> inline T __ldg(const T* p) { return *p; }
 template <class T> inline T __ldg(labops_rtc::checked_ptr<const T> p) { return *p; }
+// CUDA's __half on the CPU: 16 bits, converted to and from float with round-to-nearest-even as
+// cuda_fp16.h's __float2half does. Arithmetic goes through float (on a GPU __half operators round to
+// __half after each operation: a chain of them can differ in the last bit).
+struct __half {
+  unsigned short bits;
+  __half() = default;
+  __half(float f) : bits(from_float(f)) {}
+  __half(double d) : bits(from_float(static_cast<float>(d))) {}
+  __half(int i) : bits(from_float(static_cast<float>(i))) {}
+  operator float() const { return to_float(bits); }
+  static unsigned short from_float(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, 4);
+    const unsigned sign = (u >> 16) & 0x8000u, exponent = (u >> 23) & 0xFFu;
+    unsigned mantissa = u & 0x7FFFFFu;
+    if (exponent == 0xFF) return static_cast<unsigned short>(sign | 0x7C00u | (mantissa ? 0x200u : 0u));
+    const int e = static_cast<int>(exponent) - 127 + 15;
+    if (e >= 31) return static_cast<unsigned short>(sign | 0x7C00u);  // too large: infinity
+    if (e <= 0) {                                                      // subnormal or zero
+      if (e < -10) return static_cast<unsigned short>(sign);
+      mantissa |= 0x800000u;
+      const unsigned shift = static_cast<unsigned>(14 - e), half_mantissa = mantissa >> shift;
+      const unsigned rest = mantissa & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+      const unsigned rounded = half_mantissa + (rest > halfway || (rest == halfway && (half_mantissa & 1u)));
+      return static_cast<unsigned short>(sign | rounded);
+    }
+    const unsigned rest = mantissa & 0x1FFFu, halfway = 0x1000u;
+    unsigned result = sign | (static_cast<unsigned>(e) << 10) | (mantissa >> 13);
+    if (rest > halfway || (rest == halfway && (result & 1u))) ++result;  // may carry into the exponent
+    return static_cast<unsigned short>(result);
+  }
+  static float to_float(unsigned short h) {
+    const unsigned sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+    unsigned u;
+    if (exponent == 0x1F) {
+      u = sign | 0x7F800000u | (mantissa << 13);
+    } else if (exponent == 0) {
+      if (mantissa == 0) {
+        u = sign;
+      } else {  // subnormal: normalise
+        int e = -1;
+        unsigned m = mantissa;
+        do { ++e; m <<= 1; } while (!(m & 0x400u));
+        u = sign | (static_cast<unsigned>(127 - 15 - e) << 23) | ((m & 0x3FFu) << 13);
+      }
+    } else {
+      u = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+    }
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+inline float __half2float(__half h) { return static_cast<float>(h); }
+inline __half __float2half(float f) { return __half(f); }
+inline __half __float2half_rn(float f) { return __half(f); }
+
 // CUDA's vector types, for 8- and 16-byte loads through a plain pointer: `*(const float4*)&x[i]`. The
 // plain pointer is not tracked, so its reads and writes are not checked.
 struct alignas(8) float2 { float x, y; };

@@ -343,3 +343,27 @@ def test_checked_gpu_launches_of_the_feature_kernels_match_the_cpu():
     for d in c:
         rtc.kernel("sgemm", ["A", "B"], ["C"], SGEMM)(a.to(d), b.to(d), c[d], grid=(2, 3), block=(16, 16), checked=True)
     torch.testing.assert_close(c["cuda"].cpu(), c["cpu"], rtol=1e-5, atol=1e-5)
+
+
+# ---- __half ----
+
+def test_half_converts_as_cuda_fp16_does(device):
+    every_half = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    to_float = rtc.kernel("half_to_float", ["h"], ["f"], "long long i = blockIdx.x * (long long)blockDim.x + "
+                          "threadIdx.x;\nif (i < h_numel) f[i] = __half2float(h[i]);")
+    f = torch.empty(2**16, device=device)
+    to_float(every_half.to(device), f, grid=256, block=256)
+    expected = every_half.float()
+    assert torch.equal(f.cpu().isnan(), expected.isnan())
+    assert torch.equal(f.cpu()[~expected.isnan()], expected[~expected.isnan()])  # all 65536, bit for bit
+    # float -> half rounds to nearest, ties to even: the halves, the midpoints between neighbours, and
+    # random floats over the whole range, subnormals and overflow included
+    finite = expected[expected.isfinite()].double().sort().values
+    midpoints = ((finite[:-1] + finite[1:]) / 2).float()
+    randoms = torch.randn(20000, generator=torch.Generator().manual_seed(3)) * torch.logspace(-9, 5, 20000)
+    x = torch.cat([midpoints, randoms, torch.tensor([70000.0, -1e9, float("inf"), 5.96e-8, 2.98e-8, 0.0])])
+    to_half = rtc.kernel("float_to_half", ["x"], ["h"], "long long i = blockIdx.x * (long long)blockDim.x + "
+                         "threadIdx.x;\nif (i < x_numel) h[i] = __float2half(x[i]);")
+    h = torch.empty(x.numel(), dtype=torch.float16, device=device)
+    to_half(x.to(device), h, grid=-(-x.numel() // 256), block=256)
+    assert torch.equal(h.cpu().view(torch.int16), x.half().view(torch.int16))

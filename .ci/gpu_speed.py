@@ -30,7 +30,7 @@ sys.path.insert(0, str(root))  # labops is not pip-installed on the GPU machine
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from labops import rtc  # noqa: E402
+from labops import rtc, sgemm  # noqa: E402
 from labops.exercises import speed  # noqa: E402
 
 
@@ -116,16 +116,6 @@ if (i < x_numel) {
   y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678f));
 }""")
 
-SGEMM_NAIVE = rtc.kernel("sgemm_naive", ["a", "b"], ["c"], r"""
-const long long M = a_dims[0], K = a_dims[1], N = b_dims[1];
-const long long row = blockIdx.y * (long long)blockDim.y + threadIdx.y;
-const long long col = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-if (row < M && col < N) {
-  float acc = 0.0f;
-  for (long long p = 0; p < K; ++p) acc += a[row * K + p] * b[p * N + col];
-  c[row * N + col] = acc;
-}""")
-
 COPY = rtc.kernel("copy", ["x"], ["y"],
                   "long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; if (i < x_numel) y[i] = x[i];")
 
@@ -142,9 +132,7 @@ def vector(n):
 
 def sgemm_naive(ab):
     a, b = ab
-    c = torch.empty(a.shape[0], b.shape[1], device=a.device)
-    SGEMM_NAIVE(a, b, c, grid=((b.shape[1] + 15) // 16, (a.shape[0] + 15) // 16), block=(16, 16))
-    return c
+    return sgemm.multiply(a, b, "naive")
 
 
 def examples(n_gelu=N_GELU, size=1024):

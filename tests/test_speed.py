@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from labops import rtc
+from labops import rtc, sgemm
 from labops.exercises import speed
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="times CUDA kernels")
@@ -279,21 +279,10 @@ def test_caught_work_left_on_a_side_stream():
 
 @needs_cuda
 def test_naive_sgemm_against_cublas_and_tf32_left_as_it_was():
-    sgemm = rtc.kernel("sgemm_naive", ["a", "b"], ["c"], r"""
-        const long long M = a_dims[0], K = a_dims[1], N = b_dims[1];
-        const long long row = blockIdx.y * (long long)blockDim.y + threadIdx.y;
-        const long long col = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-        if (row < M && col < N) {
-          float acc = 0.0f;
-          for (long long p = 0; p < K; ++p) acc += a[row * K + p] * b[p * N + col];
-          c[row * N + col] = acc;
-        }""")
     m = n = k = 512
 
     def run(ab):
-        c = torch.empty(m, n, device=ab[0].device)
-        sgemm(ab[0], ab[1], c, grid=(n // 16, m // 16), block=(16, 16))
-        return c
+        return sgemm.multiply(ab[0], ab[1], "naive")
 
     def make(g):
         return torch.randn(m, k, generator=g, device=g.device), torch.randn(k, n, generator=g, device=g.device)

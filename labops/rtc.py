@@ -47,6 +47,12 @@ never tells you, each as an exception naming the array, the index and the thread
   read at import; a launch can pass ``time_limit_s=``) with a ``TimeoutError``; Ctrl-C kills it at once
   and raises ``KeyboardInterrupt``.
 
+**Recording what each thread did** (``record=True``, CPU only): the launch also logs every read and write of a
+tensor, in the order the threads made them, and returns a ``labops.simt.Recording``: ``rec.writes["y"]`` is a
+``simt.Trace`` of which thread wrote which element of ``y`` (``viz.thread_map`` draws it), ``rec.reads["x"]``
+the same for reads. Indices are checked as always; races on tensors are not (an element written twice shows
+in the record instead), so a wrong loop can still be drawn. At most ``RECORD_LIMIT`` accesses are kept.
+
 After any of these the outputs keep their old values and no process is left behind. The price is a
 process start and a copy of every tensor per launch. **On a GPU nothing is checked**: an out-of-bounds
 access may read or write another tensor's memory unnoticed, or stop the kernel with an illegal-address
@@ -91,7 +97,8 @@ import torch
 
 __all__ = [
     "BarrierDivergenceError", "CPU_TIME_LIMIT_S", "CompileError", "DataRaceError", "GpuOnlyError", "Kernel",
-    "KernelBugError", "KernelCrashError", "MAX_DIMS", "OutOfBoundsError", "SharedArray", "UninitializedReadError",
+    "KernelBugError", "KernelCrashError", "MAX_DIMS", "OutOfBoundsError", "RECORD_LIMIT", "SharedArray",
+    "UninitializedReadError",
     "cache_info", "clear_cache", "cpu_source", "cuda_source", "gpu_only_features", "kernel", "shared_arrays",
     # kernels and ops built with it (notebook 11)
     "softmax_rows", "softmax_block_per_row", "softmax_backward_rows", "cross_entropy_rows",
@@ -100,6 +107,7 @@ __all__ = [
 ]
 
 MAX_DIMS = 8  # x_dims has this many slots; tensors of higher rank are refused
+RECORD_LIMIT = 1 << 18  # accesses a recorded launch (record=True) keeps: 8 MiB of log
 
 # dtype -> (C type on CUDA, C type on the CPU, or None when the CPU cannot run it)
 _DTYPES = {
@@ -499,7 +507,7 @@ def cpu_source(name, inputs, outputs, body, dtypes) -> str:
                       f"const long long {n}_numel")
         marks = (f"static_cast<labops_rtc::shadow*>(calloc(numels[{k}] ? numels[{k}] : 1, "
                  f"sizeof(labops_rtc::shadow)))" if k >= len(inputs) else "nullptr")
-        unpack.append(f'  static labops_rtc::array_info {n}_info = {{"{n}", numels[{k}], {marks}, false}};\n'
+        unpack.append(f'  static labops_rtc::array_info {n}_info = {{"{n}", numels[{k}], {marks}, false, {k}}};\n'
                       f"  labops_rtc::checked_ptr<{const}{t}> {n}(ptrs[{k}], &{n}_info);")
         args.append(f"{n}, ndims[{k}], dims + {k * MAX_DIMS}, numels[{k}]")
     typedefs = "".join(f"  typedef {t} {n}_type;\n" for n, t in zip(names, ctypes_))
@@ -521,6 +529,10 @@ def cpu_source(name, inputs, outputs, body, dtypes) -> str:
         + "\n".join(unpack) + "\n"
         f"  const dim3 gridDim = {{config[0], config[1], config[2]}};\n"
         f"  const dim3 blockDim = {{config[3], config[4], config[5]}};\n"
+        f"  if (config[7]) {{  // record=True: the access log is one more tensor, after the kernel's own\n"
+        f"    labops_rtc::access_log = static_cast<long long*>(ptrs[{len(names)}]);\n"
+        f"    labops_rtc::access_log_capacity = (numels[{len(names)}] - 1) / 4;\n"
+        f"  }}\n"
         f"  auto body = [&](uint3 block, uint3 thread) {{ labops_rtc_thread({launch_args}); }};\n"
         f"  labops_rtc::launch_grid(gridDim, blockDim, config[6], body);\n"
         f"}}\n"
@@ -705,7 +717,7 @@ class _Report(ctypes.Structure):
 
 _RUNNER_SOURCE = r"""// labops.rtc's runner: one CPU launch of a kernel library, in a process of its own (see
 // Note [a launch in its own process] in labops/rtc.py). Its arguments:
-//   LIBRARY FD REGION_BYTES PAGE_BYTES PARENT_PID GRID_X GRID_Y GRID_Z BLOCK_X BLOCK_Y BLOCK_Z SHARED_BYTES TENSORS,
+//   LIBRARY FD REGION_BYTES PAGE_BYTES PARENT_PID GRID_X GRID_Y GRID_Z BLOCK_X BLOCK_Y BLOCK_Z SHARED_BYTES RECORD TENSORS,
 //   for each tensor OFFSET NDIM NUMEL and MAX_DIMS dims, then GUARDS and the offset of each guard page.
 // FD is the shared memory: the report, then each tensor's copy. It prints nothing: Python reads the report.
 #include <dlfcn.h>
@@ -749,7 +761,7 @@ static int fail(const char* what, const char* detail) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 14) return 64;
+  if (argc < 15) return 64;
   int arg = 1;
   const char* library = argv[arg++];
   const int fd = atoi(argv[arg++]);
@@ -772,8 +784,8 @@ int main(int argc, char** argv) {
   region = static_cast<char*>(mapped);
   shared = reinterpret_cast<labops_rtc::report*>(region);
 
-  unsigned int config[7];
-  for (int i = 0; i < 7; ++i) config[i] = static_cast<unsigned int>(strtoul(argv[arg++], NULL, 10));
+  unsigned int config[8];
+  for (int i = 0; i < 8; ++i) config[i] = static_cast<unsigned int>(strtoul(argv[arg++], NULL, 10));
   const int tensors = atoi(argv[arg++]);
   if (argc < arg + tensors * (3 + max_dims) + 1) return fail("the runner got too few arguments", NULL);
   void** ptrs = static_cast<void**>(calloc(tensors, sizeof(void*)));
@@ -1003,8 +1015,13 @@ class _CpuLauncher:
         self.name, self.source, self.names, self.n_inputs, self.shared = name, source, names, n_inputs, shared
         self.library = _compile(name, source, _CPU_FLAGS, ".so", count=True)
 
-    def __call__(self, tensors, grid, block, shared_mem, time_limit_s):
+    def __call__(self, tensors, grid, block, shared_mem, time_limit_s, access_log=None):
+        """Run the launch; ``access_log`` (an int64 tensor, or None) receives the access log of a recorded
+        launch, and is copied back with the outputs."""
         limit = CPU_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+        kernel_tensors = tensors
+        if access_log is not None:
+            tensors = list(tensors) + [access_log]
         runner = str(_runner())
         if not self.library.exists():  # the cache was emptied since this process compiled it
             self.library = _compile(self.name, self.source, _CPU_FLAGS, ".so", count=True)
@@ -1014,7 +1031,8 @@ class _CpuLauncher:
             shared.copy_in(tensors, layout.offsets)
             shared.reset_report()
             argv = [runner, str(self.library), str(shared.fd), str(layout.size), str(layout.page), str(os.getpid()),
-                    *map(str, grid), *map(str, block), str(shared_mem), str(len(tensors))]
+                    *map(str, grid), *map(str, block), str(shared_mem), str(int(access_log is not None)),
+                    str(len(tensors))]
             for t, offset in zip(tensors, layout.offsets):
                 ndim, dims, numel = _shape_args(t)
                 argv += [str(offset), str(ndim), str(numel), *map(str, dims)]
@@ -1025,7 +1043,8 @@ class _CpuLauncher:
             finally:
                 if process.returncode is None:  # out of time, or Ctrl-C
                     _kill(process)
-            self._raise_if_failed(shared.report(), layout, tensors, process.returncode, ended, limit, grid, block)
+            self._raise_if_failed(shared.report(), layout, kernel_tensors, process.returncode, ended, limit, grid,
+                                  block)
             shared.copy_out(tensors[self.n_inputs:], layout.offsets[self.n_inputs:])
         finally:
             _keep_shared_memory(shared)
@@ -1286,6 +1305,7 @@ class Kernel:
         k(x, y, grid=(blocks,), block=(threads,))      # ints or tuples of 1-3 ints
         k(x, y, grid=(rows,), block=256, shared_mem=0)  # shared_mem: dynamic shared bytes (CUDA only)
         k(x, y, grid=1, block=32, time_limit_s=5)       # seconds before a CPU launch is stopped
+        rec = k(x, y, grid=2, block=4, record=True)     # CPU: rec.writes["y"], rec.reads["x"] (simt.Trace)
 
     ``k.source(dtypes, device)`` returns the code that would be compiled.
     """
@@ -1352,22 +1372,42 @@ class Kernel:
         return launcher
 
     def __call__(self, *tensors, grid, block, shared_mem: int = 0, time_limit_s: float | None = None,
-                 checked: bool = False):
+                 checked: bool = False, record: bool = False):
         grid, block = _check_launch(grid, block, shared_mem)
         device = _check_tensors(self.name, self.names, len(self.inputs), tensors)
         if time_limit_s is not None:
             _check_time_limit(time_limit_s, "time_limit_s")
-        if not isinstance(checked, bool):
-            raise TypeError(f"labops.rtc: checked must be True or False, got {checked!r}")
+        for flag, value in (("checked", checked), ("record", record)):
+            if not isinstance(value, bool):
+                raise TypeError(f"labops.rtc: {flag} must be True or False, got {value!r}")
+        if record and device.type != "cpu":
+            raise ValueError(f"labops.rtc: record=True runs on the CPU (kernel '{self.name}' got {device.type} "
+                             f"tensors): move the tensors to the CPU to record a launch")
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         dtypes = tuple(t.dtype for t in tensors)
+        if record:
+            return self._recorded_launch(device, dtypes, tensors, grid, block, shared_mem, time_limit_s)
         if device.type == "cpu":  # always checked
             self._launcher(device, dtypes)(tensors, grid, block, shared_mem, time_limit_s)
         elif checked:
             self._checked_cuda_launch(device, dtypes, tensors, grid, block, shared_mem)
         else:
             self._launcher(device, dtypes)(tensors, grid, block, shared_mem)
+
+    def _recorded_launch(self, device, dtypes, tensors, grid, block, shared_mem, time_limit_s):
+        """A CPU launch that logs every access to a tensor (see ``record=`` in ``kernel``): a simt.Recording."""
+        from labops import simt
+
+        log = torch.zeros(1 + 4 * RECORD_LIMIT, dtype=torch.int64)
+        self._launcher(device, dtypes)(tensors, grid, block, shared_mem, time_limit_s, access_log=log)
+        count = int(log[0])
+        if count > RECORD_LIMIT:
+            raise ValueError(f"labops.rtc: kernel '{self.name}' made {count} accesses to its tensors; a recorded "
+                             f"launch keeps at most labops.rtc.RECORD_LIMIT = {RECORD_LIMIT}: record a smaller "
+                             f"launch (or raise the limit)")
+        return simt.Recording(simt.Dim3(*grid), simt.Dim3(*block), self.names,
+                              log[1:1 + 4 * count].view(count, 4).numpy())
 
     def _checked_cuda_launch(self, device, dtypes, tensors, grid, block, shared_mem):
         """A launch with rtc_cuda_checked.h's checks, on copies of the outputs (written back if no bug)."""

@@ -110,7 +110,28 @@ struct array_info {
   long long numel;
   shadow* marks;
   bool is_shared;
+  int tensor = -1;  // the tensor's position among the kernel's tensors; -1 for a __shared__ array
 };
+
+// ---------------------------------------------------------------------------------------------------------
+// The access log of a recorded launch (record=True): every read and write of a tensor, in the order made
+// ---------------------------------------------------------------------------------------------------------
+// log[0] counts the accesses; from log[1] on, four numbers each: tensor, element, global thread, 1 if a write.
+// A recorded launch checks indices but not races on tensors: the log shows every access instead.
+static long long* access_log = nullptr;
+static long long access_log_capacity = 0;
+
+inline bool recorded(const array_info& a) { return access_log != nullptr && a.tensor >= 0; }
+
+inline void log_access(const array_info& a, long long index, bool write) {
+  const long long n = access_log[0]++;
+  if (n >= access_log_capacity) return;  // Python sees a count past the capacity and says so
+  long long* entry = access_log + 1 + 4 * n;
+  entry[0] = a.tensor;
+  entry[1] = index;
+  entry[2] = global_id(me);
+  entry[3] = write ? 1 : 0;
+}
 
 // Whether an access made by `thread` (global index) at (epoch, warp_epoch) is ordered before what the
 // running thread does now: same thread, or a barrier of this block, or a sync of this warp, since.
@@ -181,8 +202,16 @@ template <class T> struct ref {
   T* data;
   long long index;
 
-  T get() const { check(false); on_read(*a, index); return data[index]; }
-  void set(T v) const { check(true); on_write(*a, index); data[index] = v; }
+  T get() const {
+    check(false);
+    if (recorded(*a)) log_access(*a, index, false); else on_read(*a, index);
+    return data[index];
+  }
+  void set(T v) const {
+    check(true);
+    if (recorded(*a)) log_access(*a, index, true); else on_write(*a, index);
+    data[index] = v;
+  }
   void check(bool write) const {
     if (static_cast<unsigned long long>(index) >= static_cast<unsigned long long>(a->numel))
       report_out_of_bounds(a->name, index, a->numel, write);
@@ -240,6 +269,7 @@ template <class T> struct checked_ptr {
     if constexpr (std::is_const<T>::value) {
       if (static_cast<unsigned long long>(index) >= static_cast<unsigned long long>(info->numel))
         report_out_of_bounds(info->name, index, info->numel, false);
+      if (recorded(*info)) log_access(*info, index, false);
       return data[index];
     } else {
       return ref<T>{info, data, index};  // checked when it is read or written
@@ -405,9 +435,10 @@ template <class T> struct element_of<ref<T>> { using type = T; };
 template <class T, class F> inline T atomic_update(tracked_ptr<T> p, F update) {
   ref<T> r = p.at(p.offset);
   r.check(true);  // an atomic both reads and writes: outside the array it is reported as a write
-  on_read(*r.a, r.index, true);
+  const bool log = recorded(*r.a);
+  if (log) log_access(*r.a, r.index, true); else on_read(*r.a, r.index, true);
   T old = r.data[r.index];
-  on_write(*r.a, r.index, true);
+  if (!log) on_write(*r.a, r.index, true);
   r.data[r.index] = update(old);
   return old;
 }

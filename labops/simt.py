@@ -1,47 +1,29 @@
-"""A CUDA launch, emulated in plain Python, for learners without a GPU.
+"""What a CUDA launch does with its indices, as data: the grid, and which thread touched which element.
 
-A CUDA kernel is one function that the GPU runs once per thread. Threads come
-in blocks (``blockDim`` threads each) and blocks in a grid (``gridDim``
-blocks). This module runs a Python kernel body once for every
-(blockIdx, threadIdx) of a launch, one thread after another, and records a
-*trace*: which thread touched which element on which trip of its loop.
+A CUDA kernel is one function that the GPU runs once per thread. Threads come in blocks (``blockDim``
+threads each) and blocks in a grid (``gridDim`` blocks). The kernels themselves run in ``labops.rtc``, from
+the same CUDA C body on a GPU and on the CPU; on the CPU, ``record=True`` logs every access to a tensor and
+returns a ``Recording``, whose ``Trace`` per tensor says which thread touched which element, on its how-many-th
+access (``viz.thread_map`` draws one)::
 
-    def kernel(ctx, x, y, n):
-        for i in simt.kernel_loop(ctx, n):     # LABOPS_KERNEL_LOOP(i, n)
-            y[i] = 2 * x[i]
-
-    trace = simt.launch(kernel, grid=2, block=4, x=x, y=y, n=20)
+    loop = rtc.kernel("touch", [], ["y"], "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+                      "i < y_numel; i += (long long)blockDim.x * gridDim.x) y[i] = 1.0f;")
+    trace = loop(torch.zeros(20), grid=2, block=4, record=True).writes["y"]
     trace.owner(9)   # Access(element=9, block=0, thread=1, iteration=1)
 
-What it reproduces exactly: the index arithmetic of ``csrc/common/loop.h``
-(``LABOPS_KERNEL_LOOP`` is CUDA_KERNEL_LOOP with a 64-bit index, and
-``get_blocks`` with its 65535 cap). What it does not: threads here never run
-at the same time, so there is no ``__syncthreads``, no shared memory and no
-race; kernels whose threads talk to each other need a real GPU.
+This module also holds the index arithmetic of ``csrc/common/loop.h`` in Python: ``get_blocks`` with its
+65535 cap, and ``loop_indices``, the indices one thread's grid-stride loop visits with a 64-bit or a 32-bit
+index, computed without running anything (the 32-bit loop goes wrong only past 2^31 elements).
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import numpy as np
 
-__all__ = [
-    "MAX_BLOCKS",
-    "THREADS_PER_BLOCK",
-    "WARP_SIZE",
-    "Access",
-    "Dim3",
-    "ThreadContext",
-    "Trace",
-    "WatchedArray",
-    "get_blocks",
-    "kernel_loop",
-    "launch",
-    "loop_indices",
-]
+__all__ = ["MAX_BLOCKS", "THREADS_PER_BLOCK", "WARP_SIZE", "Access", "Dim3", "Recording", "Trace", "get_blocks",
+           "loop_indices"]
 
 # The constants of csrc/common/loop.h (tests/test_simt.py reads that file to
 # check they still agree).
@@ -119,10 +101,12 @@ class Access:
 
 @dataclass
 class Trace:
-    """Every element access of one launch, in the order the emulator ran them.
+    """The accesses of one launch to one tensor (reads or writes), in the order the threads made them.
+
+    ``iteration`` counts a thread's own accesses: in a grid-stride loop that writes once per trip, it is the trip.
 
     Example:
-        >>> trace = launch(lambda ctx, n: list(kernel_loop(ctx, n)), 1, 2, 3)
+        >>> trace = Trace(Dim3(1), Dim3(2), [Access(0, 0, 0, 0), Access(1, 0, 1, 0), Access(2, 0, 0, 1)])
         >>> trace.owner(2).thread, trace.elements_of(0, 1)
         (0, [1])
     """
@@ -167,49 +151,6 @@ class Trace:
         return {"block": block, "thread": thread, "iteration": iteration, "count": count}
 
 
-class ThreadContext:
-    """What a CUDA thread can see: blockIdx, threadIdx, blockDim, gridDim (each a Dim3).
-
-    Example:
-        >>> ctxs = []
-        >>> _ = launch(lambda ctx: ctxs.append(ctx), 2, 2)
-        >>> ctxs[3].block_rank, ctxs[3].thread_rank
-        (1, 1)
-    """
-
-    def __init__(self, block_idx: Dim3, thread_idx: Dim3, block_dim: Dim3, grid_dim: Dim3, trace: Trace):
-        self.blockIdx = block_idx
-        self.threadIdx = thread_idx
-        self.blockDim = block_dim
-        self.gridDim = grid_dim
-        self._trace = trace
-
-    @property
-    def block_rank(self) -> int:
-        return self.gridDim.linear(self.blockIdx)
-
-    @property
-    def thread_rank(self) -> int:
-        return self.blockDim.linear(self.threadIdx)
-
-    @property
-    def warp(self) -> int:
-        """Warp of this thread within its block: 32 consecutive threads issue together."""
-        return self.thread_rank // WARP_SIZE
-
-    @property
-    def lane(self) -> int:
-        return self.thread_rank % WARP_SIZE
-
-    def record(self, element: int, iteration: int) -> None:
-        """Note that this thread handled ``element`` on trip ``iteration`` of its loop."""
-        self._trace.accesses.append(Access(int(element), self.block_rank, self.thread_rank, int(iteration)))
-
-    def __repr__(self):
-        b, t = self.blockIdx, self.threadIdx
-        return f"ThreadContext(blockIdx=({b.x}, {b.y}, {b.z}), threadIdx=({t.x}, {t.y}, {t.z}))"
-
-
 def loop_indices(block_idx: int, thread_idx: int, block_dim: int, grid_dim: int, n: int,
                  index_bits: int = 64, max_iterations: int | None = None) -> list[int]:
     """The indices one thread's grid-stride loop visits, computed as C would.
@@ -219,7 +160,7 @@ def loop_indices(block_idx: int, thread_idx: int, block_dim: int, grid_dim: int,
     gridDim.x`` wraps around past 2^31 - 1 to a negative number, which is
     still ``< n``, so the thread writes outside the tensor (and, when n is at
     least 2^31, never leaves the loop: ``max_iterations`` stops the
-    emulation). Only the indices are computed; no array is allocated.
+    computation). Only the indices are computed; no array is allocated.
 
     Example:
         >>> loop_indices(block_idx=0, thread_idx=1, block_dim=4, grid_dim=2, n=20)
@@ -247,105 +188,42 @@ def loop_indices(block_idx: int, thread_idx: int, block_dim: int, grid_dim: int,
     return out
 
 
-def kernel_loop(ctx: ThreadContext, n: int) -> Iterator[int]:
-    """LABOPS_KERNEL_LOOP(i, n) for the thread ``ctx``: yields i and records each access.
+class Recording:
+    """The access log of one recorded ``labops.rtc`` launch (``k(..., record=True)``), per tensor.
 
-        for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
-
-    Like the macro, it uses only the x dimensions.
-
-    Args:
-        ctx: the thread's context (as ``launch`` passes it to a kernel).
-        n: number of elements.
-
-    Yields:
-        the element indices this thread handles, recorded in the launch's trace.
+    ``reads[name]`` and ``writes[name]`` are a ``Trace`` for every tensor of the kernel (empty if untouched);
+    ``log`` is the raw log, one row per access in the order made: tensor number, element, global thread
+    (``block * threads_per_block + thread``, blocks and threads as linear ranks, x fastest), 1 for a write.
+    An atomic counts as a write.
 
     Example:
-        >>> def scale(ctx, x, n):
-        ...     for i in kernel_loop(ctx, n):
-        ...         x[i] *= 2
-        >>> x = np.ones(10)
-        >>> trace = launch(scale, 2, 4, x, 10)
-        >>> float(x.sum()), trace.elements_of(0, 0)
-        (20.0, [0, 8])
-    """
-    for iteration, i in enumerate(loop_indices(ctx.blockIdx.x, ctx.threadIdx.x, ctx.blockDim.x,
-                                               ctx.gridDim.x, n)):
-        ctx.record(i, iteration)
-        yield i
-
-
-class WatchedArray:
-    """A 1-D NumPy array that records which thread wrote each element.
-
-    Pass it to ``launch`` in place of an output array; afterwards ``writes``
-    is a Trace of the writes (``iteration`` counts a thread's own writes), so
-    ``viz.thread_map(a.writes, n)`` shows elements never written or written
-    twice. Reads are plain. A write outside ``0 <= i < len`` raises
-    IndexError naming the thread: NumPy would quietly wrap a negative index.
-
-    Example:
-        >>> def body(ctx, y, n):  # one element per thread, no loop: the classic bug
-        ...     i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-        ...     if i < n:
-        ...         y[i] = 1.0
-        >>> y = WatchedArray(np.zeros(10))
-        >>> _ = launch(body, 2, 4, y, 10)
-        >>> sorted(set(range(10)) - set(y.writes.by_element()))  # never written
-        [8, 9]
+        >>> rec = Recording(Dim3(2), Dim3(2), ("x", "y"), np.array([[0, 3, 3, 0], [1, 3, 3, 1]]))
+        >>> rec.reads["x"].owner(3), rec.writes["y"].elements_of(1, 1)
+        (Access(element=3, block=1, thread=1, iteration=0), [3])
     """
 
-    def __init__(self, data):
-        self.data = np.asarray(data)
-        if self.data.ndim != 1:
-            raise ValueError(f"simt.WatchedArray: expects a 1-D array, got shape {self.data.shape}")
-        self.writes: Trace | None = None
-        self._ctx: ThreadContext | None = None
-        self._count: dict[tuple[int, int], int] = {}
+    def __init__(self, grid: Dim3, block: Dim3, names, log: np.ndarray):
+        self.grid, self.block, self.names = grid, block, tuple(names)
+        self.log = np.asarray(log, dtype=np.int64).reshape(-1, 4)
+        self.reads = {name: self._trace(k, 0) for k, name in enumerate(self.names)}
+        self.writes = {name: self._trace(k, 1) for k, name in enumerate(self.names)}
 
-    def __len__(self):
-        return len(self.data)
+    def _trace(self, tensor: int, write: int) -> Trace:
+        rows = self.log[(self.log[:, 0] == tensor) & (self.log[:, 3] == write)]
+        thread = rows[:, 2]
+        # iteration: how many accesses of this kind to this tensor the same thread made before this one
+        order = np.argsort(thread, kind="stable")
+        ranks = np.empty(len(rows), dtype=np.int64)
+        sorted_threads = thread[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_threads)) + 1] if len(rows) else np.zeros(0, np.int64)
+        run_start = np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+        ranks[order] = np.arange(len(rows)) - run_start
+        per_block = self.block.size
+        return Trace(self.grid, self.block,
+                     [Access(int(e), int(g) // per_block, int(g) % per_block, int(i))
+                      for e, g, i in zip(rows[:, 1], thread, ranks)])
 
-    def __getitem__(self, i):
-        return self.data[i]
-
-    def __setitem__(self, i, value):
-        ctx = self._ctx
-        if not isinstance(i, (int, np.integer)):
-            raise TypeError(f"simt.WatchedArray: write one element at an integer index, got {i!r}")
-        if not 0 <= i < len(self.data):
-            who = f" by block {ctx.block_rank}, thread {ctx.thread_rank}" if ctx else ""
-            raise IndexError(f"write to element {int(i)} of an array of {len(self.data)}{who}")
-        if ctx is not None:
-            key = (ctx.block_rank, ctx.thread_rank)
-            self.writes.accesses.append(Access(int(i), key[0], key[1], self._count.get(key, 0)))
-            self._count[key] = self._count.get(key, 0) + 1
-        self.data[i] = value
-
-
-def launch(kernel: Callable, grid, block, *args, **kwargs) -> Trace:
-    """Run ``kernel(ctx, *args, **kwargs)`` for every thread of a grid; return the trace.
-
-    ``grid`` and ``block`` are ints or tuples of up to three ints, as in
-    ``kernel<<<grid, block>>>(args)``. Blocks run in order of their linear
-    rank and, inside a block, threads in order of theirs (x fastest); a real
-    GPU runs them concurrently and in no fixed order. Every ``WatchedArray``
-    argument records the writes of this launch in its ``writes`` trace.
-    """
-    grid, block = Dim3.of(grid), Dim3.of(block)
-    if block.size > 1024:
-        raise ValueError(f"simt.launch: a block has at most 1024 threads, got {block.size}")
-    trace = Trace(grid, block)
-    watched = [a for a in (*args, *kwargs.values()) if isinstance(a, WatchedArray)]
-    for a in watched:
-        a.writes, a._count = Trace(grid, block), {}
-    for bz, by, bx in itertools.product(range(grid.z), range(grid.y), range(grid.x)):
-        for tz, ty, tx in itertools.product(range(block.z), range(block.y), range(block.x)):
-            ctx = ThreadContext(Dim3(bx, by, bz), Dim3(tx, ty, tz), block, grid, trace)
-            for a in watched:
-                a._ctx = ctx
-            kernel(ctx, *args, **kwargs)
-    for a in watched:
-        a._ctx = None
-    return trace
+    def __repr__(self):
+        counts = ", ".join(f"{n}: {len(self.reads[n].accesses)} reads, {len(self.writes[n].accesses)} writes"
+                           for n in self.names)
+        return f"Recording(grid={self.grid}, block={self.block}; {counts})"

@@ -1,4 +1,8 @@
-"""labops.simt: the Python emulator of a CUDA launch must reproduce csrc/common/loop.h exactly."""
+"""labops.simt: the index arithmetic of csrc/common/loop.h, and the traces of launches that labops.rtc records.
+
+One model of CUDA execution: the kernels here are CUDA C bodies run by labops.rtc on the CPU (``record=True``
+logs every access); simt holds only what a launch does with its indices, as data.
+"""
 
 import math
 import re
@@ -8,14 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-from labops import simt
+from labops import rtc, simt
 
 LOOP_H = Path(__file__).resolve().parent.parent / "csrc" / "common" / "loop.h"
 
+# LABOPS_KERNEL_LOOP(i, y_numel), written out in a body that writes each element it visits
+GRID_STRIDE = "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < y_numel; " \
+              "i += (long long)blockDim.x * gridDim.x) y[i] = 1.0f;"
+TOUCH = rtc.kernel("touch", [], ["y"], GRID_STRIDE)
 
-def record_all(ctx, n):
-    for _ in simt.kernel_loop(ctx, n):
-        pass
+
+def record_all(n, grid, block):
+    """The writes of one grid-stride launch over n elements, as a simt.Trace."""
+    return TOUCH(torch.zeros(n), grid=grid, block=block, record=True).writes["y"]
 
 
 def test_constants_match_loop_h():
@@ -36,7 +45,7 @@ def test_get_blocks(threads):
 
 def test_the_briefs_example():
     # n = 20, 2 blocks of 4 threads: thread (b, t) handles b*4 + t, then +8, then +16.
-    trace = simt.launch(record_all, grid=2, block=4, n=20)
+    trace = record_all(20, 2, 4)
     for b in range(2):
         for t in range(4):
             first = b * 4 + t
@@ -45,12 +54,12 @@ def test_the_briefs_example():
     assert trace.owner(19) == simt.Access(element=19, block=0, thread=3, iteration=2)
 
 
-CONFIGS = [(n, g, b) for n in (0, 1, 7, 20, 64, 100, 257) for g in (1, 2, 3, 5) for b in (1, 4, 32, 33)]
+CONFIGS = [(n, g, b) for n in (1, 7, 20, 64, 100, 257) for g in (1, 2, 3, 5) for b in (1, 4, 32, 33)]
 
 
 @pytest.mark.parametrize("n,grid,block", CONFIGS)
 def test_map_equals_closed_form(n, grid, block):
-    trace = simt.launch(record_all, grid=grid, block=block, n=n)
+    trace = record_all(n, grid, block)
     data = trace.arrays(n)
     e = np.arange(n)
     total = grid * block
@@ -64,40 +73,69 @@ def test_map_equals_closed_form(n, grid, block):
 
 def test_the_loop_uses_only_x():
     # Like the macro, the loop ignores y and z: a 2-D grid does the same work twice.
-    trace = simt.launch(record_all, grid=(2, 2), block=(4, 1), n=10)
+    trace = record_all(10, (2, 2), (4, 1))
     assert (trace.arrays(10)["count"] == 2).all()
 
 
-def test_multidimensional_ranks_and_warps():
-    seen = []
-    simt.launch(lambda ctx: seen.append((ctx.block_rank, ctx.thread_rank, ctx.warp, ctx.lane)),
-                grid=(2, 3), block=(8, 4, 2))
-    assert len(seen) == 6 * 64
-    assert sorted(seen) == sorted(seen, key=lambda s: (s[0], s[1]))  # blocks, then threads, in rank order
-    assert {(b, t) for b, t, _, _ in seen} == {(b, t) for b in range(6) for t in range(64)}
-    assert all(w == t // 32 and lane == t % 32 for _, t, w, lane in seen)
+def test_multidimensional_ranks_in_the_log():
+    # A block of (8, 4, 2) threads in a (2, 3) grid: each thread writes its own element, its linear rank.
+    k = rtc.kernel("ranks", [], ["y"], """
+        const long long block = blockIdx.x + (long long)gridDim.x * blockIdx.y;
+        const long long thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+        y[block * (blockDim.x * blockDim.y * blockDim.z) + thread] = (float)thread;""")
+    y = torch.zeros(6 * 64)
+    trace = k(y, grid=(2, 3), block=(8, 4, 2), record=True).writes["y"]
+    data = trace.arrays(6 * 64)
+    assert (data["count"] == 1).all() and trace.threads == 6 * 64
+    np.testing.assert_array_equal(data["block"], np.arange(6 * 64) // 64)
+    np.testing.assert_array_equal(data["thread"], np.arange(6 * 64) % 64)
+    assert y.tolist() == [float(t % 64) for t in range(6 * 64)]
 
 
-def test_a_wrong_loop_shows_in_the_trace():
-    def bad(ctx, n):  # strides by blockDim only: blocks redo each other's work
-        i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-        it = 0
-        while i < n:
-            ctx.record(i, it)
-            i += ctx.blockDim.x
-            it += 1
-
-    trace = simt.launch(bad, grid=2, block=4, n=20)
+def test_a_wrong_loop_shows_in_the_trace_and_a_checked_launch_names_it():
+    # Strides by blockDim only: blocks redo each other's work. Recorded, the map shows it; checked, it is a race.
+    bad = rtc.kernel("bad", [], ["y"], GRID_STRIDE.replace("(long long)blockDim.x * gridDim.x", "blockDim.x"))
+    trace = bad(torch.zeros(20), grid=2, block=4, record=True).writes["y"]
     counts = trace.arrays(20)["count"]
     assert counts[:4].tolist() == [1, 1, 1, 1] and (counts[4:] == 2).all()
     with pytest.raises(LookupError, match="touched 2 times"):
         trace.owner(5)
+    with pytest.raises(rtc.DataRaceError, match=r"wrote y\[4\].*two writes"):
+        bad(torch.zeros(20), grid=2, block=4)
 
 
-@pytest.mark.parametrize("grid,block", [(0, 4), (2, 0), ((1, 2, 3, 4), 1), (1, 2048)])
-def test_bad_launch_sizes(grid, block):
+def test_reads_are_recorded_with_each_threads_order():
+    # Each thread sums a row of 3 (reads x three times, in order) and writes one y: reads and writes apart.
+    k = rtc.kernel("row_sum", ["x"], ["y"], """
+        const int r = threadIdx.x;
+        if (r < y_numel) { double s = 0; for (int j = 0; j < 3; ++j) s += x[3 * r + j]; y[r] = s; }""")
+    x = torch.randn(4, 3, dtype=torch.float64)
+    y = torch.zeros(4, dtype=torch.float64)
+    rec = k(x, y, grid=1, block=6, record=True)
+    torch.testing.assert_close(y, x.sum(1))
+    reads, writes = rec.reads["x"], rec.writes["y"]
+    assert [(a.element, a.thread, a.iteration) for a in reads.accesses if a.thread == 2] == [(6, 2, 0), (7, 2, 1),
+                                                                                               (8, 2, 2)]
+    assert sorted(a.element for a in writes.accesses) == [0, 1, 2, 3]
+    assert rec.writes["x"].accesses == [] and rec.reads["y"].accesses == []
+    assert rec.log.shape == (12 + 4, 4) and "x: 12 reads" in repr(rec)
+
+
+def test_a_recorded_launch_still_checks_indices_and_knows_its_limit(monkeypatch):
+    past = rtc.kernel("past", [], ["y"], GRID_STRIDE.replace("i < y_numel", "i <= y_numel"))
+    with pytest.raises(rtc.OutOfBoundsError, match=r"wrote y\[10\]"):
+        past(torch.zeros(10), grid=1, block=4, record=True)
+    monkeypatch.setattr(rtc, "RECORD_LIMIT", 5)
+    with pytest.raises(ValueError, match="made 10 accesses.*RECORD_LIMIT = 5"):
+        TOUCH(torch.zeros(10), grid=1, block=4, record=True)
+    with pytest.raises(TypeError, match="record must be True or False"):
+        TOUCH(torch.zeros(10), grid=1, block=4, record=1)
+
+
+@pytest.mark.parametrize("value", [0, (1, 2, 3, 4), (2, 0)])
+def test_bad_dim3(value):
     with pytest.raises(ValueError, match="simt"):
-        simt.launch(record_all, grid=grid, block=block, n=4)
+        simt.Dim3.of(value)
 
 
 def test_64_bit_index_past_2_31():
@@ -124,35 +162,36 @@ def test_32_bit_index_wraps_negative():
         simt.loop_indices(0, 0, 1, 1, 4, index_bits=16)
 
 
-# ---- a kernel body run under the emulator equals the compiled op ----
+# ---- a CUDA C body run on the CPU equals the compiled op ----
 
-def gelu_sigmoid_kernel(ctx, x, y, n):
-    # csrc/ops/activation.h, gelu_forward<Sigmoid>: x / (1 + exp(-1.702 x))
-    for i in simt.kernel_loop(ctx, n):
-        y[i] = x[i] / (1.0 + math.exp(-1.702 * x[i]))
+GELU_SIGMOID = rtc.kernel("gelu_sigmoid", ["x"], ["y"], """
+    // csrc/ops/activation.h, gelu_forward<Sigmoid>: x / (1 + exp(-1.702 x)), in a grid-stride loop
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < x_numel;
+         i += (long long)blockDim.x * gridDim.x)
+        y[i] = x[i] / (1.0 + exp(-1.702 * x[i]));""")
+TANH_BACKWARD = rtc.kernel("tanh_backward", ["g", "out"], ["grad_input"], """
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < g_numel;
+         i += (long long)blockDim.x * gridDim.x)
+        grad_input[i] = g[i] * (1.0 - out[i] * out[i]);""")
 
 
-def tanh_backward_kernel(ctx, g, out, grad_input, n):
-    for i in simt.kernel_loop(ctx, n):
-        grad_input[i] = g[i] * (1.0 - out[i] * out[i])
-
-
-def test_emulated_kernels_match_compiled_ops_and_references():
+def test_kernel_bodies_match_compiled_ops_and_references():
     import labops
     from labops import reference
 
     gen = torch.Generator().manual_seed(0)
-    n = 37  # not a multiple of the 3 x 4 = 12 threads: three threads do a fourth trip
+    n = 37  # not a multiple of the 3 x 4 = 12 threads: one thread does a fourth trip
     x = torch.randn(n, dtype=torch.float64, generator=gen) * 3
     g = torch.randn(n, dtype=torch.float64, generator=gen)
-    y = np.full(n, np.nan)
-    trace = simt.launch(gelu_sigmoid_kernel, grid=3, block=4, x=x.numpy(), y=y, n=n)
-    assert (trace.arrays(n)["count"] == 1).all()
-    torch.testing.assert_close(torch.from_numpy(y), labops.gelu(x, "sigmoid"), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(y, reference.gelu_forward_numpy(x.numpy(), "sigmoid"), rtol=1e-12, atol=1e-14)
+    y = torch.full((n,), math.nan, dtype=torch.float64)
+    trace = GELU_SIGMOID(x, y, grid=3, block=4, record=True).writes["y"]
+    assert (trace.arrays(n)["count"] == 1).all() and trace.owner(36).iteration == 3
+    torch.testing.assert_close(y, labops.gelu(x, "sigmoid"), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(y.numpy(), reference.gelu_forward_numpy(x.numpy(), "sigmoid"), rtol=1e-12, atol=1e-14)
 
     out = labops.tanh(x)
-    gi = np.full(n, np.nan)
-    simt.launch(tanh_backward_kernel, grid=2, block=8, g=g.numpy(), out=out.numpy(), grad_input=gi, n=n)
-    torch.testing.assert_close(torch.from_numpy(gi), torch.ops.labops.tanh_backward(g, out), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(gi, reference.tanh_backward_loop(g.numpy(), out.numpy()), rtol=1e-12, atol=1e-14)
+    gi = torch.full((n,), math.nan, dtype=torch.float64)
+    TANH_BACKWARD(g, out, gi, grid=2, block=8)
+    torch.testing.assert_close(gi, torch.ops.labops.tanh_backward(g, out), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gi.numpy(), reference.tanh_backward_loop(g.numpy(), out.numpy()), rtol=1e-12,
+                               atol=1e-14)

@@ -16,9 +16,11 @@ from matplotlib.figure import Figure  # noqa: E402
 from labops import simt, viz  # noqa: E402
 
 
-def kernel(ctx, n):
-    for _ in simt.kernel_loop(ctx, n):
-        pass
+def grid_stride_trace(n, grid, block):
+    """What a grid-stride launch writes (tests/test_simt.py checks rtc's recorded launches give exactly this)."""
+    threads = grid * block
+    return simt.Trace(simt.Dim3(grid), simt.Dim3(block),
+                      [simt.Access(e, (e % threads) // block, e % block, e // threads) for e in range(n)])
 
 
 def rendered(fig):
@@ -28,7 +30,7 @@ def rendered(fig):
 
 
 def test_thread_map_one_cell_per_element():
-    trace = simt.launch(kernel, grid=2, block=4, n=20)
+    trace = grid_stride_trace(20, 2, 4)
     fig = rendered(viz.thread_map(trace))
     (ax,) = fig.axes
     assert len(ax.patches) == 20
@@ -44,14 +46,10 @@ def test_thread_map_one_cell_per_element():
 
 
 def test_thread_map_shows_untouched_and_repeated_elements():
-    def short(ctx, n):  # forgets the loop: only the first grid*block elements
-        i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-        if i < n:
-            ctx.record(i, 0)
-        if i == 0:
-            ctx.record(0, 1)
-
-    fig = rendered(viz.thread_map(simt.launch(short, grid=1, block=4, n=6), n=6))
+    # forgets the loop (only the first 4 of 6 elements), and thread 0 writes element 0 twice
+    short = simt.Trace(simt.Dim3(1), simt.Dim3(4), [simt.Access(e, 0, e, 0) for e in range(4)]
+                       + [simt.Access(0, 0, 0, 1)])
+    fig = rendered(viz.thread_map(short, n=6))
     (ax,) = fig.axes
     texts = [t.get_text() for t in ax.texts]
     assert texts[4:] == ["none", "none"] and texts[0].endswith("x2")
@@ -64,7 +62,7 @@ def test_thread_map_fits_the_feedback_page(grid, block, n, labelled):
     # nbgrader's feedback page shows it at dpi 90: at most 8 inches (720 pixels) wide, however long the rows
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    fig = rendered(viz.thread_map(simt.launch(kernel, grid=grid, block=block, n=n), n=n))
+    fig = rendered(viz.thread_map(grid_stride_trace(n, grid, block), n=n))
     assert fig.get_figwidth() <= 8.0
     canvas = FigureCanvasAgg(fig)
     canvas.draw()  # lays the figure out as savefig does
@@ -334,7 +332,7 @@ def test_explore_draws_the_initial_figure_and_redraws_on_a_control(monkeypatch):
 
     def draw(n, blocks):
         drawn.append((n, blocks))
-        return viz.thread_map(simt.launch(lambda ctx, n: list(simt.kernel_loop(ctx, n)), grid=blocks, block=4, n=n))
+        return viz.thread_map(grid_stride_trace(n, blocks, 4))
 
     controls = viz.explore(draw, n=(1, 64, 20), blocks=(1, 8, 2))
     assert drawn == [(20, 2)]

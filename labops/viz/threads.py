@@ -1,4 +1,5 @@
-"""The grid-stride loop drawn from a ``labops.simt`` trace: which thread handled which element."""
+"""The grid-stride loop drawn from a ``labops.simt`` trace (a launch recorded by ``labops.rtc``): which thread
+handled which element."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ _LEGEND_ENTRY_IN = 1.25  # one legend entry ("iteration 9") at 8 pt, with its sp
 
 
 def thread_map(trace, n: int | None = None, row_length: int | None = None, title: str | None = None,
-               annotate: bool | None = None):
+               annotate: bool | None = None, hatch: bool = True):
     """Which thread handled which element: one cell per element, laid out in rows.
 
-    Colour = block, hatch = loop iteration, text = "b<block> t<thread>".
+    Colour = block, hatch = loop iteration (the thread's how-many-th access; ``hatch=False``: none), text =
+    "b<block> t<thread>".
     Rows are ``row_length`` elements long (default: the launch's thread
     count, so each row is one trip of the grid-stride loop). An element no
     thread touched is white with a red edge; one touched twice has a red edge
@@ -50,7 +52,7 @@ def thread_map(trace, n: int | None = None, row_length: int | None = None, title
     grid, block = trace.grid, trace.block
     title = _wrap(title or f"grid-stride loop: n = {n}, {grid.size} block(s) x {block.size} threads", width)
     blocks_seen = sorted({int(b) for b in data["block"] if b >= 0})
-    its_seen = sorted({int(i) for i in data["iteration"] if i >= 0})
+    its_seen = sorted({int(i) for i in data["iteration"] if i >= 0}) if hatch else []
     handles = [Patch(facecolor=_BLOCK_COLOURS[b % len(_BLOCK_COLOURS)], edgecolor="black", label=f"block {b}")
                for b in blocks_seen[:10]]
     handles += [Patch(facecolor="white", edgecolor="black", hatch=_HATCHES[i % len(_HATCHES)],
@@ -69,11 +71,12 @@ def thread_map(trace, n: int | None = None, row_length: int | None = None, title
         r, c = divmod(e, row_length)
         block, thread, it, count = (int(data[k][e]) for k in ("block", "thread", "iteration", "count"))
         if count == 0:
-            face, hatch, edge = "white", "", _HIGHLIGHT
+            face, pattern, edge = "white", "", _HIGHLIGHT
         else:
-            face, hatch = _BLOCK_COLOURS[block % len(_BLOCK_COLOURS)], _HATCHES[it % len(_HATCHES)]
+            face = _BLOCK_COLOURS[block % len(_BLOCK_COLOURS)]
+            pattern = _HATCHES[it % len(_HATCHES)] if hatch else ""
             edge = _HIGHLIGHT if count > 1 else "black"
-        ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, hatch=hatch, edgecolor=edge,
+        ax.add_patch(Rectangle((c, r), 1, 1, facecolor=face, hatch=pattern, edgecolor=edge,
                                linewidth=thin if edge == "black" else thick))
         if annotate:
             label = "none" if count == 0 else f"b{block}\nt{thread}" + (f"\nx{count}" if count > 1 else "")

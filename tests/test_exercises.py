@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from labops import simt
 from labops.exercises import EXERCISES, check, cuda, describe
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -90,11 +89,11 @@ def depthwise_backward_weight(x, g, wshape, s, p, d):
     return w.grad
 
 
-def grid_stride_loop(ctx, x, y, n, alpha):
-    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-    while i < n:
-        y[i] = alpha * x[i]
-        i += ctx.blockDim.x * ctx.gridDim.x
+grid_stride_loop = """
+for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < y_numel;
+     i += (long long)blockDim.x * gridDim.x)
+  y[i] = alpha[0] * x[i];
+"""
 
 
 RIGHT = {name: fn for name, fn in globals().items() if name in EXERCISES}
@@ -391,80 +390,66 @@ def test_half_right_gets_partial_credit_with_its_reason():
     assert any("`scale` ignored" in m for m in result.messages)
 
 
-# ---- the grid-stride kernel, run by labops.simt ----
+# ---- the grid-stride kernel: a CUDA C body, run and recorded by labops.rtc ----
 
-def _kernel_one_per_thread(ctx, x, y, n, alpha):
-    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-    if i < n:
-        y[i] = alpha * x[i]
-
-
-def _kernel_block_stride(ctx, x, y, n, alpha):
-    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-    while i < n:
-        y[i] = alpha * x[i]
-        i += ctx.blockDim.x  # forgot gridDim.x: blocks run over each other's elements
-
-
-def _kernel_past_the_end(ctx, x, y, n, alpha):
-    i = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-    while i <= n:
-        if i < n:
-            y[i] = alpha * x[i]
-        else:
-            y[i] = 0.0
-        i += ctx.blockDim.x * ctx.gridDim.x
+_KERNEL_ONE_PER_THREAD = """
+const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+if (i < y_numel) y[i] = alpha[0] * x[i];
+"""
+_KERNEL_BLOCK_STRIDE = grid_stride_loop.replace("(long long)blockDim.x * gridDim.x", "blockDim.x")  # no gridDim.x
+_KERNEL_PAST_THE_END = """
+for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i <= y_numel;
+     i += (long long)blockDim.x * gridDim.x)
+  y[i] = i < y_numel ? alpha[0] * x[i] : 0.0;
+"""
 
 
 @pytest.mark.parametrize("kernel, words", [
-    (_kernel_one_per_thread, "skips elements"),
-    (_kernel_block_stride, "repeats elements"),
-    (_kernel_past_the_end, "writes past the end"),
+    (_KERNEL_ONE_PER_THREAD, "skips elements"),
+    (_KERNEL_BLOCK_STRIDE, "repeats elements"),
+    (_KERNEL_PAST_THE_END, "reads or writes past the end"),
 ])
 def test_grid_stride_mistakes_are_named_and_drawn(kernel, words, capsys):
     result = check("grid_stride_loop", kernel)
     out = " ".join(capsys.readouterr().out.split())
     assert not result.passed and words in out, out
-    if kernel is _kernel_past_the_end:  # its first case raised: there is no map to draw, only the sentence
-        assert result.figure is None
+    if kernel is _KERNEL_PAST_THE_END:  # its first case raised: there is no map to draw, only the sentence
+        assert result.figure is None and "wrote y[" in out
         return
     assert result.figure is not None
     title = result.figure.axes[0].get_title()
     assert "never written" in title
 
 
-def _kernel_chunked(ctx, x, y, n, alpha):
-    """Every element once, but each thread takes a contiguous chunk: right values, not a grid-stride loop."""
-    threads = ctx.blockDim.x * ctx.gridDim.x
-    t = ctx.blockIdx.x * ctx.blockDim.x + ctx.threadIdx.x
-    chunk = -(-n // threads)
-    for i in range(t * chunk, min(n, (t + 1) * chunk)):
-        y[i] = alpha * x[i]
+_KERNEL_CHUNKED = """
+// every element once, but each thread takes a contiguous chunk: right values, not a grid-stride loop
+const long long threads = (long long)blockDim.x * gridDim.x, t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+const long long chunk = (y_numel + threads - 1) / threads;
+for (long long i = t * chunk; i < y_numel && i < (t + 1) * chunk; ++i) y[i] = alpha[0] * x[i];
+"""
 
 
 def test_grid_stride_order_is_checked_not_only_the_values():
-    result = check("grid_stride_loop", _kernel_chunked, show=False)
+    result = check("grid_stride_loop", _KERNEL_CHUNKED, show=False)
     text = " ".join(" ".join(result.messages).split())
     assert not result.passed and "not in grid-stride order" in text, text
     assert "thread that wrote the element" in text
 
 
 def test_grid_stride_figure_marks_missed_and_repeated_elements():
-    result = check("grid_stride_loop", _kernel_one_per_thread, show=False)
+    result = check("grid_stride_loop", _KERNEL_ONE_PER_THREAD, show=False)
     texts = [t.get_text() for t in result.figure.axes[0].texts]
     assert sum(t == "none" for t in texts) == 50 - 16  # 2 blocks x 8 threads cover 16 of 50
-    result = check("grid_stride_loop", _kernel_block_stride, show=False)
+    result = check("grid_stride_loop", _KERNEL_BLOCK_STRIDE, show=False)
     texts = [t.get_text() for t in result.figure.axes[0].texts]
     assert any(t.endswith("x2") for t in texts)
 
 
-def test_watched_array_records_writers_and_rejects_out_of_range():
-    y = simt.WatchedArray(np.zeros(6))
-    simt.launch(grid_stride_loop, 2, 2, np.arange(6.0), y, 6, 1.0)
-    assert [a.block for a in sorted(y.writes.accesses, key=lambda a: a.element)] == [0, 0, 1, 1, 0, 0]
-    assert list(y.data) == list(range(6))
-    with pytest.raises(IndexError, match="element -1 of an array of 6"):
-        y[-1] = 1.0
+def test_grid_stride_takes_a_body_and_says_so():
+    with pytest.raises(TypeError, match="grid_stride_loop takes your kernel's body, a str of CUDA C"):
+        check("grid_stride_loop", lambda ctx, x, y, n, alpha: None, show=False)
+    result = check("grid_stride_loop", "y[0] = ;", show=False)
+    assert result.score == 0 and "CompileError" in " ".join(result.messages)
 
 
 # ---- the compiled op ----

@@ -13,7 +13,7 @@ the learner's own feedback. The points nbgrader records do not come from it:
 process (``sandbox``) and computes each score in nbgrader's own process.
 
 Nothing here builds the compiled labops library: the oracles are native
-PyTorch in float64, finite differences, NumPy ports and ``labops.simt``.
+PyTorch in float64, finite differences, NumPy ports and ``labops.rtc``'s recorded launches.
 """
 
 from __future__ import annotations
@@ -79,7 +79,10 @@ def check(exercise_id: str, fn, hidden: bool = False, show: bool = True) -> Chec
         (True, 3.0)
     """
     ex = _get(exercise_id)
-    if not callable(fn):
+    if ex.takes == "body" and not isinstance(fn, str):
+        raise TypeError(f"check: {exercise_id} takes your kernel's body, a str of CUDA C statements, got "
+                        f"{type(fn).__name__}")
+    if ex.takes == "function" and not callable(fn):
         raise TypeError(f"check: fn must be your function, got {type(fn).__name__}")
     notes = []
     if hidden:

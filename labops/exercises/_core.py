@@ -112,6 +112,8 @@ class Exercise:
     # fn -> what ``run`` calls (the compiled-op exercise builds the learner's C++ here), and its time limit.
     prepare: Callable | None = None
     prepare_time_limit_s: float = TIME_LIMIT_S
+    # What the learner hands in: "function" (a callable), or "body" (a str of CUDA C statements)
+    takes: str = "function"
 
     def run(self, fn, case: Case):
         args = copy_args(case.args)

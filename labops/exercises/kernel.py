@@ -1,14 +1,12 @@
-"""The grid-stride loop exercise: a CUDA-style kernel body run by ``labops.simt``.
+"""The grid-stride loop exercise: a CUDA C kernel body, run by ``labops.rtc`` on the CPU.
 
-The learner writes ``kernel(ctx, x, y, n, alpha)`` that sets ``y[i] = alpha *
-x[i]`` for every ``i < n``, computing its indices from ``ctx.blockIdx``,
-``ctx.threadIdx``, ``ctx.blockDim`` and ``ctx.gridDim`` as a CUDA thread does.
-``y`` is a ``simt.WatchedArray``, so the check knows which thread wrote each
-element: it grades with a grid deliberately smaller than the data (each thread
-must loop) and with one larger (the surplus threads must write nothing). A
-grid-stride loop gives element ``i`` to the thread of global index
-``i % (gridDim.x * blockDim.x)``, and the check compares that owner too: the
-values alone do not show whether the kernel is a grid-stride loop.
+The learner writes the body of ``scale(x, alpha -> y)`` as a string of CUDA C statements that sets ``y[i] =
+alpha[0] * x[i]`` for every ``i < y_numel``, computing its indices from ``blockIdx``, ``threadIdx``,
+``blockDim`` and ``gridDim`` as any CUDA thread does. The launch is recorded (``record=True``), so the
+check knows which thread wrote each element: it grades with a grid deliberately smaller than the data (each
+thread must loop) and with one larger (the surplus threads must write nothing). A grid-stride loop gives
+element ``i`` to the thread of global index ``i % (gridDim.x * blockDim.x)``, and the check compares that
+owner too: the values alone do not show whether the kernel is a grid-stride loop.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from labops import simt
+from labops import rtc, simt
 
 from ._core import Case, Check, Exercise, Mistake, randn
 
@@ -31,18 +29,22 @@ def _case(label, n, grid, block, seed, alpha=2.5):
                 ("y", "writes per element", "thread that wrote the element"))
 
 
-def _launch(fn, args):
+def _launch(body, args):
     """Run the body on every thread; y, writes per element, the writer's global thread index (-1: none)
     and every write as rows (element, block, thread, iteration), which only the figure uses."""
+    if not isinstance(body, str):
+        raise TypeError(f"grid_stride_loop: hand in the kernel's body as a str of CUDA C statements, got "
+                        f"{type(body).__name__}")
     x, n, alpha, grid, block = args
-    y = simt.WatchedArray(np.full(n, np.nan))
-    simt.launch(fn, grid, block, x.numpy(), y, n, alpha)
-    writes = np.array([(a.element, a.block, a.thread, a.iteration) for a in y.writes.accesses],
+    y = torch.full((n,), float("nan"), dtype=torch.float64)
+    recording = rtc.kernel("scale", ["x", "alpha"], ["y"], body)(
+        x, torch.tensor([alpha], dtype=torch.float64), y, grid=grid, block=block, record=True)
+    writes = np.array([(a.element, a.block, a.thread, a.iteration) for a in recording.writes["y"].accesses],
                       dtype=np.int64).reshape(-1, 4)
     counts = np.bincount(writes[:, 0], minlength=n)[:n]
     owner = np.full(n, -1, dtype=np.int64)
     owner[writes[:, 0]] = writes[:, 1] * block + writes[:, 2]
-    return y.data.copy(), counts.astype(np.float64), owner.astype(np.float64), writes
+    return y.numpy().copy(), counts.astype(np.float64), owner.astype(np.float64), writes
 
 
 def _checks(hidden):
@@ -63,18 +65,19 @@ def _counts(got):
 
 
 GRID_STRIDE_LOOP = Exercise(
-    "grid_stride_loop", "A kernel body with a grid-stride loop (CUDA_KERNEL_LOOP), run by labops.simt",
-    "kernel(ctx, x, y, n, alpha) -> None   (sets y[i] = alpha * x[i] for every 0 <= i < n; "
-    "ctx has blockIdx, threadIdx, blockDim, gridDim, each with .x)",
+    "grid_stride_loop", "A CUDA C kernel body with a grid-stride loop (CUDA_KERNEL_LOOP), run by labops.rtc",
+    "body: str, the CUDA C statements of scale(x, alpha -> y), which sets y[i] = alpha[0] * x[i] for every "
+    "0 <= i < y_numel (x, y: double; blockIdx, threadIdx, blockDim, gridDim as in CUDA)",
     _checks,
     call=_launch,
     extras=1,
+    takes="body",
     mistakes=[
-        Mistake("The loop writes past the end: its condition must be i < n, checked before every write "
-                "(threads beyond n must do nothing).", raises=IndexError),
+        Mistake("The loop reads or writes past the end: its condition must be i < y_numel, checked before "
+                "every access (threads beyond the last element must do nothing).", raises=IndexError),
         Mistake("A grid-stride loop that skips elements: each thread must start at "
                 "blockIdx.x * blockDim.x + threadIdx.x and step by blockDim.x * gridDim.x (every thread of the "
-                "grid) until i >= n; with fewer threads than elements, one index per thread is not enough.",
+                "grid) until i >= y_numel; with fewer threads than elements, one index per thread is not enough.",
                 test=lambda case, got: bool((_counts(got) == 0).any()) and not bool((_counts(got) > 1).any())),
         Mistake("A grid-stride loop that repeats elements: two threads reach the same index. The start must "
                 "include blockIdx.x * blockDim.x, and the step must be blockDim.x * gridDim.x, not blockDim.x.",
@@ -84,7 +87,7 @@ GRID_STRIDE_LOOP = Exercise(
                 "gridDim.x, so element i belongs to thread i % T.",
                 test=lambda case, got: bool((_counts(got) == 1).all())
                 and not np.array_equal(np.asarray(got[2]), case.expected[2].numpy())),
-        Mistake("Every element written once, but with the wrong value: y[i] = alpha * x[i].",
+        Mistake("Every element written once, but with the wrong value: y[i] = alpha[0] * x[i].",
                 test=lambda case, got: bool((_counts(got) == 1).all())),
     ],
 )

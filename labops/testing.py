@@ -1,8 +1,11 @@
 """Helpers for checking layers, in the style of CS231n.
 
-``rel_error`` is the one error measure used everywhere in the course;
+``rel_error`` is the course's default error measure (relative to the
+oracle's largest value; where an output has values near zero next to large
+ones, notebook 02 explains why a max absolute error is printed instead);
 ``numerical_gradient`` is the central-difference check a learner writes by
-hand before trusting ``torch.autograd.gradcheck``.
+hand before trusting ``torch.autograd.gradcheck``; ``onnx_resize`` runs ONNX's
+Resize in onnxruntime, an oracle for upsampling that is not PyTorch.
 """
 
 import numpy as np
@@ -91,3 +94,31 @@ def check_close(name, actual, expected, dtype=None) -> float:
     dtype = dtype or (actual.dtype if isinstance(actual, torch.Tensor) else torch.float64)
     print(f"{name}: rel_error {err:.1e} (expected about {EXPECTED_REL_ERROR.get(dtype, 1e-6):.0e} or less)")
     return err
+
+
+def onnx_resize(x: torch.Tensor, size, coordinate_mode: str) -> torch.Tensor:
+    """Bilinear resize of ``x`` (N, C, H, W) to ``size`` (H', W') by ONNX's Resize, run in onnxruntime.
+
+    One Resize node (opset 13, ``mode="linear"``, N and C unchanged, so bilinear in H and W) with
+    ``coordinate_transformation_mode=coordinate_mode``: ``"half_pixel"``, ``"align_corners"``, ``"asymmetric"``
+    and the others ONNX names. Needs the ``onnx`` and ``onnxruntime`` packages (the ``test`` extra).
+
+    Returns:
+        a float32 tensor of shape (N, C, H', W').
+    """
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    sizes = [int(x.shape[0]), int(x.shape[1]), *(int(s) for s in size)]
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
+                            coordinate_transformation_mode=coordinate_mode)
+    graph = helper.make_graph(
+        [node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, sizes)],
+        initializer=[helper.make_tensor("sizes", TensorProto.INT64, [4], sizes)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7  # the IR version that came with opset 13, so older onnxruntime releases load it too
+    onnx.checker.check_model(model)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return torch.from_numpy(session.run(None, {"x": x.detach().cpu().float().numpy()})[0])

@@ -6,6 +6,7 @@ rest. Paths are resolved against the repository, csrc/ (notebooks write
 docs/benchmarks/ and PyTorch's include directory (for `torch/extension.h`).
 """
 
+import json
 import pathlib
 import re
 
@@ -148,3 +149,16 @@ def test_each_notebook_mark_names_a_test_file_and_a_notebook():
     for stem, mark in NOTEBOOK_OF_TEST_FILE.items():
         assert (ROOT / "tests" / f"{stem}.py").exists(), stem
         assert list(ROOT.glob(f"notebooks/{mark[2:]}_*.ipynb")), mark
+
+
+def test_no_committed_measurement_is_older_than_the_tables_it_is_compared_with():
+    """Notebook 09 compares the roofline with every table of docs/benchmarks, notebook 05 the cuDNN kernel
+    names with conv2d_mm's table: each such file must come from the same GPU and be at least as new."""
+    tables = {p.name: json.loads(p.read_text()) for p in (ROOT / "docs" / "benchmarks").glob("*.json")}
+    pairs = [("roofline_cuda.json", name) for name in tables] + [("cudnn_kernels_gpu.json", "conv2d_mm.json")]
+    for figure_file, table_file in pairs:
+        figure, table = json.loads((ROOT / "docs" / figure_file).read_text()), tables[table_file]
+        assert figure["device"] == table["device"], (figure_file, table_file)
+        assert figure["date"] >= table["date"], (
+            f"docs/{figure_file} ({figure['date']}) is older than docs/benchmarks/{table_file} ({table['date']}), "
+            f"which it is compared with: measure it again")

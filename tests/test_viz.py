@@ -395,3 +395,21 @@ def test_the_committed_roofline_covers_every_suite_with_flops():
             "reorg", "softmax", "cross_entropy"} <= layers
     assert all(p["flops"] > 0 for p in data["points"] if not p["op"].startswith(("im2col", "reorg")))
     assert set(data["peak_TFLOPs"]) == {"float32", "tf32", "float16"}
+
+
+def test_bandwidth_by_size_draws_one_line_per_implementation_and_the_copy():
+    rows = [{"n": n, "bytes": 8 * n, "copy": {"graph_GBps": 2.0 * n}, "ours": {"graph_GBps": 1.5 * n},
+             "theirs": {"graph_GBps": float(n)}} for n in (2**10, 2**12, 2**14)]
+    fig = rendered(viz.bandwidth_by_size({"device": "GPU", "date": "2026-11-26", "dtype": "float32", "rows": rows}))
+    (ax,) = fig.axes
+    assert [line.get_label() for line in ax.lines] == ["copy of the same size", "ours", "theirs"]
+    assert list(ax.lines[1].get_ydata()) == [1.5 * 2**10, 1.5 * 2**12, 1.5 * 2**14]
+    assert ax.get_xscale() == "log" and "GPU, 2026-11-26" in ax.get_title()
+
+
+def test_the_committed_size_sweep_ran_both_kernels():
+    sizes = json.loads((Path(__file__).resolve().parent.parent / "docs" / "elementwise_sizes_gpu.json").read_text())
+    kernels = sizes["kernels_at_2^20"]
+    assert "elementwise_vec_kernel" in kernels["labops.tanh, vectorized kernel"][0]
+    assert "elementwise_kernel" in kernels["labops.tanh, textbook kernel"][0]
+    assert "vec" not in kernels["labops.tanh, textbook kernel"][0]

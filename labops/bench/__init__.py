@@ -309,7 +309,8 @@ def run(device="cuda", suites=None, size=None, json_path=None, print_table=True)
         print(format_table(results))
         if device == "cpu":
             print("(On the CPU a small working set stays in cache between calls, so a row can pass 100 %: the\n"
-                  " copy that defines 100 % moves 256 MB, far more than the caches hold.)")
+                  " copy that defines 100 % copies 256 MiB, so it reads 256 MiB and writes 256 MiB, far more than\n"
+                  " the caches hold.)")
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"device": name, "torch": torch.__version__, "copy_GBps": bandwidth / 1e9,

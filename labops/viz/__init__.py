@@ -11,7 +11,7 @@ One module per topic, every name re-exported here (``viz.thread_map``):
 - ``_draw``: the kit (``new_figure``, ``draw_matrix``, ``explore``, shared colours)
 - ``threads``: the grid-stride loop (``thread_map``)
 - ``activation``: GELU (``gelu_forms``)
-- ``bench``: benchmark results (``load_bench``, ``bench_bars``, ``roofline``)
+- ``bench``: benchmark results (``load_bench``, ``bench_bars``, ``roofline``, ``bandwidth_by_size``)
 - ``conv``: im2col (``im2col_numpy``, ``im2col_figure``)
 - ``upsample``: bilinear upsampling (``upsample_sampling_positions``, ``upsample_gradient_flow``,
   ``upsample_mode_difference``)
@@ -28,7 +28,7 @@ in tests/test_viz.py.
 
 from labops.viz._draw import draw_matrix, explore, new_figure
 from labops.viz.activation import gelu_forms
-from labops.viz.bench import bench_bars, load_bench, roofline
+from labops.viz.bench import bandwidth_by_size, bench_bars, load_bench, roofline
 from labops.viz.conv import im2col_figure, im2col_numpy
 from labops.viz.race import race_figure
 from labops.viz.reorg import reorg_channel_maps
@@ -36,6 +36,7 @@ from labops.viz.threads import thread_map
 from labops.viz.upsample import upsample_gradient_flow, upsample_mode_difference, upsample_sampling_positions
 
 __all__ = [
+    "bandwidth_by_size",
     "bench_bars",
     "draw_matrix",
     "explore",

@@ -143,3 +143,35 @@ def roofline(source, dtype: str = "float32", impls=("labops",), title: str | Non
     if no_math:
         ax.set_title("not drawn (no arithmetic: judge them by % of copy): " + ", ".join(no_math), fontsize=8)
     return fig
+
+
+def bandwidth_by_size(source, title: str | None = None):
+    """GB/s against the number of elements, one line per implementation, the copy of the same size dashed.
+
+    ``source``: a dict or the JSON path that ``.ci/gpu_course_claims.py`` writes (``docs/elementwise_sizes_gpu.json``):
+    device, date, dtype, and rows of {n, bytes, <name>: {graph_GBps, ...}} with one ``copy`` entry per row. As
+    Triton's tutorials draw it: where a line sits below the dashed one, that kernel leaves bandwidth unused at
+    that size. One Line2D per implementation, markers at the measured sizes.
+    """
+    result = load_bench(source)
+    rows = result["rows"]
+    names = [k for k, v in rows[0].items() if isinstance(v, dict)]
+    n = np.array([r["n"] for r in rows], dtype=np.float64)
+    fig, (ax,) = new_figure(width=7.0, height=4.2)
+    colours = iter(_BLOCK_COLOURS)
+    for name in names:
+        gbps = [r[name]["graph_GBps"] for r in rows]
+        if name == "copy":
+            ax.plot(n, gbps, "--", color="black", linewidth=1.2, label="copy of the same size")
+        else:
+            ax.plot(n, gbps, "o-", color=next(colours), markersize=3.5, linewidth=1.4, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"elements ({result.get('dtype', 'float32')}); bytes moved = 2 x 4 x elements", fontsize=9)
+    ax.set_ylabel("GB/s (read + write)", fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, linewidth=0.4, alpha=0.5)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    ax.set_title(title or f"GB/s against size, GPU time from a CUDA graph: {result['device']}, {result['date']}",
+                 fontsize=10)
+    return fig

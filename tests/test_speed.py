@@ -272,7 +272,9 @@ def test_caught_work_left_on_a_side_stream():
     fair = speed.time_submission(_copy_run, _inputs, _same)
     cheat = speed.time_submission(speed.LeavesWorkOnSideStream(_copy_run), _inputs, _same)
     assert fair.passed and fair.flags == () and cheat.passed
-    assert cheat.stream_median_s < 0.5 * fair.median_s  # the current stream's events alone are fooled
+    # The current stream's events alone are fooled: they see well under half of the cheat's own rep. (Compared
+    # with the fair run's median instead, this failed 1 time in 6 on an H100: two runs' medians differ by 30 %.)
+    assert cheat.stream_median_s < 0.5 * cheat.median_s
     assert cheat.median_s >= 0.8 * fair.median_s  # timed in full
     assert speed.SIDE_STREAM in cheat.flags and speed.verdict(cheat) == "flagged"
 

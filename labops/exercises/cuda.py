@@ -1732,21 +1732,40 @@ for (int u = 0; u < 4; ++u) {
 """
 
 FAST_POOL_BODY = r"""
-// Four independent running sums per thread (four loads in flight), then warp shuffles: one barrier, not
-// one per level of a shared-memory tree. Needs whole warps.
+// 16-byte loads when the plane's size is a multiple of 4 (then every plane starts 16-byte aligned): each
+// thread keeps two of them in flight and four running sums. Then warp shuffles: one barrier, not one per
+// level of a shared-memory tree. Needs whole warps.
 __shared__ float warp_sums[32];
 const long long plane = blockIdx.x, size = x_dims[2] * x_dims[3], base = plane * size;
 const unsigned int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
 const long long step = blockDim.x;
 float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-long long k = t;
-for (; k + 3 * step < size; k += 4 * step) {
-  a0 += x[base + k];
-  a1 += x[base + k + step];
-  a2 += x[base + k + 2 * step];
-  a3 += x[base + k + 3 * step];
+if (size % 4 == 0) {
+  const float4* quads = reinterpret_cast<const float4*>((const float*)(x + base));  // a plain pointer
+  const long long n_quads = size / 4;
+  long long k = t;
+  for (; k + step < n_quads; k += 2 * step) {
+    const float4 u = quads[k], v = quads[k + step];
+    a0 += u.x + u.y;
+    a1 += u.z + u.w;
+    a2 += v.x + v.y;
+    a3 += v.z + v.w;
+  }
+  if (k < n_quads) {
+    const float4 u = quads[k];
+    a0 += u.x + u.y;
+    a1 += u.z + u.w;
+  }
+} else {
+  long long k = t;
+  for (; k + 3 * step < size; k += 4 * step) {
+    a0 += x[base + k];
+    a1 += x[base + k + step];
+    a2 += x[base + k + 2 * step];
+    a3 += x[base + k + 3 * step];
+  }
+  for (; k < size; k += step) a0 += x[base + k];
 }
-for (; k < size; k += step) a0 += x[base + k];
 float sum = (a0 + a1) + (a2 + a3);
 for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
 if (lane == 0) warp_sums[warp] = sum;

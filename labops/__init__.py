@@ -6,7 +6,7 @@ registered with PyTorch as ``torch.ops.labops.*``).
 
 ``import labops`` loads the compiled ops when they are already built for this
 torch (milliseconds), so ``torch.ops.labops.<op>`` works at once; otherwise
-they are built (about a minute, once) when an op is first called.
+they are built (one to five minutes, once) when an op is first called.
 ``dir(labops)`` and ``help(labops)`` never build anything.
 """
 

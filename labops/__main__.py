@@ -4,6 +4,7 @@
                       device) against native PyTorch in float64
     labops build      compile the ops now (instead of on first use)
     labops bench      labops vs native PyTorch vs copy bandwidth
+    labops exercises  list the classroom exercises, or show one's signature (labops exercises tanh_backward)
     labops audit-grades  after nbgrader autograde: flag every score that is not the trusted one
     labops speed-board   on a GPU: time every student's CUDA kernels of an assignment, write the leaderboard
 """
@@ -32,13 +33,19 @@ def _version_of(cmd):
     return out[0]
 
 
+def _shown(path) -> str:
+    """``path`` with the home folder written ``~``: the report names no user, and a pasted one stays short."""
+    path, home = str(path), os.path.expanduser("~")
+    return "~" + path[len(home):] if home not in ("", "/") and (path + "/").startswith(home + "/") else path
+
+
 def doctor() -> int:
     import torch
 
     from labops import _build
 
     ok = True
-    print(f"python   {platform.python_version()} ({sys.executable})")
+    print(f"python   {platform.python_version()} ({_shown(sys.executable)})")
     print(f"torch    {torch.__version__}  (CUDA build: {torch.version.cuda or 'no'}, "
           f"CPU SIMD: {torch.backends.cpu.get_cpu_capability()})")
     gpu = torch.cuda.is_available()
@@ -52,7 +59,7 @@ def doctor() -> int:
           + ("" if nvcc or not gpu else "  (needed for the CUDA ops: set CUDA_HOME)"))
     try:
         p = _build.plan()
-        print(f"cache    {p.library} ({'built' if p.library.exists() else 'not built yet'})")
+        print(f"cache    {_shown(p.library)} ({'built' if p.library.exists() else 'not built yet'})")
         start = time.monotonic()
         _build.load_library()
         print(f"build    ok, loaded in {time.monotonic() - start:.1f} s")
@@ -177,10 +184,12 @@ def main(argv=None) -> int:
                        "that broke the CUDA context or never finished: the board names them)")
     board.add_argument("--kernel-time-limit", type=float, default=600.0, metavar="SECONDS", help="how long one "
                        "kernel's compile, checked launch and timing may take before the board stops (default 600)")
+    # bench has a parser of its own (labops.bench.main): its options pass through unread. Every other
+    # subcommand rejects what it does not know, naming it, instead of running without it.
     args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "bench":
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "speed-board":
-        if rest:
-            parser.error(f"speed-board: unrecognized arguments: {' '.join(rest)}")
         from labops.exercises.speed_board import board as speed_board
 
         try:
@@ -197,8 +206,12 @@ def main(argv=None) -> int:
         print("\n".join(flags) if flags else "every score in the gradebook is the trusted one")
         return 1 if flags else 0
     if args.command == "exercises":
-        from labops.exercises import describe
+        from labops.exercises import EXERCISES, describe
 
+        if args.exercise_id is not None and args.exercise_id not in EXERCISES:
+            print(f"labops exercises: no exercise {args.exercise_id!r}; the exercises are: "
+                  f"{', '.join(sorted(EXERCISES))}", file=sys.stderr)
+            return 2
         print(describe(args.exercise_id))
         return 0
     if args.command == "doctor":

@@ -175,14 +175,16 @@ def _compile(p: BuildPlan, verbose: bool) -> str:
     _check_toolchain(p)
     what = "CPU" + (" and CUDA" if p.with_cuda else "")
     names = ", ".join(s.name for s in p.sources)
+    # Our own progress lines go to stdout: they are news, not errors (Jupyter colours stderr red).
+    # What the compiler and ninja say goes to stderr (_run_builder).
     print(
         f"labops: compiling the {what} ops once for this torch ({len(p.sources)} files: {names}); "
-        f"this takes about {'1-3 minutes' if p.with_cuda else 'a minute'} and is cached in {p.directory}",
-        file=sys.stderr,
+        f"this takes one to five minutes{', more with the CUDA kernels' if p.with_cuda else ''}, once, "
+        f"and is cached in {p.directory}",
         flush=True,
     )
     for note in p.notes:
-        print(f"labops: note: {note}", file=sys.stderr, flush=True)
+        print(f"labops: note: {note}", flush=True)
 
     start = time.monotonic()
     # We hold the lock, so no build is running here: any build directory is a killed build's.
@@ -206,7 +208,7 @@ def _compile(p: BuildPlan, verbose: bool) -> str:
     os.replace(build_dir / f"{LIBRARY_NAME}.so", p.library)
     shutil.rmtree(build_dir, ignore_errors=True)
     torch.ops.load_library(str(p.library))
-    print(f"labops: built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    print(f"labops: built in {time.monotonic() - start:.0f} s", flush=True)
     return str(p.library)
 
 
@@ -299,7 +301,7 @@ def _stop_builder(builder: subprocess.Popen) -> None:
 
 
 def _report_objects(build_dir: Path, total: int, start: float, done: threading.Event) -> None:
-    """One line per compiled file as ninja finishes it, so a minute of compiling is not a minute of silence."""
+    """One line per compiled file as ninja finishes it, so minutes of compiling are not minutes of silence."""
     seen: set[str] = set()
     while True:
         finished = done.wait(0.5)
@@ -307,7 +309,7 @@ def _report_objects(build_dir: Path, total: int, start: float, done: threading.E
             if obj.name not in seen:
                 seen.add(obj.name)
                 print(f"labops:   compiled {obj.name[:-2]} ({len(seen)}/{total}, {time.monotonic() - start:.0f} s)",
-                      file=sys.stderr, flush=True)
+                      flush=True)
         if finished:
             return
 
@@ -353,7 +355,7 @@ class _FileLock:
                 if waited == 0.0:
                     holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip()
                     print(f"labops: waiting for another process (pid {holder or '?'}) that is "
-                          "building the ops", file=sys.stderr, flush=True)
+                          "building the ops", flush=True)
                 time.sleep(0.2)
                 waited += 0.2
         os.ftruncate(self.fd, 0)

@@ -89,7 +89,7 @@ def check(exercise_id: str, fn, hidden: bool = False, show: bool = True) -> Chec
         notes.append("(the hidden cases are drawn from your instructor's secret: they run only when your "
                      "notebook is graded; these are the released cases)")
     if ex is _compiled.PRELU_CHECKS and os.environ.get("LABOPS_GRADING_KERNEL"):
-        # Under autograde the grader builds and checks the op itself; building it here too would cost a minute.
+        # Under autograde the grader builds and checks the op itself; building it here too would cost one to five minutes.
         result = CheckResult(ex.id, False, float("nan"), 0.0, [f"{ex.id}: built and checked by the grader"])
     elif ex is _compiled.PRELU_CHECKS:
         result = _compiled.check_in_subprocess(fn, False)

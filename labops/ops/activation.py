@@ -25,7 +25,8 @@ def tanh(x: torch.Tensor) -> torch.Tensor:
     """``tanh(x)`` elementwise. Backward uses the saved output: ``g * (1 - y**2)``.
 
     Args:
-        x: floating tensor of any shape (float32/float64 on the CPU; also float16/bfloat16 on CUDA).
+        x: floating tensor of any shape: float32, float64, float16 or bfloat16, on the CPU or CUDA
+            (float16 and bfloat16 are computed in float32 and rounded once).
 
     Returns:
         a tensor of x's shape and dtype.
@@ -51,7 +52,8 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         ``"sigmoid"``: ``x * sigmoid(1.702 x)``, the cheap form from the GELU paper.
 
     Args:
-        x: floating tensor of any shape.
+        x: floating tensor of any shape: float32, float64, float16 or bfloat16, on the CPU or CUDA
+            (float16 and bfloat16 are computed in float32 and rounded once).
 
     Returns:
         a tensor of x's shape and dtype.

@@ -6,13 +6,19 @@ Every module keeps ``output`` and ``gradInput`` and implements
 * ``updateGradInput(input, gradOutput)``: dE/dinput, stores and returns ``gradInput``;
 * ``accGradParameters(input, gradOutput, scale=1)``: ADDS ``scale * dE/dW`` to
   ``gradWeight`` / ``gradBias`` (so gradients of several mini-batches sum up
-  until ``zeroGradParameters()``).
+  until ``zeroGradParameters()``). ``scale`` weighs the gradient; it is not a
+  learning rate.
 
 ``forward`` is ``updateOutput``; ``backward`` is ``updateGradInput`` followed by
-``accGradParameters``. Nothing here uses autograd: each method calls the
-compiled labops op for that function directly (``torch.ops.labops.*``), so a
-learner can train with a hand-written backward pass and compare with autograd.
-Tensors are plain (``requires_grad=False``).
+``accGradParameters``. A learning rate enters in ``updateParameters(lr)``
+(``W -= lr * gradWeight``) or in ``accUpdateGradParameters(input, gradOutput, lr)``,
+which does ``W -= lr * dE/dW`` in place without touching ``gradWeight``
+(``backwardUpdate`` is ``updateGradInput`` followed by it).
+
+Nothing here uses autograd: each method calls the compiled labops op for that
+function directly (``torch.ops.labops.*``), so a learner can train with a
+hand-written backward pass and compare with autograd. Tensors are plain
+(``requires_grad=False``).
 """
 
 from __future__ import annotations
@@ -86,6 +92,29 @@ class Module:
         for w, g in zip(*self.parameters()):
             w.add_(g, alpha=-learningRate)
 
+    def accUpdateGradParameters(self, input, gradOutput, lr):
+        """W -= lr * dE/dW in place; gradWeight / gradBias are left as they are.
+
+        As torch/nn's Module.lua ``Module:accUpdateGradParameters``: point
+        gradWeight / gradBias at the weight and bias themselves, and let
+        accGradParameters add ``-lr`` times the gradient into them. No gradient
+        buffer is written, so a layer can train without one.
+        """
+        kept = {name: getattr(self, name) for name in ("gradWeight", "gradBias") if hasattr(self, name)}
+        try:
+            for name in kept:
+                setattr(self, name, getattr(self, name[4:].lower()))  # gradWeight -> weight
+            self.accGradParameters(input, gradOutput, -lr)
+        finally:
+            for name, grad in kept.items():
+                setattr(self, name, grad)
+
+    def backwardUpdate(self, input, gradOutput, lr):
+        """updateGradInput, then accUpdateGradParameters: gradInput uses the weights before the step."""
+        self.updateGradInput(input, gradOutput)
+        self.accUpdateGradParameters(input, gradOutput, lr)
+        return self.gradInput
+
     def to(self, *args, **kwargs):
         for name, value in vars(self).items():
             if isinstance(value, torch.Tensor):
@@ -126,6 +155,15 @@ class Sequential(Module):
         for i in reversed(range(len(self.modules))):
             m = self.modules[i]
             m.accGradParameters(inputs[i], gradOutput, scale)
+            gradOutput = m.gradInput
+
+    def accUpdateGradParameters(self, input, gradOutput, lr):
+        # As accGradParameters: each module's gradOutput is the gradInput of the one after it, which
+        # updateGradInput computed with the weights before this update (torch/nn's Sequential.lua).
+        inputs = self._inputs(input)
+        for i in reversed(range(len(self.modules))):
+            m = self.modules[i]
+            m.accUpdateGradParameters(inputs[i], gradOutput, lr)
             gradOutput = m.gradInput
 
     def backward(self, input, gradOutput, scale=1.0):

@@ -147,3 +147,70 @@ def test_cross_entropy_criterion_matches_torch(device, reduction):
 def test_cross_entropy_criterion_rejects_bad_target():
     with pytest.raises(ValueError, match="target"):
         legacy.CrossEntropyCriterion().forward(torch.randn(3, 4), torch.tensor([0, 4, 1]))
+
+
+LAYERS = {
+    "Linear": (lambda: legacy.Linear(6, 4, dtype=torch.float64), (5, 6),
+               lambda x, w, b: torch.nn.functional.linear(x, w, b)),
+    "SpatialConvolutionMM": (lambda: legacy.SpatialConvolutionMM(3, 4, 3, 2, 2, 1, 1, dtype=torch.float64),
+                             (2, 3, 7, 6),
+                             lambda x, w, b: torch.nn.functional.conv2d(x, w, b, stride=(1, 2), padding=1)),
+    "SpatialDepthWiseConvolution": (lambda: legacy.SpatialDepthWiseConvolution(3, 2, 3, 3, 2, 2, 1,
+                                                                               dtype=torch.float64),
+                                    (2, 3, 7, 6),
+                                    lambda x, w, b: torch.nn.functional.conv2d(x, w, b, stride=2, padding=1,
+                                                                               groups=3)),
+}
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_acc_update_grad_parameters_is_an_sgd_step_that_keeps_grad_weight(device, name):
+    """accUpdateGradParameters(input, gradOutput, lr) does W -= lr * dE/dW in place (torch/nn Module.lua
+    Module:accUpdateGradParameters) and leaves gradWeight / gradBias as they were; float64 oracle: autograd
+    through the functional op."""
+    make, shape, functional = LAYERS[name]
+    torch.manual_seed(4)
+    layer = make().to(device=device)
+    x = torch.randn(shape, dtype=torch.float64, device=device)
+    g = torch.randn_like(layer.forward(x))
+    for grad in (layer.gradWeight, layer.gradBias):
+        grad.copy_(torch.randn_like(grad))  # gradients of earlier batches, which the update must not touch
+    grads_before = [layer.gradWeight.clone(), layer.gradBias.clone()]
+    grad_buffers = [layer.gradWeight, layer.gradBias]
+    weight, bias = layer.weight, layer.bias
+    w, b = weight.clone().requires_grad_(), bias.clone().requires_grad_()
+    dw, db = torch.autograd.grad(functional(x, w, b), (w, b), g)
+    lr = 0.37
+    layer.accUpdateGradParameters(x, g, lr)
+    assert layer.weight is weight and layer.bias is bias  # updated in place
+    assert [layer.gradWeight, layer.gradBias] == grad_buffers  # the same tensors, put back
+    torch.testing.assert_close(layer.weight, w.detach() - lr * dw, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(layer.bias, b.detach() - lr * db, rtol=1e-12, atol=1e-12)
+    for got, want in zip((layer.gradWeight, layer.gradBias), grads_before):
+        assert torch.equal(got, want)
+
+
+def test_backward_update_of_a_sequential_matches_autograd(device):
+    """backwardUpdate = updateGradInput with the old weights, then every module's W -= lr * dE/dW."""
+    old, new = build_pair(device)
+    x = torch.randn(2, 3, 9, 9, dtype=torch.float64, device=device)
+    g = torch.randn_like(old.forward(x))
+    old.zeroGradParameters()
+    before = [w.clone() for w in old.parameters()[0]]
+    xa = x.clone().requires_grad_()
+    new(xa).backward(g)
+    lr = 0.05
+    grad_in = old.backwardUpdate(x, g, lr)
+    torch.testing.assert_close(grad_in, xa.grad, rtol=1e-12, atol=1e-12)
+    for w, b, p in zip(old.parameters()[0], before, new.parameters()):
+        torch.testing.assert_close(w, b - lr * p.grad, rtol=1e-12, atol=1e-12)
+    assert all(t.abs().sum() == 0 for t in old.parameters()[1])  # no gradient was stored
+
+
+@pytest.mark.parametrize("cls", [legacy.Tanh, legacy.GELU])
+def test_acc_update_grad_parameters_of_a_parameter_free_layer_changes_nothing(cls):
+    layer = cls()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    layer.forward(x)
+    layer.accUpdateGradParameters(x, torch.randn_like(x), 0.1)
+    assert layer.parameters() == ([], []) and not hasattr(layer, "gradWeight")

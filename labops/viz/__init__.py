@@ -17,6 +17,10 @@ One module per topic, every name re-exported here (``viz.thread_map``):
   ``upsample_mode_difference``)
 - ``reorg``: the reorg orders (``reorg_channel_maps``)
 - ``race``: a data race ``labops.rtc`` caught (``race_figure``)
+- ``contract``: the layer contract's three functions, from one call (``layer_contract``, ``contract_call``)
+- ``depthwise``: depthwise backward as scatter or gather, a tiled thread's input span
+  (``depthwise_scatter_gather``, ``depthwise_tile``)
+- ``rtc_kernel``: one ``labops.rtc`` body, its CPU and CUDA sources (``rtc_two_paths``)
 
 Adding a figure for a new layer: write a function in that layer's module
 (a new ``labops/viz/<layer>.py`` if it has none), build the axes with
@@ -29,20 +33,27 @@ in tests/test_viz.py.
 from labops.viz._draw import draw_matrix, explore, new_figure
 from labops.viz.activation import gelu_forms
 from labops.viz.bench import bandwidth_by_size, bench_bars, load_bench, roofline
+from labops.viz.contract import contract_call, layer_contract
 from labops.viz.conv import im2col_figure, im2col_numpy
+from labops.viz.depthwise import depthwise_scatter_gather, depthwise_tile
 from labops.viz.race import race_figure
 from labops.viz.reorg import reorg_channel_maps
+from labops.viz.rtc_kernel import rtc_two_paths
 from labops.viz.threads import thread_map
 from labops.viz.upsample import upsample_gradient_flow, upsample_mode_difference, upsample_sampling_positions
 
 __all__ = [
     "bandwidth_by_size",
     "bench_bars",
+    "contract_call",
+    "depthwise_scatter_gather",
+    "depthwise_tile",
     "draw_matrix",
     "explore",
     "gelu_forms",
     "im2col_figure",
     "im2col_numpy",
+    "layer_contract",
     "load_bench",
     "new_figure",
     "race_figure",
@@ -52,4 +63,5 @@ __all__ = [
     "upsample_sampling_positions",
     "roofline",
     "reorg_channel_maps",
+    "rtc_two_paths",
 ]

@@ -97,6 +97,8 @@ NOTEBOOK_OF_TEST_FILE = {
     "test_pooling": "nb04", "test_conv2d_mm": "nb05", "test_depthwise": "nb06", "test_upsample": "nb07",
     "test_softmax": "nb08", "test_reorg": "nb08", "test_capstone": "nb10", "test_rtc": "nb11",
     "test_viz_race": "nb03",  # notebook 03b's figure: 03b is part of 03's mark
+    "test_bench": "nb09",
+    "test_cli": "nb00",  # the `labops` command notebook 00 runs (doctor)
 }
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -70,9 +71,16 @@ class Result:
     labops_graph_pct_copy: float | None = None
     native_graph_pct_copy: float | None = None
     graph_speedup: float | None = None
-    # name -> {ms, pct_copy, speedup, graph_ms, graph_pct_copy, graph_speedup} (speedup = peer / labops
-    # time), or {error} when the peer failed to run
+    # name -> {ms, pct_copy, speedup, graph_ms, graph_pct_copy, graph_speedup, spread} (speedup = peer /
+    # labops time), or {error} when the peer failed to run
     peers: dict = field(default_factory=dict)
+    # The eager samples behind labops_ms and native_ms (Timing.spread: n, burst, q1_ms, q3_ms, min_ms,
+    # max_ms), the speedup their quartiles allow (native q1 / labops q3 .. native q3 / labops q1), and
+    # why the row's timings are noise (empty: steady). Absent from tables written before they existed.
+    labops_spread: dict | None = None
+    native_spread: dict | None = None
+    speedup_range: list | None = None
+    noise: list = field(default_factory=list)
 
 
 def _sync(device):
@@ -102,24 +110,82 @@ def compiled(fn):
     return torch.compile(fn, dynamic=False)
 
 
-def time_ms(fn, device, min_time=0.2, min_samples=5) -> float:
-    """Median milliseconds per call.
+# Linux's scheduler hands out the CPU in ticks of 4 ms (CONFIG_HZ=250, the usual default): on a busy
+# machine a sample that waited for other processes tends to last a whole number of ticks.
+TICK_MS = 4.0
+# A timing is noise when its samples' interquartile range is over this share of their median.
+NOISY_SPREAD = 0.10
+
+
+class Timing(float):
+    """What ``time_ms`` returns: the median milliseconds per call (a float: arithmetic and formatting work
+    as on any number) that also keeps the samples it is the median of, to show their spread and say
+    when they are noise (``noise()``)."""
+
+    def __new__(cls, samples, burst=1, device="cpu"):
+        self = super().__new__(cls, statistics.median(samples))
+        self.samples, self.burst, self.device = tuple(samples), burst, device
+        return self
+
+    def __reduce__(self):  # copy, deepcopy (dataclasses.asdict) and pickle rebuild it from its samples
+        return Timing, (self.samples, self.burst, self.device)
+
+    @property
+    def q1(self) -> float:
+        return statistics.quantiles(self.samples, n=4, method="inclusive")[0] if len(self.samples) > 1 else float(self)
+
+    @property
+    def q3(self) -> float:
+        return statistics.quantiles(self.samples, n=4, method="inclusive")[2] if len(self.samples) > 1 else float(self)
+
+    def spread(self) -> dict:
+        """The samples' count, burst (calls per sample), quartiles and extremes: the JSON's ``*_spread``."""
+        return {"n": len(self.samples), "burst": self.burst, "q1_ms": self.q1, "q3_ms": self.q3,
+                "min_ms": min(self.samples), "max_ms": max(self.samples)}
+
+    def on_tick(self) -> int:
+        """How many samples (the burst's wall time, on the CPU) last a whole number of scheduler ticks."""
+        if self.device == "cuda":  # CUDA events time the GPU, not the host's scheduler
+            return 0
+        walls = [ms * self.burst for ms in self.samples]
+        return sum(w >= TICK_MS / 2 and abs(w - TICK_MS * round(w / TICK_MS)) <= 0.02 * TICK_MS for w in walls)
+
+    def noise(self) -> list[str]:
+        """Why this timing cannot be trusted (an empty list when it can): too few samples, a spread over
+        ``NOISY_SPREAD`` of the median, or half the samples on the scheduler's tick."""
+        n, reasons = len(self.samples), []
+        if n < 5:
+            reasons.append(f"only {n} sample{'s' * (n != 1)}: no spread to judge")
+        elif self > 0 and (self.q3 - self.q1) / self > NOISY_SPREAD:
+            reasons.append(f"the middle half of {n} samples spans {self.q1:.4g}-{self.q3:.4g} ms, "
+                           f"{100 * (self.q3 - self.q1) / self:.0f} % of the median")
+        ticks = self.on_tick()
+        if n >= 5 and 2 * ticks >= n:
+            reasons.append(f"{ticks} of {n} samples last a whole number of {TICK_MS:g} ms scheduler ticks "
+                           "(it waited for the CPU)")
+        return reasons
+
+
+def time_ms(fn, device, min_time=0.2, min_samples=5, clock=time.perf_counter) -> Timing:
+    """Median milliseconds per call, as a ``Timing``: a float that also keeps its samples (their spread,
+    their count, ``noise()``).
 
     Each sample times a burst of back-to-back calls (enough for about 1 ms)
     between two CUDA events, as a training loop issues them: the host queues
     the next launch while the GPU runs the last, so Python's per-call overhead
-    is hidden whenever the kernel takes longer than it. On the CPU, perf_counter.
+    is hidden whenever the kernel takes longer than it. On the CPU, ``clock``
+    (perf_counter; a test passes a fake one).
     """
     for _ in range(3):  # warm-up: lazy init, caching allocator, autotuning
         fn()
     _sync(device)
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
     _sync(device)
-    burst = max(1, min(100, int(1e-3 / max(time.perf_counter() - t0, 1e-6))))
+    burst = max(1, min(100, int(1e-3 / max(clock() - t0, 1e-6))))
     times = []
-    start_all = time.perf_counter()
-    while len(times) < min_samples or (time.perf_counter() - start_all < min_time and len(times) < 200):
+    start_all = clock()
+    while len(times) < min_samples or (clock() - start_all < min_time and len(times) < 200):
         if device == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -129,11 +195,11 @@ def time_ms(fn, device, min_time=0.2, min_samples=5) -> float:
             end.synchronize()
             times.append(start.elapsed_time(end) / burst)
         else:
-            t1 = time.perf_counter()
+            t1 = clock()
             for _ in range(burst):
                 fn()
-            times.append((time.perf_counter() - t1) * 1e3 / burst)
-    return statistics.median(times)
+            times.append((clock() - t1) * 1e3 / burst)
+    return Timing(times, burst, device)
 
 
 def graph_ms(fn, calls=20, samples=15) -> float | None:
@@ -228,7 +294,7 @@ def roofline(device="cuda", suites=None, size=None, json_path=None, print_table=
                 if (impl, case.op, case.shape, dtype) in seen:  # labops appears once per native it is compared with
                     continue
                 seen.add((impl, case.op, case.shape, dtype))
-                ms = (graph_ms(fn) if device == "cuda" else None) or time_ms(fn, device)
+                ms = float((graph_ms(fn) if device == "cuda" else None) or time_ms(fn, device))
                 points.append({"impl": impl, "op": case.op, "shape": case.shape, "dtype": dtype,
                                "flops": case.flops, "nbytes": case.nbytes, "ms": ms})
                 if print_table:
@@ -247,20 +313,55 @@ def roofline(device="cuda", suites=None, size=None, json_path=None, print_table=
     return result
 
 
-def _time_peers(case, device, pct, lab, lab_graph) -> dict:
+def _time_peers(case, device, pct, lab, lab_graph, min_time=0.2) -> dict:
     """Time each of ``case.peers`` like labops and native (eager, and a CUDA graph on a GPU)."""
     out = {}
     for name, fn in case.peers.items():
         try:
-            ms = time_ms(fn, device)
+            ms = time_ms(fn, device, min_time)
             graph = graph_ms(fn) if device == "cuda" else None
         except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
             out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]}
             continue
-        out[name] = {"ms": ms, "pct_copy": pct(ms), "speedup": ms / lab, "graph_ms": graph,
+        out[name] = {"ms": float(ms), "pct_copy": pct(ms), "speedup": ms / lab, "graph_ms": graph,
                      "graph_pct_copy": pct(graph),
-                     "graph_speedup": graph / lab_graph if graph and lab_graph else None}
+                     "graph_speedup": graph / lab_graph if graph and lab_graph else None,
+                     "spread": ms.spread(), "noise": ms.noise()}
     return out
+
+
+def busy_cpu(load: float | None = None, cpus: int | None = None) -> str | None:
+    """A sentence when other processes keep the CPU busy (the 1-minute load average over half the CPUs
+    this process may use), else None. ``load`` and ``cpus`` default to this machine's."""
+    if load is None:
+        if not hasattr(os, "getloadavg"):
+            return None
+        load = os.getloadavg()[0]
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if load <= 0.5 * cpus:
+        return None
+    return (f"the CPU is busy: load average {load:.1f} on {cpus} CPU{'s' * (cpus != 1)} before the run "
+            f"(other processes want {load:.1f} CPUs; every timing shares the CPU with them)")
+
+
+def noise_report(results, busy: str | None = None) -> str:
+    """The lines under the table: each noisy row and why, whether the CPU was busy, and what to do.
+    Empty when every row is steady and the CPU was idle."""
+    noisy = [r for r in results if r.noise]
+    if not noisy and not busy:
+        return ""
+    lines = []
+    if noisy:
+        lines.append(f"WARNING: {len(noisy)} of {len(results)} rows are noise (marked ! in the table): their "
+                     "times and speedups can move by more than the difference they show.")
+        for r in noisy:
+            lines.append(f"  ! {r.op} vs {r.native_name}, {r.shape} {r.dtype}: " + "; ".join(r.noise))
+    if busy:
+        lines.append(f"WARNING: {busy}.")
+    lines.append("  What to do: rerun on an idle machine (close other programs; `uptime` shows the load), with a "
+                 "larger --size so a call outlasts the scheduler's ticks, and more samples (--min-time 2).")
+    return "\n".join(lines)
 
 
 def peer_text(p: dict) -> str:
@@ -271,39 +372,43 @@ def peer_text(p: dict) -> str:
     return f"{p['speedup']:.2f}x{graph}"
 
 
-def run(device="cuda", suites=None, size=None, json_path=None, print_table=True):
+def run(device="cuda", suites=None, size=None, json_path=None, print_table=True, progress=False, min_time=0.2):
+    """Time every case of ``suites`` and print one table (``format_table``), each row once, then which rows
+    are noise. ``progress``: also one line per row on stderr as it finishes (a full run takes minutes).
+    ``min_time``: seconds of samples per timing (``time_ms``). Returns (header, results)."""
     suites = suites or SUITES
+    busy = busy_cpu() if device == "cpu" else None  # measured before the run adds its own threads
     bandwidth = copy_bandwidth(device)
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     header = f"device: {name}; torch {torch.__version__}; copy bandwidth (read+write) {bandwidth / 1e9:.0f} GB/s"
-    if print_table:
-        print(header, flush=True)
     results = []
     for suite in suites:
         module = importlib.import_module(f"labops.bench.{suite}")
         for case in module.cases(device, size):
-            lab = time_ms(case.labops, device)
-            nat = time_ms(case.native, device)
+            lab = time_ms(case.labops, device, min_time)
+            nat = time_ms(case.native, device, min_time)
             pct = lambda ms: None if ms is None else 100 * case.nbytes / (ms * 1e-3) / bandwidth  # noqa: E731
             lab_graph = graph_ms(case.labops) if device == "cuda" else None
             nat_graph = graph_ms(case.native) if device == "cuda" else None
             results.append(Result(
                 op=case.op, shape=case.shape, dtype=str(case.dtype).replace("torch.", ""),
-                native_name=case.native_name, labops_ms=lab, native_ms=nat,
+                native_name=case.native_name, labops_ms=float(lab), native_ms=float(nat),
                 labops_pct_copy=pct(lab), native_pct_copy=pct(nat), speedup=nat / lab,
                 labops_graph_ms=lab_graph, native_graph_ms=nat_graph,
                 labops_graph_pct_copy=pct(lab_graph), native_graph_pct_copy=pct(nat_graph),
                 graph_speedup=nat_graph / lab_graph if lab_graph and nat_graph else None,
+                labops_spread=lab.spread(), native_spread=nat.spread(),
+                speedup_range=[nat.q1 / lab.q3, nat.q3 / lab.q1] if lab.q1 > 0 else None,
+                noise=[f"labops: {why}" for why in lab.noise()] + [f"{case.native_name}: {why}" for why in nat.noise()],
             ))
-            results[-1].peers = _time_peers(case, device, pct, lab, lab_graph)
+            r = results[-1]
+            r.peers = _time_peers(case, device, pct, lab, lab_graph, min_time)
+            r.noise += [f"{peer}: {why}" for peer, p in r.peers.items() for why in p.get("noise", [])]
             if device == "cuda":
                 torch.cuda.empty_cache()
-            if print_table:  # one line per row as it finishes: a full run takes minutes
-                r = results[-1]
-                print(f"  {r.op:26s} {r.shape:22s} {r.dtype:8s} labops {r.labops_ms:8.3f} ms  "
-                      f"native {r.native_ms:8.3f} ms  ({r.labops_pct_copy:.0f} % / {r.native_pct_copy:.0f} % of copy)"
-                      + "".join(f"  | {name} {peer_text(p)}" for name, p in r.peers.items()),
-                      flush=True)
+            if progress:
+                print(f"  {r.op} vs {r.native_name}, {r.shape} {r.dtype}: labops {r.labops_ms:.3f} ms, "
+                      f"native {r.native_ms:.3f} ms" + (" (noise)" if r.noise else ""), file=sys.stderr, flush=True)
     if print_table:
         print(header)
         print(format_table(results))
@@ -311,10 +416,14 @@ def run(device="cuda", suites=None, size=None, json_path=None, print_table=True)
             print("(On the CPU a small working set stays in cache between calls, so a row can pass 100 %: the\n"
                   " copy that defines 100 % copies 256 MiB, so it reads 256 MiB and writes 256 MiB, far more than\n"
                   " the caches hold.)")
+        report = noise_report(results, busy)
+        if report:
+            print(report)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"device": name, "torch": torch.__version__, "copy_GBps": bandwidth / 1e9,
-                       "date": time.strftime("%Y-%m-%d"), "rows": [asdict(r) for r in results]}, f, indent=1)
+                       "date": time.strftime("%Y-%m-%d"), "busy": busy, "rows": [asdict(r) for r in results]},
+                      f, indent=1)
     return header, results
 
 
@@ -339,6 +448,12 @@ def print_rows(result: dict, dtype: str | None = None, op: str | None = None) ->
               f"{pct(r.get('labops_graph_pct_copy'))} | {pct(r['native_pct_copy'])} / "
               f"{pct(r.get('native_graph_pct_copy'))}   {times(r['speedup'])}x / {times(r.get('graph_speedup'))}x"
               f"  vs {r['native_name']}")
+        if r.get("labops_spread") and r.get("native_spread"):
+            lo, hi = r.get("speedup_range") or (r["speedup"], r["speedup"])
+            print(f"{'':58s} eager ms, median (quartiles) n: labops {_ms_cell(r['labops_ms'], r['labops_spread'])}"
+                  f" | native {_ms_cell(r['native_ms'], r['native_spread'])}; speedup {lo:.2f}-{hi:.2f}x")
+        for why in r.get("noise") or []:
+            print(f"{'':58s} ! noise: {why}")
         for name, peer in (r.get("peers") or {}).items():
             print(f"{'':58s} vs {name}: labops speedup {peer_text(peer)} (eager / graph)")
 
@@ -364,25 +479,41 @@ def print_roofline(result: dict, dtype: str = "float32", impls=("labops",), op: 
               f"{'memory ' if memory_bound else 'compute'}   {100 * achieved / roof:5.0f} %")
 
 
+def _ms_cell(ms, spread) -> str:
+    """'24.66 (24.12-25.31) n=9': the median, the middle half of the samples, their count."""
+    if not spread:
+        return f"{ms:.4g}"
+    return f"{ms:.4g} ({spread['q1_ms']:.4g}-{spread['q3_ms']:.4g}) n={spread['n']}"
+
+
 def format_table(results) -> str:
+    """A markdown table, one line per result. ``!``: the row's timings are noise (``noise_report`` says
+    why). ``vs``: the native PyTorch it is compared with (a case may be compared with two: conv2d_mm's
+    F.unfold+matmul and F.conv2d). Times are eager, in ms: median (first-third quartile) n=samples;
+    the speedup's range divides those quartiles."""
     graphs = any(r.labops_graph_ms is not None for r in results)
-    header = "| op | shape | dtype | labops % copy | native % copy | speedup vs native |"
-    rule = "|---|---|---|---:|---:|---:|"
+    header = ("| ! | op | vs | shape | dtype | labops ms | native ms | labops % copy | native % copy "
+              "| speedup vs native |")
+    rule = "|---|---|---|---|---|---:|---:|---:|---:|---:|"
     if graphs:
         header += " labops % copy (graph) | native % copy (graph) | speedup (graph) |"
         rule += "---:|---:|---:|"
     any_peers = any(r.peers for r in results)
-    lines = [header + " native is |" + (" speedup vs peers (eager / graph) |" if any_peers else ""),
-             rule + "---|" + ("---|" if any_peers else "")]
+    lines = [header + (" speedup vs peers (eager / graph) |" if any_peers else ""),
+             rule + ("---|" if any_peers else "")]
     for r in results:
-        line = (f"| {r.op} | {r.shape} | {r.dtype} | {r.labops_pct_copy:.0f} % | "
-                f"{r.native_pct_copy:.0f} % | {r.speedup:.2f}x |")
+        rng = getattr(r, "speedup_range", None)
+        speedup = f"{r.speedup:.2f}x" + (f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng else "")
+        line = (f"| {'!' if getattr(r, 'noise', None) else ''} | {r.op} | {r.native_name} | {r.shape} | {r.dtype} "
+                f"| {_ms_cell(r.labops_ms, getattr(r, 'labops_spread', None))} "
+                f"| {_ms_cell(r.native_ms, getattr(r, 'native_spread', None))} "
+                f"| {r.labops_pct_copy:.0f} % | {r.native_pct_copy:.0f} % | {speedup} |")
         if graphs:
             cell = lambda v, unit: "n/a" if v is None else f"{v:.0f} %" if unit else f"{v:.2f}x"  # noqa: E731
             line += (f" {cell(r.labops_graph_pct_copy, 1)} | {cell(r.native_graph_pct_copy, 1)} |"
                      f" {cell(r.graph_speedup, 0)} |")
         peers = "; ".join(f"{name} {peer_text(p)}" for name, p in r.peers.items())
-        lines.append(line + f" {r.native_name} |" + (f" {peers} |" if any_peers else ""))
+        lines.append(line + (f" {peers} |" if any_peers else ""))
     return "\n".join(lines)
 
 
@@ -394,6 +525,10 @@ def main(argv=None):
     parser.add_argument("--suite", action="append", choices=SUITES, help="default: all")
     parser.add_argument("--size", type=int, default=None, help="elements for elementwise suites")
     parser.add_argument("--json", default=None, help="also write every number to this file")
+    parser.add_argument("--min-time", type=float, default=0.2,
+                        help="seconds of samples per timing (default 0.2, at most 200 samples): "
+                             "more for a steadier median")
+    parser.add_argument("--progress", action="store_true", help="one line per row on stderr as it finishes")
     parser.add_argument("--roofline", action="store_true",
                         help="time every case for a roofline (FLOP/s vs FLOPs per byte) instead of the table")
     args = parser.parse_args(argv)
@@ -404,7 +539,7 @@ def main(argv=None):
     if args.roofline:
         roofline(args.device, args.suite, args.size, args.json)
     else:
-        run(args.device, args.suite, args.size, args.json)
+        run(args.device, args.suite, args.size, args.json, progress=args.progress, min_time=args.min_time)
     return 0
 
 

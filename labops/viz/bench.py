@@ -46,8 +46,9 @@ def bench_bars(source, title: str | None = None, dtype: str | None = None, timin
     # One native name for every row goes into the legend; several go into the row labels.
     natives = sorted({r["native_name"] for r in rows})
     one_native = len(natives) == 1
+    # A row whose timings were noise (its ``noise`` reasons, in tables written since they are kept) says so.
     labels = [f"{r['op']}  {r['dtype']} {r['shape']}" + ("" if one_native else f"  vs {r['native_name']}")
-              for r in rows]
+              + ("  (! noise)" if r.get("noise") else "") for r in rows]
     peer_names = sorted({name for r in rows for name, p in r.get("peers", {}).items() if "error" not in p})
     series = 2 + len(peer_names)
     fig, (ax,) = new_figure(width=10.0, height=1.4 + 0.21 * max(2, series) * max(1, len(rows)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -74,6 +75,9 @@ html_theme_options = {
     "use_fullscreen_button": False,
     "home_page_in_toc": True,
     "show_toc_level": 2,
+    # One search box: the primary sidebar's (sphinx-book-theme puts it there). Left unset, pydata-sphinx-theme
+    # (>= 0.16) adds its own search field to a header bar above every page, a second box.
+    "navbar_persistent": [],
 }
 html_copy_source = True
 html_show_sourcelink = True
@@ -207,5 +211,72 @@ def _plain_bars(app, what, name, obj, options, lines):
             lines[i] = line.replace("|", r"\|")
 
 
+# ---- alt text of notebook figures ----
+# MyST-NB gives an output image no alt, so the HTML writer falls back to its file name (a SHA-256 hash).
+# Every figure of a notebook page gets the words a reader of the notebook sees with it instead: the caption
+# under it (the course's convention: an italic paragraph right after the cell), else the titles its code
+# sets, else the paragraph that leads into the cell.
+
+_ALT_CHARS = 300
+_TITLE_IN_CODE = re.compile(r"""(?:suptitle|set_title|title)\s*[(=]\s*f?(["'])(.+?)\1""")
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) <= _ALT_CHARS:
+        return text
+    cut = text[:_ALT_CHARS]
+    end = cut.rfind(". ")
+    return cut[:end + 1] if end > _ALT_CHARS // 2 else cut[:cut.rfind(" ")] + " ..."
+
+
+def _is_caption(node) -> bool:
+    """A paragraph that is all emphasis: the italic caption the course puts under a figure."""
+    from docutils import nodes
+
+    parts = [c for c in node.children if not (isinstance(c, nodes.Text) and not c.strip())]
+    return isinstance(node, nodes.paragraph) and bool(parts) and all(isinstance(c, nodes.emphasis) for c in parts)
+
+
+def _figure_words(cell) -> str:
+    from docutils import nodes
+
+    parent = cell.parent
+    siblings = parent.children if parent is not None else []
+    at = siblings.index(cell) if cell in siblings else -1
+    after = next((n for n in siblings[at + 1:] if not isinstance(n, (nodes.target, nodes.comment))), None)
+    if at >= 0 and after is not None and _is_caption(after):
+        return _short(after.astext())
+    code = "\n".join(n.astext() for n in cell.findall(nodes.literal_block)
+                     if "cell_input" in getattr(n.parent, "get", lambda *_: [])("classes", []))
+    titles = [m.group(2) for m in _TITLE_IN_CODE.finditer(code) if "{" not in m.group(2)]
+    if titles:
+        return _short("; ".join(dict.fromkeys(titles)))
+    for n in reversed(siblings[:max(at, 0)]):
+        if isinstance(n, nodes.paragraph):
+            return _short(n.astext())
+        if isinstance(n, nodes.section):
+            break
+    title = next(iter(parent.findall(nodes.title)), None) if parent is not None else None
+    return _short(title.astext()) if title is not None else "a figure drawn by the code above"
+
+
+def _notebook_alt_text(app, doctree, docname):
+    """Every output image of a notebook page without alt gets "Figure: <its caption>" (see above)."""
+    from docutils import nodes
+
+    if not docname.startswith("notebooks/"):
+        return
+    for cell in doctree.findall(lambda n: isinstance(n, nodes.container) and n.get("nb_element") == "cell_code"):
+        images = [im for im in cell.findall(nodes.image) if not im.get("alt")]
+        if not images:
+            continue
+        words = _figure_words(cell)
+        for i, image in enumerate(images, 1):
+            which = f" {i} of {len(images)}" if len(images) > 1 else ""
+            image["alt"] = f"Figure{which}: {words}"
+
+
 def setup(app):
     app.connect("autodoc-process-docstring", _plain_bars)
+    app.connect("doctree-resolved", _notebook_alt_text)

@@ -154,3 +154,60 @@ def test_host_time_tables_show_every_committed_row():
         for row in json.loads(path.read_text())["rows"]:
             cell = f"{row['labops_us']:.1f} / {row['native_us']:.1f} ({row['ratio']:.2f})"
             assert cell in html, f"{path.name}: {row['op']} {row['mode']} not on the page"
+
+
+def test_one_search_box_on_every_page():
+    # sphinx-book-theme's search field is in the sidebar; pydata-sphinx-theme would add a second one in a header
+    # bar above the page unless conf.py's html_theme_options set navbar_persistent (issue #31)
+    for page in pages():
+        fields = [a for t, a in parse(page).tags if "search-button-field" in (a.get("class") or "").split()]
+        assert len(fields) == 1, f"{page.relative_to(SITE)}: {len(fields)} search fields"
+
+
+def _cell_after(html: str, code: str) -> str:
+    """The HTML of the notebook cell whose code holds ``code``: from there to the next cell or markdown."""
+    start = html.index(code)
+    end = re.compile(r'<div class="cell[ "]|<p>|<section').search(html, start)
+    return html[start:end.start() if end else len(html)]
+
+
+def test_notebook_03_shows_the_explored_figure_once_and_no_widget_repr():
+    html = (SITE / "notebooks" / "03_cuda_kernel_loop.html").read_text(encoding="utf-8")
+    explore = _cell_after(html, "explore</span>")
+    assert "<img" not in explore, "viz.explore's figure repeats the map drawn just above it"
+    assert not re.search(r"[HV]Box\(children=|IntSlider\(", html), "a widget's repr instead of the controls"
+    text = re.sub(r"<[^>]+>", "", html)
+    assert re.search(r"Try other launches\.\s+When this notebook runs in Jupyter", text)
+    assert "has no controls" in text
+
+
+_FILE_LIKE_ALT = re.compile(r"[0-9a-f]{16,}|\.(png|svg|jpe?g|gif)\b|_images/", re.IGNORECASE)
+
+
+def test_notebook_figures_have_meaningful_alt_text():
+    bad = []
+    for page in sorted((SITE / "notebooks").rglob("*.html")):
+        for tag, attrs in parse(page).tags:
+            if tag == "img" and "_static" not in attrs.get("src", ""):
+                alt = (attrs.get("alt") or "").strip()
+                if len(alt) < 20 or _FILE_LIKE_ALT.search(alt):
+                    bad.append(f"{page.relative_to(SITE)}: alt={alt!r}")
+    assert not bad, "\n".join(bad[:20])
+    # the caption under a figure is its alt text
+    alts = [a["alt"] for t, a in parse(SITE / "notebooks" / "03_cuda_kernel_loop.html").tags if t == "img"]
+    assert any(alt.startswith("Figure: Each row is one trip of the loop") for alt in alts)
+
+
+def test_notebook_03_packs_map_is_readable_at_page_width():
+    # The page shows a figure at most about 700 CSS pixels wide; a 32-column map left 21 pixels a cell and
+    # 5.4 pt labels. Each column must get at least 35 pixels.
+    pytest.importorskip("PIL")
+    from PIL import Image
+
+    page = SITE / "notebooks" / "03_cuda_kernel_loop.html"
+    html = page.read_text(encoding="utf-8")
+    cell = _cell_after(html, "vec_trace</span><span class=\"p\">,</span> <span class=\"n\">row_length")
+    columns = int(re.search(r'row_length</span><span class="o">=</span><span class="mi">(\d+)', cell).group(1))
+    src = re.search(r'<img [^>]*src="([^"]+)"', cell).group(1)
+    width = Image.open(page.parent / unquote(src)).width
+    assert min(width, 700) / columns >= 35, f"{columns} columns in a {width}-pixel figure"

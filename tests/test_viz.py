@@ -413,3 +413,128 @@ def test_the_committed_size_sweep_ran_both_kernels():
     assert "elementwise_vec_kernel" in kernels["labops.tanh, vectorized kernel"][0]
     assert "elementwise_kernel" in kernels["labops.tanh, textbook kernel"][0]
     assert "vec" not in kernels["labops.tanh, textbook kernel"][0]
+
+
+def test_layer_contract_draws_what_each_function_read_and_wrote():
+    from labops import legacy
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 5, dtype=torch.float64, generator=gen)
+    lin = legacy.Linear(5, 3, dtype=torch.float64)
+    g, g_tanh = torch.randn(4, 3, dtype=torch.float64, generator=gen), torch.randn(4, 5, dtype=torch.float64,
+                                                                                     generator=gen)
+    fig = rendered(viz.layer_contract((lin, x, g), (legacy.Tanh(), x, g_tanh), scale=0.5))
+    ax_lin, ax_tanh = fig.axes
+    gids = lambda ax, gid: [t.get_text() for t in ax.texts if t.get_gid() == gid]  # noqa: E731
+    assert len(gids(ax_lin, "function")) == len(gids(ax_tanh, "function")) == 3
+    # Linear: updateOutput reads input, weight, bias; updateGradInput gradOutput and weight;
+    # accGradParameters input and gradOutput, and writes both gradients.
+    assert len(gids(ax_lin, "read")) == 3 + 2 + 2 and len(gids(ax_lin, "read-arrow")) == 7
+    assert len(gids(ax_lin, "wrote")) == 4 and any(t.startswith("gradWeight (3, 5)") for t in gids(ax_lin, "wrote"))
+    # Tanh: its backward reads the output updateOutput saved, not the input; no parameters.
+    assert gids(ax_tanh, "read") == ["input (4, 5)", "gradOutput (4, 5)", "output (4, 5)\nsaved by updateOutput"]
+    assert len(gids(ax_tanh, "wrote")) == 2
+    # the call accumulated, as a backward does: scale times autograd's gradient
+    xr, wr, br = x.clone().requires_grad_(), lin.weight.clone().requires_grad_(), lin.bias.clone().requires_grad_()
+    gw, _ = torch.autograd.grad(F.linear(xr, wr, br), (wr, br), g)
+    assert torch.allclose(lin.gradWeight, 0.5 * gw)
+
+
+def test_depthwise_scatter_gather_outlines_the_window_and_the_readers():
+    fig = rendered(viz.depthwise_scatter_gather(in_hw=(9, 9), kernel=3, stride=2, padding=1, output_pixel=(1, 2),
+                                                input_pixel=(3, 3)))
+    ax_s, ax_g = fig.axes
+    assert len([p for p in ax_s.patches if p.get_gid() == "scatter"]) == 9
+    assert [t.get_text() for t in ax_s.texts][:9] == ["1", "2", "1", "2", "1", "2", "1", "2", "1"]  # row 0's counts
+    readers = [p for p in ax_g.patches if p.get_gid() == "gather"]
+    assert len(readers) == 4  # odd row and column at stride 2: two taps each way
+    assert sorted(t.get_text() for t in ax_g.texts) == ["(0,0)", "(0,2)", "(2,0)", "(2,2)"]
+    # a corner output: its window is partly padding, so it adds into 4 inputs
+    corner = rendered(viz.depthwise_scatter_gather(output_pixel=(0, 0)))
+    assert len([p for p in corner.axes[0].patches if p.get_gid() == "scatter"]) == 4
+
+
+def test_depthwise_tile_span_is_tile_span():
+    fig = rendered(viz.depthwise_tile(in_hw=(9, 12), kernel=3, stride=1, padding=1, tile=(4, 2), tile_index=(1, 1)))
+    ax_o, ax_i = fig.axes
+    (tile,) = [p for p in ax_o.patches if p.get_gid() == "tile"]
+    (span,) = [p for p in ax_i.patches if p.get_gid() == "span"]
+    assert (tile.get_width(), tile.get_height()) == (2, 4) and (span.get_width(), span.get_height()) == (4, 6)
+    assert "24 loads, not 72" in ax_i.get_title()
+    numbers = [int(t.get_text()) for t in ax_i.texts if t.get_text()]
+    assert len(numbers) == 24 and sum(numbers) == 72 and max(numbers) == 6  # 8 outputs x 9 taps, reused up to 6x
+    strided = rendered(viz.depthwise_tile(in_hw=(11, 11), stride=2, tile_index=(0, 0)))
+    (span,) = [p for p in strided.axes[1].patches if p.get_gid() == "span"]
+    assert (span.get_width(), span.get_height()) == (5, 9)  # tile_span(2, 2, 3) x tile_span(4, 2, 3)
+
+
+def test_rtc_two_paths_reads_both_generated_sources():
+    from labops import rtc
+
+    k = rtc.kernel("viz_axpb", ["a", "x", "b"], ["y"],
+                   "long long i = threadIdx.x;\nif (i < y_numel) y[i] = a[0] * x[i] + b[i];\n")
+    fig = rendered(viz.rtc_two_paths(k))
+    (ax,) = fig.axes
+    gids = lambda gid: [t.get_text() for t in ax.texts if t.get_gid() == gid]  # noqa: E731
+    (body,) = gids("body")
+    assert "y[i] = a[0] * x[i] + b[i];" in body
+    cpu, cuda = gids("source")
+    n_cpu, n_cuda = (len(k.source(torch.float32, d).splitlines()) for d in ("cpu", "cuda"))
+    assert cpu.startswith(f"{n_cpu} lines of C++") and cuda.startswith(f"{n_cuda} lines of CUDA C++")
+    assert '__global__ void viz_axpb(' in cuda and "labops_rtc_launch" in cpu
+    assert len(gids("compiler")) == len(gids("runs")) == 2 and len(gids("arrow")) == 6
+    assert "no fibers" in gids("runs")[0]
+    assert "as fibers" in [t.get_text() for t in rendered(viz.rtc_two_paths(rtc.softmax_block_per_row)).axes[0].texts
+                           if t.get_gid() == "runs"][0]
+
+
+@pytest.mark.parametrize("row_length", [8, 16, 24, 32, 64])
+def test_thread_map_labels_are_readable_or_absent(row_length):
+    # The docs scale a figure to the page's width: labels under 6 pt (a 32-column map's were 5.4) cannot be read
+    trace = grid_stride_trace(70, 2, 4)
+    (ax,) = rendered(viz.thread_map(trace, n=70, row_length=row_length, hatch=False)).axes
+    sizes = {t.get_fontsize() for t in ax.texts}
+    assert not sizes or min(sizes) >= 6.0
+    assert bool(sizes) == (row_length <= 24)  # 16 columns (notebook 03's packs) are labelled, 32 are not
+
+
+def test_explore_without_a_static_copy_draws_inside_the_widget(monkeypatch):
+    pytest.importorskip("IPython")
+    ipywidgets = pytest.importorskip("ipywidgets")
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id=False: shown.append(obj))
+
+    def draw(n, blocks):
+        return viz.thread_map(grid_stride_trace(n, blocks, 4))
+
+    controls = viz.explore(draw, n=(1, 64, 20), blocks=(1, 8, 2), static_copy=False)
+    assert len(shown) == 1 and not isinstance(shown[0], IPython.display.Image)  # no PNG output: nothing twice
+    bundle = shown[0]._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "Jupyter" in bundle["text/plain"] and "Box(" not in bundle["text/plain"]  # not the widgets' repr
+    (image,) = [w for w in shown[0].widget.children if isinstance(w, ipywidgets.Image)]
+    before = image.value
+    assert before[:4] == b"\x89PNG"
+    controls["n"].value = 33
+    assert image.value[:4] == b"\x89PNG" and image.value != before
+
+
+def test_explore_controls_read_as_a_note_without_widgets(monkeypatch):
+    pytest.importorskip("IPython")
+    pytest.importorskip("ipywidgets")
+    import IPython.display
+
+    shown = []
+    class Handle:
+        def update(self, obj):
+            pass
+
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, display_id=False: shown.append(obj) or (Handle() if display_id else None))
+    viz.explore(lambda n: viz.thread_map(grid_stride_trace(n, 1, 4)), n=(1, 8, 4))
+    png, controls = shown
+    assert isinstance(png, IPython.display.Image)
+    text = controls._repr_mimebundle_()["text/plain"]
+    assert "n" in text and "Jupyter" in text and "IntSlider(" not in text

@@ -60,21 +60,26 @@ def draw_matrix(ax, values, *, title: str, xlabel: str, ylabel: str, highlight=(
     return patches
 
 
-def explore(draw, **controls):
+def explore(draw, *, static_copy: bool = True, **controls):
     """Show ``draw(**values)`` in a notebook; with ipywidgets, controls below it redraw it in place.
 
     Each control is ``name=(low, high, initial)`` (an integer slider) or ``name=(options, initial)``
-    (a menu). The figure is an ordinary PNG output, so nbval and static pages (the docs) show the
-    figure for the initial values; without ipywidgets there are no controls. Returns the widgets
-    by name (empty without ipywidgets).
+    (a menu). With ``static_copy`` (the default) the figure for the initial values is an ordinary PNG
+    output, so nbval and static pages (the docs) show it. ``static_copy=False`` is for a figure the
+    notebook already shows just above: with ipywidgets the figure is then drawn inside the widget only,
+    and a static page, which has no widgets, shows it once (the one above) rather than twice. Either
+    way a viewer without widgets reads a one-line note that the controls need Jupyter, not the widgets'
+    repr. Without ipywidgets there are no controls, and the figure is a PNG output. Returns the
+    widgets by name (empty without ipywidgets).
     """
     from IPython.display import display
 
     values = {name: spec[-1] for name, spec in controls.items()}
-    handle = display(_png(draw(**values)), display_id=True)
+    first = draw(**values)
     try:
         import ipywidgets
     except ImportError:
+        display(_png(first))
         print("(pip install ipywidgets for controls that redraw this figure)")
         return {}
     made = {}
@@ -84,14 +89,38 @@ def explore(draw, **controls):
         else:
             made[name] = ipywidgets.IntSlider(min=spec[0], max=spec[1], value=spec[2], description=name,
                                               continuous_update=False)
+    row = ipywidgets.HBox(list(made.values()))
+    if static_copy:
+        handle = display(_png(first), display_id=True)
+        show = handle.update
+        view = row
+    else:
+        image = ipywidgets.Image(value=_png(first).data, format="png", layout=ipywidgets.Layout(max_width="100%"))
+
+        def show(png):
+            image.value = png.data
+
+        view = ipywidgets.VBox([image, row])
 
     def redraw(_change=None):
-        handle.update(_png(draw(**{name: w.value for name, w in made.items()})))
+        show(_png(draw(**{name: w.value for name, w in made.items()})))
 
     for widget in made.values():
         widget.observe(redraw, names="value")
-    display(ipywidgets.HBox(list(made.values())))
+    what = "controls" if static_copy else "a figure with controls"
+    display(_WidgetView(view, f"({what} for {', '.join(made)}: run the notebook in Jupyter)"))
     return made
+
+
+class _WidgetView:
+    """A widget displayed with ``text`` as its plain-text form: what viewers without widgets (a static page,
+    GitHub) show instead of the widget's repr."""
+
+    def __init__(self, widget, text: str):
+        self.widget, self.text = widget, text
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {**self.widget._repr_mimebundle_(), "text/plain": self.text}
 
 
 def _png(figure):

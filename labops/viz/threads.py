@@ -17,8 +17,9 @@ _MAX_CELL_IN = 0.45  # a cell is never wider than this (a short row does not fil
 _MIN_ROW_IN = 0.18  # a row is never shorter than this: narrow cells still show their colours, and
 # each row's tick label has room
 _MIN_MAP_HEIGHT_IN = 0.9  # the y label's two lines fit beside a map of one or two rows
-_LABEL_PT = 7.0  # the "b<block> t<thread>" labels, smaller in narrow cells
-_SMALLEST_LABEL_PT = 5.0  # narrower than this, cells are labelled only when asked (annotate=True)
+_LABEL_PT = 9.0  # the "b<block> t<thread>" labels (in 0.45-inch cells), smaller in narrower cells
+_SMALLEST_LABEL_PT = 6.0  # smaller labels are unreadable once a page scales the figure to its width (a
+# 32-column map's 5.4 pt were): such cells are labelled only when asked (annotate=True)
 _TITLE_PT = 10.0
 _LEFT_IN, _RIGHT_IN = 1.0, 0.25  # the y tick labels and label, and a margin
 _LEGEND_ENTRY_IN = 1.25  # one legend entry ("iteration 9") at 8 pt, with its spacing

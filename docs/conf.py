@@ -4,7 +4,7 @@ Two steps run before Sphinx reads a page, so nothing is copied into git:
 
 * the course notebooks (``notebooks/NN_*.ipynb``), the student exercise notebooks
   (``notebooks/exercises/release/*/*.ipynb``), ``glossary.md`` and ``writeups.md`` are
-  *linked* into ``docs/notebooks/`` (git-ignored), where MyST-NB renders them from their
+  *copied* into ``docs/notebooks/`` (git-ignored), where MyST-NB renders them from their
   committed outputs (no execution);
 * the benchmark tables in ``docs/benchmarks/*.json`` and ``docs/roofline_cuda.json`` are
   drawn with ``labops.viz`` into ``docs/_generated/`` (git-ignored), with a MyST snippet
@@ -87,21 +87,20 @@ html_last_updated_fmt = None
 # ---- build-time steps ----
 
 def _link(src: Path, dst: Path) -> None:
-    """A relative symlink dst -> src (a copy where the file system has no symlinks)."""
+    """Copy src to dst when they differ. A copy, not a symlink: MyST resolves a notebook's links to other
+    notebooks (``[next](01_layer_contract.ipynb)``) from the file's real path, which for a symlink lies outside
+    docs/."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    rel = os.path.relpath(src, dst.parent)
-    if dst.is_symlink() and os.readlink(dst) == rel:
-        return
-    if dst.exists() or dst.is_symlink():
+    data = src.read_bytes()
+    if dst.is_symlink():
         dst.unlink()
-    try:
-        dst.symlink_to(rel)
-    except OSError:
-        dst.write_bytes(src.read_bytes())
+    if dst.exists() and dst.read_bytes() == data:
+        return  # unchanged: Sphinx does not read it again
+    dst.write_bytes(data)
 
 
 def link_notebooks() -> list[Path]:
-    """Link the course and the student exercises into docs/notebooks/; drop links whose target is gone."""
+    """Copy the course and the student exercises into docs/notebooks/; drop copies whose source is gone."""
     out = DOCS / "notebooks"
     nb = ROOT / "notebooks"
     wanted = {out / p.name: p for p in sorted(nb.glob("[0-9][0-9]*_*.ipynb"))}

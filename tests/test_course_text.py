@@ -162,3 +162,105 @@ def test_no_committed_measurement_is_older_than_the_tables_it_is_compared_with()
         assert figure["date"] >= table["date"], (
             f"docs/{figure_file} ({figure['date']}) is older than docs/benchmarks/{table_file} ({table['date']}), "
             f"which it is compared with: measure it again")
+
+
+# ---- a claim about someone else's code cites that code (issue #31) ----
+#
+# A paragraph claims something about outside code when it names one of OUTSIDE_CODE and, in the same sentence
+# and within CLAIM_WINDOW words after the name, a verb of what code does (CODE_VERB): "THCUNN adds the bias with
+# a second GEMM", "write-up 003 reads `scale_` as ...". Such a paragraph must carry a citation a reader can follow:
+# a URL; a code span naming a file (it holds a "/" or ends in a source extension) or a function or macro
+# (`name(`, `ns::name`, or one identifier of 6+ characters in ALL_CAPS, CamelCase or snake_case); or a pointer
+# into a write-up ("§", "listing", "its section"). A paragraph that only names a library ("orange bars are
+# cuDNN") makes no claim about its code and passes. Names and verbs are looked for outside code spans and URLs.
+# The paragraphs are the blank-line blocks of every numbered notebook's markdown cells, writeups.md,
+# glossary.md and docs/**/*.md; a list item, a table row or a heading is a paragraph of its own.
+
+OUTSIDE_CODE = re.compile(r"(?<![\w/.-])(?:THNN|THCUNN|THC|ATen|cuDNN|cuBLAS|MXNet|[Dd]arknet|Caffe|cunn"
+                          r"|Torch7's nn|[Ww]rite-up \d{3})(?![\w/-])")
+CODE_VERB = re.compile(r"\b(?:compute[sd]?|call(?:s|ed)?|use[sd]?|add(?:s|ed)?|fill(?:s|ed)?|launch(?:es|ed)?"
+                       r"|reuse[sd]?|keeps?|kept|writes?|wrote|reads?|runs?|ran|divide[sd]?|return(?:s|ed)?"
+                       r"|implement(?:s|ed)?|gives?|gave|sums?|summed)\b")
+CLAIM_WINDOW = 8
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+_URL = re.compile(r"https?://\S+")
+_WRITEUP_POINTER = re.compile(r"§|\blisting\b|\bits section\b")
+_SOURCE_FILE = re.compile(r"\.(?:c|cc|cpp|cu|cuh|h|hpp|py|lua)\b")
+_CALL = re.compile(r"[A-Za-z_]\w*\s*(?:\(|::)")
+_IDENTIFIER = re.compile(r"\b(?:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]{6,}|[a-z]\w*?[a-z0-9][A-Z]\w*"
+                         r"|[A-Z][a-z0-9]+[A-Z]\w*|[A-Za-z][A-Za-z0-9]*_\w+)\b")
+CLAIM_DOCUMENTS = NOTEBOOKS + [ROOT / "notebooks" / "writeups.md", ROOT / "notebooks" / "glossary.md"] + sorted(
+    p for p in ROOT.glob("docs/**/*.md")
+    if not any(part.startswith("_") or part == "notebooks" for part in p.relative_to(ROOT / "docs").parts))
+
+
+def _paragraphs(markdown: str):
+    """Blank-line blocks of ``markdown`` without fenced code; list items, table rows and headings apart."""
+    for block in re.split(r"\n\s*\n", _FENCE.sub("", markdown)):
+        lines = []
+        for line in block.splitlines():
+            if lines and re.match(r"\s*(?:[-*+]\s|\d+\.\s|\||#)", line):
+                yield "\n".join(lines)
+                lines = []
+            lines.append(line)
+        if lines:
+            yield "\n".join(lines)
+
+
+def claims_about_outside_code(paragraph: str) -> bool:
+    prose = re.sub(r"\]\([^)]*\)", "]", _URL.sub(" ", _CODE_SPAN.sub(" ", paragraph)))
+    for name in OUTSIDE_CODE.finditer(prose):
+        end = re.search(r"[.;:!?](?:\s|$)", prose[name.end():])
+        sentence = prose[name.end(): name.end() + end.start() if end else len(prose)]
+        if CODE_VERB.search(" ".join(sentence.split()[:CLAIM_WINDOW])):
+            return True
+    return False
+
+
+def cites_code(paragraph: str) -> bool:
+    if _URL.search(paragraph) or _WRITEUP_POINTER.search(paragraph):
+        return True
+    for span in (m.group(2).strip() for m in _CODE_SPAN.finditer(paragraph)):
+        if "/" in span or _SOURCE_FILE.search(span) or _CALL.search(span):
+            return True
+        if any(len(ident) >= 6 for ident in _IDENTIFIER.findall(span)):
+            return True
+    return False
+
+
+def uncited_claims(markdown: str) -> list[str]:
+    """The paragraphs of ``markdown`` that claim what outside code does and cite nothing a reader can open."""
+    return [p for p in _paragraphs(markdown) if claims_about_outside_code(p) and not cites_code(p)]
+
+
+def _markdown_parts(path: pathlib.Path) -> dict:
+    if path.suffix == ".ipynb":
+        return {f"cell {i}": cell.source for i, cell in enumerate(nbformat.read(path, 4).cells)
+                if cell.cell_type == "markdown"}
+    return {"": path.read_text()}
+
+
+@pytest.mark.parametrize("document", CLAIM_DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_claim_about_outside_code_cites_it(document):
+    uncited = {where: found for where, text in _markdown_parts(document).items() if (found := uncited_claims(text))}
+    assert uncited == {}, (
+        "say where the code is (file and function, a URL, or the write-up's listing or §) in the same paragraph: "
+        f"{uncited}")
+
+
+def test_a_planted_uncited_claim_is_caught():
+    caught = ["THCUNN's kernel computes the mean with one thread per plane, as the write-up does.",
+              "- **Bias.** Write-up 003 adds the bias with a second GEMM.",
+              "In Caffe the depthwise layer was computed as a grouped convolution."]
+    passes = ["Orange bars are cuDNN; grey bars native PyTorch.",                      # names, claims nothing
+              "The recorded run (calls from Python) is compared with cuBLAS at the same size.",  # verb too far
+              "THCUNN adds the bias with a second GEMM (`SpatialConvolutionMM_updateOutput`).",
+              "darknet's `forward_reorg_layer` calls `reorg_cpu` with the input's sizes.",
+              "THNN computes it from the output (`THNN/generic/Tanh.c`).",
+              "Write-up 002 reads every element with `Tensor::item()`.",
+              "Write-up 004 launches one block (its last listing).",
+              "cuDNN runs TF32 here (https://docs.nvidia.com/deeplearning/cudnn/).",
+              "```\nATen computes this\n```"]
+    assert [claims_about_outside_code(p) and not cites_code(p) for p in caught] == [True] * len(caught)
+    assert [uncited_claims(p) for p in passes] == [[]] * len(passes)

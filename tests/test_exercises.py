@@ -517,3 +517,127 @@ def test_describe_and_bad_id():
     assert "fn(output, grad_output) -> grad_input" in describe("tanh_backward")
     with pytest.raises(ValueError, match="exercise_id must be one of"):
         check("tanh_backwards", tanh_backward)
+
+
+# ---- Torch7's training loop (notebook 10): the learner trains a Torch7-style Sequential in place ----
+
+def train_steps(model, inputs, targets, lr, steps):
+    for _ in range(steps):
+        model.zeroGradParameters()
+        output = model.forward(inputs)
+        model.backward(inputs, 2 * (output - targets) / output.numel())
+        model.updateParameters(lr)
+
+
+RIGHT["train_steps"] = train_steps
+
+
+def _train_with(*, zero="before", loss_grad=lambda y, t: 2 * (y - t) / y.numel(), scale=None, rate=None,
+                update="all", extra_steps=0):
+    """train_steps with one planted change: when the gradients are cleared, the loss gradient, backward's
+    scale, the rate given to updateParameters, whether it is called, how many steps run."""
+    def fn(model, inputs, targets, lr, steps):
+        for _ in range(steps + extra_steps):
+            if zero == "before":
+                model.zeroGradParameters()
+            output = model.forward(inputs)
+            model.backward(inputs, loss_grad(output, targets), *([] if scale is None else [scale(lr)]))
+            if update != "none":
+                model.updateParameters(lr if rate is None else rate(lr))
+            if zero == "after":
+                model.zeroGradParameters()
+    return fn
+
+
+TRAINING_MISTAKES = [
+    (_train_with(zero="never"), "zeroGradParameters is missing"),
+    (_train_with(zero="after"), "cleared after updateParameters"),
+    (_train_with(rate=lambda lr: -lr), "The step climbs the loss"),
+    (_train_with(loss_grad=lambda y, t: 2 * (t - y) / y.numel()), "The step climbs the loss"),
+    (_train_with(scale=lambda lr: lr), "applied twice (lr**2 per step)"),
+    (_train_with(update="none"), "The weights did not change"),
+    (_train_with(loss_grad=lambda y, t: 2 * (y - t)), "The MSE gradient is not averaged"),
+    (_train_with(loss_grad=lambda y, t: 2 * (y - t) / y.shape[0]), "divided by N only"),
+    (_train_with(loss_grad=lambda y, t: (y - t) / y.numel()), "The factor 2 of the MSE gradient is missing"),
+    (_train_with(extra_steps=1), "One step too many or too few"),
+]
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_training_loop_right_answer_gets_full_marks(hidden, capsys):
+    result = check("train_steps", train_steps, hidden=hidden)
+    assert result.passed and result.score == result.max_score == 4, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, words", TRAINING_MISTAKES, ids=[w[:32] for _, w in TRAINING_MISTAKES])
+def test_training_loop_mistake_is_named_in_the_first_failing_check(wrong, words):
+    result = check("train_steps", wrong, show=False)
+    feedback = "\n".join(result.messages)
+    assert result.score == 0, feedback
+    first_failure = next(m for m in result.messages if m.startswith("FAIL"))
+    assert words in first_failure, feedback
+
+
+def test_training_loop_only_last_layer_updated_is_named():
+    def last_only(model, inputs, targets, lr, steps):
+        for _ in range(steps):
+            model.zeroGradParameters()
+            output = model.forward(inputs)
+            model.backward(inputs, 2 * (output - targets) / output.numel())
+            model.modules[-1].updateParameters(lr)
+
+    result = check("train_steps", last_only, show=False)
+    assert result.score == 0 and "Only the last Linear layer was updated" in result.messages[1], result.messages
+
+
+def test_training_loop_scale_as_the_rate_with_an_update_of_1_is_the_same_loop():
+    # backward(..., scale=lr) then updateParameters(1) takes the step lr * gradient: not a mistake.
+    result = check("train_steps", _train_with(scale=lambda lr: lr, rate=lambda lr: 1.0), hidden=True, show=False)
+    assert result.passed, result.messages
+
+
+def test_training_loop_a_wrong_answer_cannot_pass():
+    from labops.exercises.training import TRAIN_STEPS
+
+    def nudged(model, inputs, targets, lr, steps):  # right, then every weight moved by one part in 1e6
+        train_steps(model, inputs, targets, lr, steps)
+        for w in model.parameters()[0]:
+            w.mul_(1 + 1e-6)
+
+    def returns_other_weights(model, inputs, targets, lr, steps):  # the check reads the model, not this
+        return tuple(w + 1 for w in model.parameters()[0])
+
+    for wrong in (nudged, returns_other_weights, _train_with(zero="never", loss_grad=lambda y, t: 2 * (y - t))):
+        result = check("train_steps", wrong, hidden=True, show=False)
+        assert result.score == 0 and not result.passed, result.messages
+    # the learner's model never holds an expected answer: only the case's inputs
+    case = TRAIN_STEPS.make_checks(False)[0].cases[0]
+    seen = []
+    TRAIN_STEPS.run(lambda model, *rest: seen.append((model, rest)), case)
+    model, rest = seen[0]
+    held = [*model.parameters()[0], *model.parameters()[1], *rest[:2]]
+    assert not any(torch.equal(h, e) for h in held if torch.is_tensor(h) for e in case.expected if h.shape == e.shape)
+
+
+def test_training_loop_oracle_is_autograd_and_the_model_keeps_the_legacy_contract():
+    from labops.exercises.training import TRAIN_STEPS, torch7_model
+
+    case = TRAIN_STEPS.make_checks(True)[2].cases[0]
+    params, grads, inputs, targets, lr, steps = case.args
+    model = torch7_model([p.clone() for p in params], [g.clone() for g in grads])
+    assert [type(m).__name__ for m in model.modules] == ["Linear", "Tanh", "Linear", "Tanh", "Linear"]
+    assert all(bool(g.abs().min() > 0) for g in model.parameters()[1])  # leftover gradients, never zeros
+    # accGradParameters adds scale * dE/dW, as labops.legacy's does: twice with 0.5 is once with 1
+    model.zeroGradParameters()
+    y = model.forward(inputs)
+    g = 2 * (y - targets) / y.numel()
+    model.backward(inputs, g, 0.5)
+    model.accGradParameters(inputs, g, 0.5)
+    leaves = [p.clone().requires_grad_(True) for p in params]
+    x = inputs
+    for k in range(0, len(leaves), 2):
+        x = x @ leaves[k].t() + leaves[k + 1]
+        x = torch.tanh(x) if k + 2 < len(leaves) else x
+    expected = torch.autograd.grad(((x - targets) ** 2).mean(), leaves)
+    for got, want in zip(model.parameters()[1], expected):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)

@@ -641,3 +641,72 @@ def test_training_loop_oracle_is_autograd_and_the_model_keeps_the_legacy_contrac
     expected = torch.autograd.grad(((x - targets) ** 2).mean(), leaves)
     for got, want in zip(model.parameters()[1], expected):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+
+
+# ---- the inputs of a test, given to GELU ops with planted bugs (notebook 09's exercise) ----
+
+def _inputs_missing(name):
+    """Inputs that expose every planted bug but ``name``'s."""
+    g = torch.Generator().manual_seed(5)
+    ordinary = 3 * torch.randn(3, 5, generator=g, dtype=torch.float64)
+    large = torch.tensor([[40.0, -40.0, 40.0]], dtype=torch.float64)
+    return {
+        "right only at 0": [torch.zeros(3, 5, dtype=torch.float64)],  # exposes only the flattened result
+        "tanh approximation": [large],  # the tanh form is exact at 0 and far out; nothing else is right there
+        "odd tail forgotten": [ordinary[:2, :4].contiguous(), large[:, :2].contiguous()],  # even sizes only
+        "overflow past |x| = 20": [ordinary],  # nothing large
+        "result flattened": [ordinary.reshape(-1), large.reshape(-1)],  # 1-D only
+    }[name]
+
+
+def test_test_inputs_reference_catches_every_planted_bug():
+    from labops.exercises.planted_bugs import PLANTED
+
+    g = torch.Generator().manual_seed(0)
+    result = check("gelu_test_inputs", lambda: [3 * torch.randn(3, 5, generator=g, dtype=torch.float64),
+                                                 torch.tensor([-40.0, 0.5, 40.0], dtype=torch.float64)], show=False)
+    assert result.passed and result.score == len(PLANTED) == 5
+
+
+@pytest.mark.parametrize("name", ["right only at 0", "tanh approximation", "odd tail forgotten",
+                                  "overflow past |x| = 20", "result flattened"])
+def test_test_inputs_that_miss_one_bug_lose_that_check_and_are_told_why(name):
+    from labops.exercises.planted_bugs import PLANTED
+
+    inputs = _inputs_missing(name)
+    result = check("gelu_test_inputs", lambda: inputs, show=False)
+    failed = [m for m in result.messages if m.startswith("FAIL")]
+    description, sentence = PLANTED[name][1], PLANTED[name][2]
+    assert len(failed) == (4 if name == "right only at 0" else 1), result.messages
+    assert any(description in m and sentence in m for m in failed), result.messages
+
+
+def test_test_inputs_the_planted_ops_are_wrong_and_the_oracle_is_gelu():
+    from labops.exercises.planted_bugs import PLANTED, exact_gelu
+
+    x = torch.randn(7, 3, dtype=torch.float64) * 30
+    torch.testing.assert_close(exact_gelu(x), torch.nn.functional.gelu(x), rtol=1e-13, atol=1e-13)
+    for planted, _, _ in PLANTED.values():
+        got = planted(x.clone())
+        assert got.shape != x.shape or not torch.allclose(got, exact_gelu(x), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: [torch.randn(2, dtype=torch.float64)] * 9,  # more than 8 tensors
+    lambda: [torch.randn(400, 300, dtype=torch.float64)],  # more than 100,000 elements
+    lambda: [torch.tensor([1.0, float("inf")])],  # not finite
+    lambda: "x = 3",  # not tensors
+])
+def test_test_inputs_that_break_the_rules_score_nothing_and_say_which(bad):
+    result = check("gelu_test_inputs", bad, show=False)
+    assert result.score == 0 and "Your inputs cannot be used" in " ".join(result.messages)
+
+
+def test_test_inputs_the_learners_code_never_touches_a_planted_op():
+    # run() (what the sandboxed child executes) only calls the learner's function; the planted ops run in
+    # judge(), in the process that makes the verdict.
+    ex = EXERCISES["gelu_test_inputs"]
+    case = ex.make_checks(True)[0].cases[0]
+    seen = []
+    assert ex.run(lambda *args: seen.append(args) or [torch.ones(3)], case)[0].shape == (3,)
+    assert seen == [()] and case.args == () and ex.judge is not None

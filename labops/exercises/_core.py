@@ -114,6 +114,10 @@ class Exercise:
     prepare_time_limit_s: float = TIME_LIMIT_S
     # What the learner hands in: "function" (a callable), or "body" (a str of CUDA C statements)
     takes: str = "function"
+    # (case, got) -> what is compared with case.expected, computed where the verdict is made (for the grader,
+    # the process that never ran the learner's code): an exercise whose answer is judged by running labops's
+    # own code on it (the learner's test inputs, given to planted ops) does that here.
+    judge: Callable | None = None
 
     def run(self, fn, case: Case):
         args = copy_args(case.args)
@@ -447,6 +451,8 @@ def evaluate(exercise: Exercise, checks: list[Check], outcome: Callable[[int, in
                         problem += "\n    -> " + sentence
                     break
                 got = result.got
+                if exercise.judge is not None:
+                    got = exercise.judge(case, got)
                 if first_answer is None:
                     first_answer = (case, got)
                 if exercise.extras and isinstance(got, tuple):

@@ -264,3 +264,55 @@ def test_a_planted_uncited_claim_is_caught():
               "```\nATen computes this\n```"]
     assert [claims_about_outside_code(p) and not cites_code(p) for p in caught] == [True] * len(caught)
     assert [uncited_claims(p) for p in passes] == [[]] * len(passes)
+
+
+# ---- each trap on a layer page points where the course shows it (issue #31: one source, link) ----
+#
+# A docs/layers/ page does not retell its notebook: every bullet of its "## Traps" list links the notebook
+# section that shows the trap ({doc}`notebook 08 <../notebooks/08_...>`, section "Speed") or, for a trap in
+# code, names the code: a code span holding a path (a "/" or a source extension) or a function (`name(`,
+# `ns::name`). A bullet is a list item: it starts with "\n- " and runs to the next one or the list's end.
+
+LAYER_PAGES = sorted(p for p in (ROOT / "docs" / "layers").glob("*.md") if p.name != "index.md")
+_TRAPS = re.compile(r"^## Traps[ \t]*\n(.*?)(?=^#{1,2} |\Z)", re.M | re.S)
+_NOTEBOOK_LINK = re.compile(r"\{doc\}`[^`<]*<\.\./notebooks/[^>`]+>`")
+
+
+def _points_where_shown(bullet: str) -> bool:
+    if _NOTEBOOK_LINK.search(bullet):
+        return True
+    for span in (m.group(2).strip() for m in _CODE_SPAN.finditer(_NOTEBOOK_LINK.sub(" ", bullet))):
+        if "/" in span or _SOURCE_FILE.search(span) or _CALL.search(span):
+            return True
+    return False
+
+
+def traps_without_a_pointer(markdown: str) -> list[str]:
+    """The first words of each "## Traps" bullet of ``markdown`` that links no notebook and names no code."""
+    unlinked = []
+    for section in _TRAPS.findall(markdown):
+        for bullet in re.split(r"\n- ", "\n" + section.rstrip())[1:]:
+            if not _points_where_shown(bullet):
+                unlinked.append(" ".join(bullet.split()[:6]))
+    return unlinked
+
+
+@pytest.mark.parametrize("page", LAYER_PAGES, ids=lambda p: p.name)
+def test_each_trap_on_a_layer_page_links_where_it_is_shown(page):
+    text = page.read_text()
+    assert _TRAPS.search(text), f"{page.relative_to(ROOT)} has no '## Traps' section"
+    assert traps_without_a_pointer(text) == [], (
+        f"{page.relative_to(ROOT)}: link the notebook section that shows each trap "
+        "({doc}`notebook NN <../notebooks/NN_name>`, section \"...\") or name the code (a path, `name(`): "
+        f"{traps_without_a_pointer(text)}")
+
+
+def test_a_planted_bare_trap_is_caught():
+    planted = ("# Layer\n\n## Traps\n\n"
+               "- **Bare.** The notebook says so in other words, `x` and `float32` included.\n"
+               "- **Linked.** See {doc}`notebook 08 <../notebooks/08_softmax_crossentropy_reorg>`, section \"Speed\".\n"
+               "- **Code.** `csrc/cuda/softmax.cu` handles it.\n"
+               "- **Function.** `find_bad_target()` checks it; Notebook 08 draws it.\n"
+               "- **Unlinked mention.** Notebook 07 draws the difference.\n\n"
+               "## Next\n\n- **Not a trap.** Anything.\n")
+    assert traps_without_a_pointer(planted) == ["**Bare.** The notebook says so in", "**Unlinked mention.** Notebook 07 draws the"]

@@ -659,12 +659,19 @@ def _inputs_missing(name):
     }[name]
 
 
+def gelu_test_inputs():
+    g = torch.Generator().manual_seed(0)
+    return [3 * torch.randn(3, 5, generator=g, dtype=torch.float64),
+            torch.tensor([-40.0, 0.5, 40.0], dtype=torch.float64)]
+
+
+RIGHT["gelu_test_inputs"] = gelu_test_inputs
+
+
 def test_test_inputs_reference_catches_every_planted_bug():
     from labops.exercises.planted_bugs import PLANTED
 
-    g = torch.Generator().manual_seed(0)
-    result = check("gelu_test_inputs", lambda: [3 * torch.randn(3, 5, generator=g, dtype=torch.float64),
-                                                 torch.tensor([-40.0, 0.5, 40.0], dtype=torch.float64)], show=False)
+    result = check("gelu_test_inputs", gelu_test_inputs, show=False)
     assert result.passed and result.score == len(PLANTED) == 5
 
 
@@ -684,7 +691,8 @@ def test_test_inputs_that_miss_one_bug_lose_that_check_and_are_told_why(name):
 def test_test_inputs_the_planted_ops_are_wrong_and_the_oracle_is_gelu():
     from labops.exercises.planted_bugs import PLANTED, exact_gelu
 
-    x = torch.randn(7, 3, dtype=torch.float64) * 30
+    # odd-sized, 2-D, ordinary values where the tanh form differs, large ones, a last element far from 0
+    x = torch.tensor([[-3.0, 1.5, 25.0], [2.0, -1.0, 0.7], [0.3, -30.0, 1.2]], dtype=torch.float64)
     torch.testing.assert_close(exact_gelu(x), torch.nn.functional.gelu(x), rtol=1e-13, atol=1e-13)
     for planted, _, _ in PLANTED.values():
         got = planted(x.clone())

@@ -28,16 +28,17 @@ import math
 import torch
 
 
-
 class _CompiledOps:
     """``torch.ops.labops``, with the compiled library built and loaded when a layer first calls it: importing
     this module builds nothing, so Module, Sequential and Linear (plain GEMMs) work where the library is not
     built (the exercises' grading process, labops.exercises.training)."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # only for a name not looked up before: each op is kept on the instance
         from labops import ops  # noqa: F401  (builds and loads the compiled ops)
 
-        return getattr(torch.ops.labops, name)
+        op = getattr(torch.ops.labops, name)
+        setattr(self, name, op)
+        return op
 
 
 L = _CompiledOps()

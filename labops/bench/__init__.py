@@ -125,18 +125,13 @@ class Timing(float):
     def __new__(cls, samples, burst=1, device="cpu"):
         self = super().__new__(cls, statistics.median(samples))
         self.samples, self.burst, self.device = tuple(samples), burst, device
+        # the first and third quartiles, once (the spread, the noise test and the speedup range read them)
+        quartiles = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else None
+        self.q1, self.q3 = (quartiles[0], quartiles[2]) if quartiles else (float(self), float(self))
         return self
 
     def __reduce__(self):  # copy, deepcopy (dataclasses.asdict) and pickle rebuild it from its samples
         return Timing, (self.samples, self.burst, self.device)
-
-    @property
-    def q1(self) -> float:
-        return statistics.quantiles(self.samples, n=4, method="inclusive")[0] if len(self.samples) > 1 else float(self)
-
-    @property
-    def q3(self) -> float:
-        return statistics.quantiles(self.samples, n=4, method="inclusive")[2] if len(self.samples) > 1 else float(self)
 
     def spread(self) -> dict:
         """The samples' count, burst (calls per sample), quartiles and extremes: the JSON's ``*_spread``."""
@@ -359,8 +354,12 @@ def noise_report(results, busy: str | None = None) -> str:
             lines.append(f"  ! {r.op} vs {r.native_name}, {r.shape} {r.dtype}: " + "; ".join(r.noise))
     if busy:
         lines.append(f"WARNING: {busy}.")
-    lines.append("  What to do: rerun on an idle machine (close other programs; `uptime` shows the load), with a "
-                 "larger --size so a call outlasts the scheduler's ticks, and more samples (--min-time 2).")
+    if busy or any("scheduler ticks" in why for r in noisy for why in r.noise):
+        lines.append("  What to do: rerun on an idle machine (close other programs; `uptime` shows the load), with "
+                     "a larger --size so a call outlasts the scheduler's ticks, and more samples (--min-time 2).")
+    else:
+        lines.append("  What to do: rerun with more samples (--min-time 2). On a GPU a wide spread of eager times "
+                     "is the host's (the launches from Python); the graph columns time the GPU alone.")
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile every csrc/cuda/*.cu for sm_90 on a machine without a GPU or a CUDA toolkit, to catch
+# Compile every csrc/*/cuda.cu for sm_90 on a machine without a GPU or a CUDA toolkit, to catch
 # compile errors (and register spills: -warn-spills) before spending GPU time.
 # Usage: bash .ci/check_cuda_compiles.sh [file.cu ...]
 #   extra nvcc flags: $NVCC_EXTRA (e.g. "-Xptxas -v" for registers per kernel)
@@ -31,13 +31,14 @@ fi
 pyinc=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 out=$(mktemp -d)
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=(csrc/cuda/*.cu)
+[ ${#files[@]} -gt 0 ] || files=(csrc/*/cuda.cu)
 for f in "${files[@]}"; do
   echo "== $f"
-  "$nvcc" -c "$f" -o "$out/$(basename "$f").o" -std=c++20 -O3 --expt-relaxed-constexpr -arch=sm_90 \
+  obj="$out/$(basename "$(dirname "$f")")_$(basename "$f").o"  # every layer's file is called cuda.cu
+  "$nvcc" -c "$f" -o "$obj" -std=c++20 -O3 --expt-relaxed-constexpr -arch=sm_90 \
     -Xptxas -warn-spills ${NVCC_EXTRA:-} "${cuda_inc[@]}" -I"$inc" -I"$inc/torch/csrc/api/include" -I"$pyinc" -Xcompiler -fPIC \
     2>&1 | grep -v "Warning: The .* is deprecated" || true
-  [ -f "$out/$(basename "$f").o" ] || { echo "FAILED: $f"; rm -rf "$out"; exit 1; }
+  [ -f "$obj" ] || { echo "FAILED: $f"; rm -rf "$out"; exit 1; }
 done
 rm -rf "$out"
 echo "all compiled"

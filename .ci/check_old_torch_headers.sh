@@ -9,7 +9,7 @@ source "$(dirname "$0")/torch_headers.sh"
 inc=$(torch_headers "$version")
 py=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 status=0
-for f in csrc/*.cpp csrc/cpu/*.cpp; do
+for f in csrc/*.cpp csrc/*/cpu.cpp; do
   if ! g++ -fsyntax-only -std=c++17 -mavx2 -mfma -mf16c -fopenmp -DCPU_CAPABILITY_AVX2 -DCPU_CAPABILITY=AVX2 \
        -DTORCH_EXTENSION_NAME=labops_ops -DTORCH_API_INCLUDE_EXTENSION_H -isystem "$inc" \
        -isystem "$inc/torch/csrc/api/include" -isystem "$py" "$f"; then

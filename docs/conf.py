@@ -120,7 +120,7 @@ def _caption(result: dict, what: str) -> str:
 
 
 def host_time_tables(folder: Path) -> str:
-    """docs/benchmarks/host_time/{cuda,cpu}.json (.ci/host_time.py --json) -> one MyST table per device."""
+    """docs/benchmarks/host_time/{cuda,cpu}.json (tools/host_time.py --json) -> one MyST table per device."""
     parts = []
     for name, where in (("cuda.json", "on the GPU machine's host"), ("cpu.json", "on the CPU")):
         path = folder / name
@@ -148,7 +148,7 @@ def host_time_tables(folder: Path) -> str:
     return ("## Host time per eager call\n\nOn tiny inputs the kernels cost next to nothing, so these times are "
             "the host's work per call: the Python face, the dispatcher, the autograd node, allocation, launches. "
             "*fwd*: no input requires grad; *fwd rg*: the input requires grad, so the graph is built; *fwd+bwd*: "
-            "forward and `torch.autograd.grad`. Made with `.ci/host_time.py`.\n\n" + "\n".join(parts))
+            "forward and `torch.autograd.grad`. Made with `tools/host_time.py`.\n\n" + "\n".join(parts))
 
 
 def draw_benchmarks() -> None:

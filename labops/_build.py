@@ -52,7 +52,7 @@ def csrc_dir() -> Path:
     """Where the C++/CUDA sources live: $LABOPS_CSRC, else the checkout's csrc/."""
     env = os.environ.get("LABOPS_CSRC")
     path = Path(env) if env else Path(__file__).resolve().parent.parent / "csrc"
-    if not (path / "registration.cpp").is_file():
+    if not (path / "common" / "check.h").is_file():
         raise BuildError(
             f"labops cannot find its C++ sources (looked in {path}). Install labops from a "
             "clone with `pip install -e .` so csrc/ sits beside the package, or point "
@@ -82,11 +82,17 @@ def find_nvcc() -> str | None:
     return default if os.path.exists(default) else None
 
 
+def layer_names(root: Path | None = None) -> list[str]:
+    """The layers: every folder of csrc/ with a register.cpp (csrc/common holds what they share)."""
+    root = root or csrc_dir()
+    return sorted(path.parent.name for path in root.glob("*/register.cpp"))
+
+
 @dataclass
 class BuildPlan:
     """What will be compiled, with which flags, and where the result lives."""
 
-    sources: list[Path]
+    sources: list[Path]  # every layer's .cpp files (register.cpp, cpu.cpp) and, with CUDA, its cuda.cu
     with_cuda: bool
     cpu_capability: str
     cflags: list[str]
@@ -115,9 +121,10 @@ def plan() -> BuildPlan:
     if os.environ.get("LABOPS_NO_CUDA") == "1":
         with_cuda = False
 
-    sources = sorted(root.glob("*.cpp")) + sorted(root.glob("cpu/*.cpp"))
+    layers = layer_names(root)
+    sources = [path for layer in layers for path in sorted((root / layer).glob("*.cpp"))]
     if with_cuda:
-        sources += sorted(root.glob("cuda/*.cu"))
+        sources += [path for layer in layers for path in sorted((root / layer).glob("*.cu"))]
 
     capability = torch.backends.cpu.get_cpu_capability()
     cflags = ["-O3", "-fvisibility=hidden"] + _CPU_SIMD_FLAGS.get(capability, [])
@@ -174,11 +181,12 @@ def _build_locked(p: BuildPlan, verbose: bool) -> str:
 def _compile(p: BuildPlan, verbose: bool) -> str:
     _check_toolchain(p)
     what = "CPU" + (" and CUDA" if p.with_cuda else "")
-    names = ", ".join(s.name for s in p.sources)
+    layers = sorted({s.parent.name for s in p.sources})
+    names = ", ".join(layers)
     # Our own progress lines go to stdout: they are news, not errors (Jupyter colours stderr red).
     # What the compiler and ninja say goes to stderr (_run_builder).
     print(
-        f"labops: compiling the {what} ops once for this torch ({len(p.sources)} files: {names}); "
+        f"labops: compiling the {what} ops once for this torch ({len(layers)} layers: {names}); "
         f"this takes one to five minutes{', more with the CUDA kernels' if p.with_cuda else ''}, once, "
         f"and is cached in {p.directory}",
         flush=True,
@@ -191,11 +199,12 @@ def _compile(p: BuildPlan, verbose: bool) -> str:
     for stale in p.directory.glob("build-*"):
         shutil.rmtree(stale, ignore_errors=True)
     build_dir = Path(tempfile.mkdtemp(prefix="build-", dir=p.directory))
+    units = translation_units(p.sources, build_dir)
     done = threading.Event()
-    progress = threading.Thread(target=_report_objects, args=(build_dir, len(p.sources), start, done), daemon=True)
+    progress = threading.Thread(target=_report_objects, args=(build_dir, len(units), start, done), daemon=True)
     progress.start()
     try:
-        failure = _run_builder(p, build_dir, verbose)
+        failure = _run_builder(p, units, build_dir, verbose)
     except BaseException:  # Ctrl-C, say: _run_builder has stopped the compilers
         shutil.rmtree(build_dir, ignore_errors=True)
         raise
@@ -210,6 +219,41 @@ def _compile(p: BuildPlan, verbose: bool) -> str:
     torch.ops.load_library(str(p.library))
     print(f"labops: built in {time.monotonic() - start:.0f} s", flush=True)
     return str(p.library)
+
+
+# Note [translation units]
+# Every translation unit parses torch's headers again, about 7 s of one core
+# each on the course's machine; the layers' own code is a few seconds more. One
+# file per layer and device (two CPU files each) would spend most of a cold
+# build re-reading headers. So the CPU files are compiled in as many groups as
+# there are cores: each group is one generated file that #includes its layers'
+# register.cpp and cpu.cpp. That is why a layer keeps everything in namespace
+# labops::<layer>: two layers share a translation unit. Each cuda.cu is its own
+# unit (nvcc's time is in the kernels, and GPU machines have cores to spare).
+# Errors still point at the layer's own files and lines.
+def translation_units(sources: list[Path], build_dir: Path) -> list[Path]:
+    """The files the compiler is given: the CPU sources in one generated file per core, each cuda.cu alone."""
+    cpu = [s for s in sources if s.suffix == ".cpp"]
+    groups: list[list[Path]] = [[] for _ in range(max(1, min(_cores(), len(cpu) // 2)))]
+    for source in sorted(cpu, key=lambda s: -s.stat().st_size):  # biggest first, each to the lightest group
+        min(groups, key=lambda g: sum(s.stat().st_size for s in g)).append(source)
+    units = []
+    for i, group in enumerate(groups):
+        unit = build_dir / f"cpu_group{i}.cpp"
+        unit.write_text("".join(f'#include "{s}"\n' for s in sorted(group)))
+        units.append(unit)
+    for source in (s for s in sources if s.suffix == ".cu"):
+        unit = build_dir / f"{source.parent.name}_cuda.cu"  # object files are named by basename: keep them apart
+        unit.write_text(f'#include "{source}"\n')
+        units.append(unit)
+    return units
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
 
 
 # Note [killed builds]
@@ -252,12 +296,12 @@ except Exception as exc:  # the compiler's own message is inside exc
 """
 
 
-def _run_builder(p: BuildPlan, build_dir: Path, verbose: bool) -> str | None:
+def _run_builder(p: BuildPlan, units: list[Path], build_dir: Path, verbose: bool) -> str | None:
     """Build the library into build_dir in the builder process; None, or why it failed."""
     lifeline, our_end = os.pipe()
     args = dict(
         name=LIBRARY_NAME,
-        sources=[str(s) for s in p.sources],
+        sources=[str(u) for u in units],
         extra_cflags=p.cflags,
         extra_cuda_cflags=p.cuda_cflags,
         extra_ldflags=p.ldflags,

@@ -7,7 +7,7 @@ the references can use it too. Two kinds of caller:
   take into what it can (``pair``: an int or an (h, w) pair -> ``[h, w]``)
   and raise Python's ``TypeError`` for a value of the wrong type;
 * the fake (shape-only) kernels that ``torch.compile`` runs state the C++
-  rules (``csrc/ops/*_ops.h``) with the C++ messages, word for word, so a
+  rules (``csrc/*/entry.h``) with the C++ messages, word for word, so a
   bad argument raises the same ``ValueError`` compiled or not.
 
 Messages are the C++ ones (``csrc/common/check.h``): dtypes by their C++

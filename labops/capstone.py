@@ -3,12 +3,12 @@
 The same network is built three ways from one description (:data:`ARCHITECTURE`):
 
 * :func:`labops_model`: ``labops.nn`` modules, trained with autograd and ``torch.optim.SGD``;
-* :func:`legacy_model`: ``labops.legacy`` Torch7-style modules with the explicit backward
+* :func:`legacy_model`: ``labops.torch7`` Torch7-style modules with the explicit backward
   pass (``forward``, ``backward``, ``zeroGradParameters``, ``updateParameters``);
 * :func:`torch_model`: ``torch.nn`` layers (``nn.Conv2d``, ``nn.GELU``, ...), the oracle
   and the speed reference.
 
-Both training styles use plain SGD (``w -= lr * dE/dw``, no momentum: legacy's
+Both training styles use plain SGD (``w -= lr * dE/dw``, no momentum: torch7's
 ``updateParameters`` does exactly that) on the same mini-batches, so their loss curves are
 the same numbers. :func:`train_autograd` also runs under ``torch.compile`` and under
 ``DistributedDataParallel``.
@@ -207,7 +207,7 @@ def torch_model(seed: int = 0, device="cpu", dtype=torch.float32) -> torch.nn.Se
 
 
 def legacy_model(model: torch.nn.Sequential):
-    """A ``labops.legacy.Sequential`` equal to ``model`` (a :func:`labops_model`), with copies of its weights.
+    """A ``labops.torch7.Sequential`` equal to ``model`` (a :func:`labops_model`), with copies of its weights.
 
     The weights are cloned (training one does not move the other), on the model's device and
     dtype; gradient buffers start at zero.
@@ -218,34 +218,34 @@ def legacy_model(model: torch.nn.Sequential):
         torch.Size([2, 10])
     """
     import labops.nn as lnn
-    from labops import legacy
+    from labops import torch7
 
-    net = legacy.Sequential()
+    net = torch7.Sequential()
     with torch.random.fork_rng(devices=[]):  # the constructors draw weights we replace
         for m in model:
             if isinstance(m, lnn.UpsampleBilinear2d):
-                layer = legacy.SpatialUpSamplingBilinear(m.size, m.scale_factor, m.align_corners, m.coordinate_mode)
+                layer = torch7.SpatialUpSamplingBilinear(m.size, m.scale_factor, m.align_corners, m.coordinate_mode)
             elif isinstance(m, lnn.Conv2dMM):
                 if m.dilation != (1, 1):
-                    raise ValueError("legacy.SpatialConvolutionMM has no dilation")
+                    raise ValueError("torch7.SpatialConvolutionMM has no dilation")
                 (kh, kw), (sh, sw), (ph, pw) = m.kernel_size, m.stride, m.padding
-                layer = legacy.SpatialConvolutionMM(m.in_channels, m.out_channels, kw, kh, sw, sh, pw, ph)
+                layer = torch7.SpatialConvolutionMM(m.in_channels, m.out_channels, kw, kh, sw, sh, pw, ph)
             elif isinstance(m, lnn.DepthwiseConv2d):
                 if m.dilation != (1, 1):
-                    raise ValueError("legacy.SpatialDepthWiseConvolution has no dilation")
+                    raise ValueError("torch7.SpatialDepthWiseConvolution has no dilation")
                 (kh, kw), (sh, sw), (ph, pw) = m.kernel_size, m.stride, m.padding
-                layer = legacy.SpatialDepthWiseConvolution(m.in_channels, m.out_channels // m.in_channels,
+                layer = torch7.SpatialDepthWiseConvolution(m.in_channels, m.out_channels // m.in_channels,
                                                            kw, kh, sw, sh, pw, ph)
             elif isinstance(m, lnn.GELU):
-                layer = legacy.GELU(m.approximate)
+                layer = torch7.GELU(m.approximate)
             elif isinstance(m, lnn.Reorg):
-                layer = legacy.Reorg(m.stride, m.order)
+                layer = torch7.Reorg(m.stride, m.order)
             elif isinstance(m, lnn.GlobalAvgPool2d):
-                layer = legacy.SpatialGlobalAveragePooling()
+                layer = torch7.SpatialGlobalAveragePooling()
             elif isinstance(m, torch.nn.Flatten):
-                layer = legacy.View(-1)
+                layer = torch7.View(-1)
             else:
-                raise TypeError(f"legacy_model: no legacy module for {type(m).__name__}")
+                raise TypeError(f"legacy_model: no torch7 module for {type(m).__name__}")
             if getattr(m, "weight", None) is not None:
                 layer.weight = m.weight.detach().clone()
                 layer.bias = m.bias.detach().clone()
@@ -318,7 +318,7 @@ def train_autograd(model: torch.nn.Module, data: Digits, *, epochs: int = EPOCHS
         from labops.ops import cross_entropy as loss_fn
     if batch_size % world_size:
         raise ValueError(f"batch_size {batch_size} must be divisible by world_size {world_size}")
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, foreach=False)  # the update legacy makes
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, foreach=False)  # the update labops.torch7 makes
 
     def step_loss(x, y):
         return loss_fn(model(x), y)
@@ -349,7 +349,7 @@ def train_autograd(model: torch.nn.Module, data: Digits, *, epochs: int = EPOCHS
 
 def train_legacy(net, data: Digits, *, epochs: int = EPOCHS, batch_size: int = BATCH_SIZE, lr: float = LR,
                  seed: int = 0) -> TrainResult:
-    """Train a ``labops.legacy`` network in place, Torch7 style, on the batches :func:`train_autograd` uses.
+    """Train a ``labops.torch7`` network in place, Torch7 style, on the batches :func:`train_autograd` uses.
 
     Each step: ``zeroGradParameters()``; ``forward``; ``CrossEntropyCriterion`` ``forward`` and
     ``backward`` (dE/dlogits); ``net.backward`` (updateGradInput and accGradParameters, layer by
@@ -360,9 +360,9 @@ def train_legacy(net, data: Digits, *, epochs: int = EPOCHS, batch_size: int = B
         >>> len(result.losses)  # doctest: +SKIP
         44
     """
-    from labops import legacy
+    from labops import torch7
 
-    criterion = legacy.CrossEntropyCriterion()
+    criterion = torch7.CrossEntropyCriterion()
     device = data.x_train.device
     losses = []
     start = time.perf_counter()

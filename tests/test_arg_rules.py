@@ -1,6 +1,6 @@
 """Every argument rule of every op, fed to the eager op and to its fake: the same exception, word for word.
 
-The rules are written once per language: in C++ (csrc/ops/*_ops.h, which raise in eager mode) and in
+The rules are written once per language: in C++ (csrc/*/entry.h, which raise in eager mode) and in
 the fakes of labops/ops/*.py (which raise under torch.compile, where no C++ kernel runs). This file
 is what keeps the two the same: each bad case goes to ``torch.ops.labops.<op>`` with real CPU tensors
 and with fake ones (``FakeTensorMode``), and both must raise the same type with the same message.
@@ -84,6 +84,10 @@ CASES = [
     ("depthwise_conv2d_backward_weight", "grad shape", (G[:1], X, [6, 1, 3, 3], ONE, ONE, ONE)),
     ("depthwise_conv2d_backward_bias", "integer grad", (G.int(),)),
     ("depthwise_conv2d_backward_bias", "3-D grad", (G[0],)),
+    ("depthwise_conv2d_acc_grad_parameters", "grad_weight dtype", (G, X, W.double(), None, ONE, ONE, ONE, 1.0)),
+    ("depthwise_conv2d_acc_grad_parameters", "grad_weight shape", (G, X, W[:5], None, ONE, ONE, ONE, 1.0)),
+    ("depthwise_conv2d_acc_grad_parameters", "grad shape", (G[:1], X, W, None, ONE, ONE, ONE, 1.0)),
+    ("depthwise_conv2d_acc_grad_parameters", "grad_bias shape", (G, X, W, torch.zeros(5), ONE, ONE, ONE, 1.0)),
     # ---- im2col / col2im / conv2d_mm ----
     ("im2col", "integer x", (CX.long(), [3, 3], ONE, ZERO, ONE)),
     ("im2col", "2-D x", (CX[0, 0], [3, 3], ONE, ZERO, ONE)),
@@ -246,6 +250,7 @@ def test_a_value_rule_is_eager_only():
 
 
 def test_every_op_has_bad_cases():
-    schemas = re.findall(r'm\.def\("(\w+)\(', (ROOT / "csrc" / "registration.cpp").read_text())
+    schemas = [name for path in sorted((ROOT / "csrc").glob("*/register.cpp"))
+               for name in re.findall(r'm\.def\(\s*"(\w+)\(', path.read_text())]
     public = {s for s in schemas if not s.startswith("_")}
     assert public - {_op_of(c) for c in CASES} == set()

@@ -1,4 +1,4 @@
-"""The graph nodes csrc/autograd.cpp builds by hand behave like PyTorch's own.
+"""The graph nodes csrc/<layer>/register.cpp files build by hand behave like PyTorch's own.
 
 Most ops build their autograd node the way PyTorch's generated code does (a Node with plain fields,
 for host time) instead of through torch::autograd::Function. What Function gave for free must

@@ -48,8 +48,10 @@ CHILD = textwrap.dedent(
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
     csrc = tmp_path / "csrc"
-    csrc.mkdir()
-    (csrc / "registration.cpp").write_text(TINY_OP)
+    (csrc / "common").mkdir(parents=True)
+    (csrc / "common" / "check.h").write_text("")
+    (csrc / "tiny").mkdir()
+    (csrc / "tiny" / "register.cpp").write_text(TINY_OP)
     env = dict(os.environ, LABOPS_CSRC=str(csrc), LABOPS_CACHE_DIR=str(tmp_path / "cache"), LABOPS_NO_CUDA="1")
     for key in ("LABOPS_CSRC", "LABOPS_CACHE_DIR", "LABOPS_NO_CUDA"):
         monkeypatch.setenv(key, env[key])
@@ -74,7 +76,7 @@ def test_key_depends_on_sources(tiny):
     csrc, _ = tiny
     key = _build.plan().key
     assert _build.plan().key == key  # stable
-    (csrc / "registration.cpp").write_text(TINY_OP + "\n// an edit\n")
+    (csrc / "tiny" / "register.cpp").write_text(TINY_OP + "\n// an edit\n")
     assert _build.plan().key != key
 
 

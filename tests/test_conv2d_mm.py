@@ -344,7 +344,7 @@ def test_large_gemms_match_conv2d(device):
 
 def test_cpu_gemm_fallback_matches_conv2d():
     # Float32 CPU GEMMs go through oneDNN where libtorch has it and the CPU runs it, else through
-    # ATen (Note [oneDNN GEMMs], csrc/cpu/conv2d_mm.cpp). The tests above run the first path this
+    # ATen (Note [oneDNN GEMMs], csrc/conv2d_mm/cpu.cpp). The tests above run the first path this
     # machine takes; this one reruns the oracle tests with LABOPS_CPU_GEMM=aten, in a fresh process
     # (the choice is made once per process).
     import os

@@ -47,7 +47,7 @@ CASES = [
     ("3x3 s2 p2 m2", (1, 2, 11, 12), 2, (3, 3), 2, 2, 1, False),
 ]
 
-# channels_last x, which the op keeps (Note [channels_last] in csrc/ops/depthwise.h). On CUDA the
+# channels_last x, which the op keeps (Note [channels_last] in csrc/depthwise/depthwise.h). On CUDA the
 # tiled geometries with multiplier 1 and C a multiple of the pack (4; 2 for float64) run the NHWC
 # kernels; the rest go through NCHW copies. Same fields as CASES.
 CHANNELS_LAST_CASES = [
@@ -256,6 +256,8 @@ def op_samples(device):
         yield L.depthwise_conv2d_backward_input.default, (go, w.detach(), list(x.shape), s, p, d)
         yield L.depthwise_conv2d_backward_weight.default, (go, x.detach(), list(w.shape), s, p, d)
         yield L.depthwise_conv2d_backward_bias.default, (go,)
+        gw, gb = grads.randn(*w.shape), None if b is None else grads.randn(*b.shape)
+        yield L.depthwise_conv2d_acc_grad_parameters.default, (go, x.detach(), gw, gb, s, p, d, 0.5)
 
 
 def test_opcheck(device):
@@ -372,9 +374,9 @@ def test_compiled_op_pair_messages_are_canonical(device, override, message):
     assert str(info.value).splitlines()[0] == "labops.depthwise_conv2d: " + message
 
 
-# The fast CPU path (cpu/depthwise.cpp FastLauncher: bordered planes, SIMD rows, the
+# The fast CPU path (depthwise/cpu.cpp FastLauncher: bordered planes, SIMD rows, the
 # flipped-kernel backward) against the textbook path (TextbookLauncher: the per-element
-# bodies of ops/depthwise.h, one call per element), reached through the private op
+# bodies of depthwise/depthwise.h, one call per element), reached through the private op
 # labops::_depthwise_conv2d_textbook. Every gradient, float32 and float64.
 # name, (N, C_in, H, W), multiplier, (kH, kW), stride, padding, dilation
 FAST_VS_TEXTBOOK = [
@@ -409,3 +411,19 @@ def test_fast_cpu_path_equals_textbook_path(case, dtype):
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
     for name, f, t in zip(("out", "grad_input", "grad_weight", "grad_bias"), fast, textbook):
         torch.testing.assert_close(f, t, **tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_acc_grad_parameters_adds_scale_times_the_gradient(device, with_bias):
+    """accGradParameters (Torch7): grad_weight += scale * dE/dW and grad_bias += scale * dE/db, into buffers
+    that already hold something; float64 autograd of F.conv2d is the oracle."""
+    rng = Seeded(device, torch.float64, seed=11)
+    x, w, go = rng.randn(2, 3, 9, 8), rng.randn(6, 1, 3, 3), rng.randn(2, 6, 5, 4)
+    gw0, gb0 = rng.randn(6, 1, 3, 3), rng.randn(6)
+    gw, gb = gw0.clone(), gb0.clone() if with_bias else None
+    L.depthwise_conv2d_acc_grad_parameters(go, x, gw, gb, [2, 2], [1, 1], [1, 1], 0.25)
+    wr, br = w.clone().requires_grad_(), torch.zeros(6, dtype=torch.float64, device=device, requires_grad=True)
+    torch.nn.functional.conv2d(x, wr, br, stride=2, padding=1, groups=3).backward(go)
+    torch.testing.assert_close(gw, gw0 + 0.25 * wr.grad, rtol=1e-10, atol=1e-12)
+    if with_bias:
+        torch.testing.assert_close(gb, gb0 + 0.25 * br.grad, rtol=1e-10, atol=1e-12)

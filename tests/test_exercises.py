@@ -619,7 +619,7 @@ def test_training_loop_a_wrong_answer_cannot_pass():
     assert not any(torch.equal(h, e) for h in held if torch.is_tensor(h) for e in case.expected if h.shape == e.shape)
 
 
-def test_training_loop_oracle_is_autograd_and_the_model_keeps_the_legacy_contract():
+def test_training_loop_oracle_is_autograd_and_the_model_keeps_the_torch7_contract():
     from labops.exercises.training import TRAIN_STEPS, torch7_model
 
     case = TRAIN_STEPS.make_checks(True)[2].cases[0]
@@ -627,7 +627,7 @@ def test_training_loop_oracle_is_autograd_and_the_model_keeps_the_legacy_contrac
     model = torch7_model([p.clone() for p in params], [g.clone() for g in grads])
     assert [type(m).__name__ for m in model.modules] == ["Linear", "Tanh", "Linear", "Tanh", "Linear"]
     assert all(bool(g.abs().min() > 0) for g in model.parameters()[1])  # leftover gradients, never zeros
-    # accGradParameters adds scale * dE/dW, as labops.legacy's does: twice with 0.5 is once with 1
+    # accGradParameters adds scale * dE/dW, as labops.torch7's does: twice with 0.5 is once with 1
     model.zeroGradParameters()
     y = model.forward(inputs)
     g = 2 * (y - targets) / y.numel()

@@ -1,46 +1,69 @@
-"""Every layer keeps the same file set (see the layout in docs and issue 15): a schema in
-csrc/registration.cpp belongs to the layer whose labops/ops/L.py registers its fake, and that layer
-has csrc/ops/L.h (math), csrc/ops/L_ops.h (entry points), csrc/cpu/L.cpp, csrc/cuda/L.cu,
-labops/ops/L.py, labops/reference/L.py, labops/bench/L.py and tests/test_L.py."""
+"""A layer is a folder: csrc/<L>/ holds its math (<L>.h), its entry (entry.h: checks, allocation,
+dispatch), its CPU and CUDA launchers (cpu.cpp, cuda.cu) and its registration (register.cpp: schemas
+and autograd kernels). Its Python faces are modules named L in labops.ops, labops.nn (where the
+layer has modules), labops.reference and labops.bench, and its tests are tests/test_L.py. No list of
+layers is written anywhere: every one is read from the folders, so these tests hold the folders
+to one set of names."""
 
 import re
 from pathlib import Path
 
 import pytest
 
+from labops import _build, _layers
+
 ROOT = Path(__file__).resolve().parents[1]
+CSRC_LAYERS = _build.layer_names(ROOT / "csrc")
 
-FILE_SET = ("csrc/ops/{L}.h", "csrc/ops/{L}_ops.h", "csrc/cpu/{L}.cpp", "csrc/cuda/{L}.cu", "labops/ops/{L}.py",
-            "labops/reference/{L}.py", "labops/bench/{L}.py", "tests/test_{L}.py")
-
-# Files that the C++ branches add or rename (pooling_ops.h, reorg_ops.h, conv2d_mm.h/.cpp/.cu).
-def _schemas():
-    """Public op names: m.def("name(...") in registration.cpp; names starting with _ are test-only."""
-    text = (ROOT / "csrc" / "registration.cpp").read_text()
-    return [name for name in re.findall(r'm\.def\(\s*"(\w+)\(', text) if not name.startswith("_")]
+FILE_SET = ("csrc/{L}/{L}.h", "csrc/{L}/entry.h", "csrc/{L}/cpu.cpp", "csrc/{L}/cuda.cu", "csrc/{L}/register.cpp",
+            "labops/ops/{L}.py", "labops/reference/{L}.py", "labops/bench/{L}.py", "tests/test_{L}.py",
+            "docs/layers/{L}.md")
 
 
-def _layer_of_fakes():
-    """op name -> the layer L whose labops/ops/L.py registers its fake."""
-    owner = {}
-    for path in sorted((ROOT / "labops" / "ops").glob("[!_]*.py")):
-        for name in re.findall(r'register_fake\(\s*"labops::(\w+)"', path.read_text()):
-            owner[name] = path.stem
-    return owner
+def _schemas(layer):
+    """The op names csrc/<layer>/register.cpp defines (m.def); names starting with _ are test-only."""
+    return re.findall(r'm\.def\(\s*"(\w+)\(', (ROOT / "csrc" / layer / "register.cpp").read_text())
 
 
-LAYERS = ["activation", "conv2d_mm", "depthwise", "pooling", "reorg", "softmax", "upsample"]
+def _fakes(layer):
+    return re.findall(r'register_fake\(\s*"labops::(\w+)"', (ROOT / "labops" / "ops" / f"{layer}.py").read_text())
 
 
-def test_every_schema_has_a_layer():
-    owner = _layer_of_fakes()
-    schemas = _schemas()
-    assert schemas, "no schema found in csrc/registration.cpp"
-    assert [s for s in schemas if s not in owner] == []
-    assert sorted(set(owner[s] for s in schemas)) == LAYERS
+def test_python_and_csrc_have_the_same_layers():
+    assert CSRC_LAYERS and list(_layers.LAYERS) == CSRC_LAYERS
 
 
-@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize("layer", CSRC_LAYERS)
 def test_layer_has_its_file_set(layer):
     missing = [p.format(L=layer) for p in FILE_SET if not (ROOT / p.format(L=layer)).is_file()]
     assert missing == []
+
+
+@pytest.mark.parametrize("layer", CSRC_LAYERS)
+def test_every_schema_of_a_layer_has_its_fake_in_the_same_layer(layer):
+    public = [name for name in _schemas(layer) if not name.startswith("_")]
+    assert public, f"csrc/{layer}/register.cpp defines no op"
+    assert sorted(set(public) - set(_fakes(layer))) == []
+
+
+def test_csrc_holds_only_layer_folders_and_common():
+    stray = [p.relative_to(ROOT / "csrc").as_posix() for p in (ROOT / "csrc").iterdir()
+             if p.name != "common" and not (p / "register.cpp").is_file()]
+    assert stray == []
+    assert not list((ROOT / "csrc").glob("*.cpp")), "a file at the top of csrc/ is a hub: put it in its layer's folder"
+
+
+@pytest.mark.parametrize("layer", CSRC_LAYERS)
+def test_layer_code_lives_in_its_namespace(layer):
+    """Several layers' .cpp files share one translation unit (Note [translation units] in labops/_build.py),
+    so a layer's definitions must not meet another's at global scope."""
+    for name in ("cpu.cpp", "register.cpp"):
+        text = (ROOT / "csrc" / layer / name).read_text()
+        assert f"namespace labops::{layer} {{" in text, f"csrc/{layer}/{name} has no namespace labops::{layer}"
+        code = re.sub(r"//.*", "", text)
+        depth, outside = 0, []
+        for line in code.splitlines():
+            if depth == 0 and re.match(r"\s*(using |static |namespace \w+ =)", line):
+                outside.append(line.strip())
+            depth += line.count("{") - line.count("}")
+        assert outside == [], f"csrc/{layer}/{name}: declarations at global scope"

@@ -165,7 +165,7 @@ def test_32_bit_index_wraps_negative():
 # ---- a CUDA C body run on the CPU equals the compiled op ----
 
 GELU_SIGMOID = rtc.kernel("gelu_sigmoid", ["x"], ["y"], """
-    // csrc/ops/activation.h, gelu_forward<Sigmoid>: x / (1 + exp(-1.702 x)), in a grid-stride loop
+    // csrc/activation/activation.h, gelu_forward<Sigmoid>: x / (1 + exp(-1.702 x)), in a grid-stride loop
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < x_numel;
          i += (long long)blockDim.x * gridDim.x)
         y[i] = x[i] / (1.0 + exp(-1.702 * x[i]));""")

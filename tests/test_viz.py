@@ -416,14 +416,14 @@ def test_the_committed_size_sweep_ran_both_kernels():
 
 
 def test_layer_contract_draws_what_each_function_read_and_wrote():
-    from labops import legacy
+    from labops import torch7
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(4, 5, dtype=torch.float64, generator=gen)
-    lin = legacy.Linear(5, 3, dtype=torch.float64)
+    lin = torch7.Linear(5, 3, dtype=torch.float64)
     g, g_tanh = torch.randn(4, 3, dtype=torch.float64, generator=gen), torch.randn(4, 5, dtype=torch.float64,
                                                                                      generator=gen)
-    fig = rendered(viz.layer_contract((lin, x, g), (legacy.Tanh(), x, g_tanh), scale=0.5))
+    fig = rendered(viz.layer_contract((lin, x, g), (torch7.Tanh(), x, g_tanh), scale=0.5))
     ax_lin, ax_tanh = fig.axes
     gids = lambda ax, gid: [t.get_text() for t in ax.texts if t.get_gid() == gid]  # noqa: E731
     assert len(gids(ax_lin, "function")) == len(gids(ax_tanh, "function")) == 3
@@ -469,7 +469,7 @@ def test_depthwise_tile_span_is_tile_span():
 
 
 def test_rtc_two_paths_reads_both_generated_sources():
-    from labops import rtc
+    from labops import rtc, rtc_layers
 
     k = rtc.kernel("viz_axpb", ["a", "x", "b"], ["y"],
                    "long long i = threadIdx.x;\nif (i < y_numel) y[i] = a[0] * x[i] + b[i];\n")
@@ -484,7 +484,7 @@ def test_rtc_two_paths_reads_both_generated_sources():
     assert '__global__ void viz_axpb(' in cuda and "labops_rtc_launch" in cpu
     assert len(gids("compiler")) == len(gids("runs")) == 2 and len(gids("arrow")) == 6
     assert "no fibers" in gids("runs")[0]
-    assert "as fibers" in [t.get_text() for t in rendered(viz.rtc_two_paths(rtc.softmax_block_per_row)).axes[0].texts
+    assert "as fibers" in [t.get_text() for t in rendered(viz.rtc_two_paths(rtc_layers.softmax_block_per_row)).axes[0].texts
                            if t.get_gid() == "runs"][0]
 
 

@@ -1,5 +1,5 @@
 // The index math of a 2-D convolution along one axis, shared by every
-// convolution layer (ops/conv2d_mm.h's im2col / col2im, ops/depthwise.h).
+// convolution layer (conv2d_mm/conv2d_mm.h's im2col / col2im, depthwise/depthwise.h).
 //
 // Along one axis, output position o reads input coordinate
 //

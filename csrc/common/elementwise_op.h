@@ -1,6 +1,6 @@
 // The tensor side of an elementwise op, shared by CPU and CUDA: make inputs
 // contiguous, allocate the output, pick the dtype, and hand raw pointers to
-// Launcher::run (cpu/elementwise.h or cuda/elementwise.cuh), which loops the
+// Launcher::run (common/cpu/elementwise.h or common/cuda/elementwise.cuh), which loops the
 // body over every element.
 #pragma once
 

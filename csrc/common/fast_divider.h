@@ -1,6 +1,6 @@
 // Integer division by a value fixed for a whole launch, in two widths: the
 // index maps of a layer take the divider as a template parameter (see
-// ops/reorg.h), and the launcher picks the 32-bit one when every index fits.
+// reorg/reorg.h), and the launcher picks the 32-bit one when every index fits.
 #pragma once
 
 #include <cstdint>

@@ -31,11 +31,14 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
 
-SUITES = ["activation", "upsample", "depthwise", "conv2d_mm", "pooling", "reorg", "softmax"]
+from labops._layers import LAYERS
+
+SUITES = [layer for layer in LAYERS if (Path(__file__).parent / f"{layer}.py").is_file()]  # one suite per layer
 
 
 @dataclass

@@ -1705,7 +1705,7 @@ CUDA_DEPTHWISE_WEIGHT_GRAD = _exercise(
 )
 
 
-# ---- fast references: the same exercises, written for speed (timed by .ci/gpu_exercises.py) ----
+# ---- fast references: the same exercises, written for speed (timed by tools/gpu_exercises.py) ----
 # Each passes its exercise's checks (tests/test_cuda_exercises.py). What makes it faster than the readable
 # reference is said at its top.
 

@@ -28,7 +28,7 @@ The price of rule 5 is that each time includes the host's launch of the submissi
 it instead of for the flush) and the synchronize's return: microseconds, the same for the roof's own
 measurement, but a share of a kernel of a few microseconds. ``CachesByPointer``, ``SkipsRepeatedInput``
 and ``LeavesWorkOnSideStream`` below are the tricks, as wrappers around an honest submission, for the
-tests and ``.ci/gpu_speed.py``. ``write_leaderboard`` writes the class's scores as a CSV beside nbgrader's
+tests and ``tools/gpu_speed.py``. ``write_leaderboard`` writes the class's scores as a CSV beside nbgrader's
 grades export (joined on ``student_id``).
 """
 

@@ -27,7 +27,7 @@ see breaks this process's CUDA context (the board then times nothing more and sa
 run it again with ``--skip`` that student), and one that never ends cannot be stopped from Python (after
 ``kernel_time_limit_s`` the board writes what it has, names the kernel and exits).
 
-The benchmark sizes (``benchmarks``) are also what ``.ci/gpu_exercises.py`` times the references at.
+The benchmark sizes (``benchmarks``) are also what ``tools/gpu_exercises.py`` times the references at.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the check builds from the case's parameters; the check then reads the model's we
 oracle is the same loop in float64 with ``torch.autograd`` on copies of those parameters. Each mistake is
 that loop with one thing changed (the gradients not cleared, the step ascending, the loss not averaged...).
 
-The model is ``labops.legacy``'s: a ``Sequential`` of ``Linear`` and ``Tanh`` layers, its Tanh computed by torch
+The model is ``labops.torch7``'s: a ``Sequential`` of ``Linear`` and ``Tanh`` layers, its Tanh computed by torch
 instead of the compiled op, so that the grading process need not build the labops library.
 """
 
@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import torch
 
-from labops import legacy
+from labops import torch7
 
 from ._core import Case, Check, Exercise, Mistake, copy_args, matches, randn
 
 __all__ = ["EXERCISES", "Tanh", "torch7_model"]
 
 
-# ---- the model the learner trains: labops.legacy's layers ----
+# ---- the model the learner trains: labops.torch7's layers ----
 
-class Tanh(legacy.Tanh):
-    """``legacy.Tanh`` with torch's tanh instead of the compiled op (the same math: the gradient from the output)."""
+class Tanh(torch7.Tanh):
+    """``torch7.Tanh`` with torch's tanh instead of the compiled op (the same math: the gradient from the output)."""
 
     def updateOutput(self, input):
         self.output = torch.tanh(input)
@@ -35,22 +35,22 @@ class Tanh(legacy.Tanh):
         return self.gradInput
 
 
-def torch7_model(params, grads) -> legacy.Sequential:
+def torch7_model(params, grads) -> torch7.Sequential:
     """Linear, Tanh, Linear, ... (no Tanh after the last Linear) with ``params`` = (W1, b1, W2, b2, ...) and
     their gradient buffers ``grads``, used as they are (not copied)."""
-    model = legacy.Sequential()
+    model = torch7.Sequential()
     for k in range(0, len(params), 2):
         if model.modules:
             model.add(Tanh())
-        linear = legacy.Linear(params[k].shape[1], params[k].shape[0], dtype=params[k].dtype)
+        linear = torch7.Linear(params[k].shape[1], params[k].shape[0], dtype=params[k].dtype)
         linear.weight, linear.bias = params[k], params[k + 1]
         linear.gradWeight, linear.gradBias = grads[k], grads[k + 1]
         model.add(linear)
     return model
 
 
-def _weights(model: legacy.Sequential) -> tuple:
-    return tuple(p for m in model.modules if isinstance(m, legacy.Linear)
+def _weights(model: torch7.Sequential) -> tuple:
+    return tuple(p for m in model.modules if isinstance(m, torch7.Linear)
                  for p in (m.weight, m.bias))
 
 

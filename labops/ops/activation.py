@@ -1,9 +1,9 @@
 """Tanh and GELU: Python face of the compiled activation ops.
 
-The C++ a call reaches: csrc/ops/activation_ops.h (``ActivationOps``: argument
-checks, dtype dispatch), csrc/ops/activation.h (the math, one element per
-call), csrc/cpu/activation.cpp and csrc/cuda/activation.cu (the launchers);
-the gradient: csrc/autograd.cpp.
+The C++ a call reaches: csrc/activation/entry.h (``ActivationOps``: argument
+checks, dtype dispatch), csrc/activation/activation.h (the math, one element per
+call), csrc/activation/cpu.cpp and csrc/activation/cuda.cu (the launchers);
+the gradient: csrc/activation/register.cpp.
 """
 
 import torch
@@ -14,7 +14,7 @@ __all__ = ["GELU_APPROXIMATIONS", "gelu", "tanh"]
 
 # The ops' OpOverloads, looked up once: `torch.ops.labops.tanh(...)` would walk three attributes
 # and resolve the overload on every call, a measurable share of a tiny call's host time
-# (.ci/host_time.py).
+# (tools/host_time.py).
 _tanh = torch.ops.labops.tanh.default
 _gelu = torch.ops.labops.gelu.default
 
@@ -71,7 +71,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return _gelu(x, approximate)
 
 
-# ---- the rules of csrc/ops/activation_ops.h, in its words, for the fakes (torch.compile) ----
+# ---- the rules of csrc/activation/entry.h, in its words, for the fakes (torch.compile) ----
 # Every output has its first input's shape.
 
 @torch.library.register_fake("labops::tanh")
@@ -103,5 +103,5 @@ def _gelu_backward_fake(grad_output, x, approximate="none"):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-# Autograd: a graph node built in csrc/autograd.cpp (backward: tanh_backward from the saved output,
+# Autograd: a graph node built in csrc/activation/register.cpp (backward: tanh_backward from the saved output,
 # gelu_backward from x).

@@ -9,11 +9,11 @@ The layer contract maps onto the ops like this:
     autograd's gradient -> conv2d_mm_backward_weight(grad_output, x, weight.shape, ...)
                           (accGradParameters at scale 1 into new tensors: (grad_weight, grad_bias))
 
-The C++ a call reaches: csrc/ops/conv2d_mm_ops.h (``Conv2dMMOps``: argument
-checks, the batch chunks, the GEMMs through ATen), csrc/ops/conv2d_mm.h (the
-im2col / col2im math, one element per call), csrc/cpu/conv2d_mm.cpp and
-csrc/cuda/conv2d_mm.cu (the launchers), csrc/common/conv_index.h (the
-convolution index math it shares with depthwise); the gradient: csrc/autograd.cpp.
+The C++ a call reaches: csrc/conv2d_mm/entry.h (``Conv2dMMOps``: argument
+checks, the batch chunks, the GEMMs through ATen), csrc/conv2d_mm/conv2d_mm.h (the
+im2col / col2im math, one element per call), csrc/conv2d_mm/cpu.cpp and
+csrc/conv2d_mm/cuda.cu (the launchers), csrc/common/conv_index.h (the
+convolution index math it shares with depthwise); the gradient: csrc/conv2d_mm/register.cpp.
 """
 
 import torch
@@ -24,7 +24,7 @@ __all__ = ["col2im", "conv2d_mm", "im2col"]
 
 # The ops' OpOverloads, looked up once: `torch.ops.labops.im2col(...)` would walk three attributes
 # and resolve the overload on every call, a measurable share of a tiny call's host time
-# (.ci/host_time.py).
+# (tools/host_time.py).
 _im2col = torch.ops.labops.im2col.default
 _col2im = torch.ops.labops.col2im.default
 
@@ -107,13 +107,13 @@ def conv2d_mm(x, weight, bias=None, stride=1, padding=0, dilation=1):
 def _window(op, kernel_size, stride, padding, dilation):
     """The window arguments as the schema takes them: [h, w] lists (kernel_size left out when None).
 
-    Only normalised here: the op checks their values (csrc/ops/conv2d_mm_ops.h, and _params below).
+    Only normalised here: the op checks their values (csrc/conv2d_mm/entry.h, and _params below).
     """
     window = [pair(stride, op, "stride"), pair(padding, op, "padding"), pair(dilation, op, "dilation")]
     return window if kernel_size is None else [pair(kernel_size, op, "kernel_size"), *window]
 
 
-# ---- the rules of csrc/ops/conv2d_mm_ops.h, in its words, for the fakes (torch.compile) ----
+# ---- the rules of csrc/conv2d_mm/entry.h, in its words, for the fakes (torch.compile) ----
 
 def _params(op, kernel_size, stride, padding, dilation):
     """make_params: each argument two entries, then kernel_size, stride, dilation >= 1 and padding >= 0."""
@@ -265,5 +265,5 @@ def _conv2d_mm_backward_weight_fake(grad_output, x, weight_size, stride, padding
     return grad_output.new_empty(list(weight_size)), grad_output.new_empty((weight_size[0],))
 
 
-# Autograd: csrc/autograd.cpp (im2col and col2im build their graph nodes by hand and are each other's gradient;
+# Autograd: csrc/conv2d_mm/register.cpp (im2col and col2im build their graph nodes by hand and are each other's gradient;
 # conv2d_mm's is conv2d_mm_backward_input and conv2d_mm_backward_weight, accGradParameters into new tensors).

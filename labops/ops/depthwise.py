@@ -11,11 +11,11 @@ accGradParameters): ``depthwise_conv2d_backward_input`` (a gather),
 ``depthwise_conv2d_backward_weight`` and ``depthwise_conv2d_backward_bias``
 (reductions over N * outH * outW).
 
-The C++ a call reaches: csrc/ops/depthwise_ops.h (``DepthwiseOps``: argument
-checks, allocation, dtype dispatch), csrc/ops/depthwise.h (the math, one output
-element per call), csrc/cpu/depthwise.cpp and csrc/cuda/depthwise.cu (the
+The C++ a call reaches: csrc/depthwise/entry.h (``DepthwiseOps``: argument
+checks, allocation, dtype dispatch), csrc/depthwise/depthwise.h (the math, one output
+element per call), csrc/depthwise/cpu.cpp and csrc/depthwise/cuda.cu (the
 launchers), csrc/common/conv_index.h (the convolution index math it shares with
-conv2d_mm); the gradient: csrc/autograd.cpp.
+conv2d_mm); the gradient: csrc/depthwise/register.cpp.
 """
 
 import torch
@@ -50,13 +50,13 @@ def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias=None, stride=1,
     check_tensor(weight, _OP, "weight")
     if bias is not None:
         check_tensor(bias, _OP, "bias")
-    # The op checks the rest (csrc/ops/depthwise_ops.h), in eager mode and, through the fakes below,
+    # The op checks the rest (csrc/depthwise/entry.h), in eager mode and, through the fakes below,
     # under torch.compile.
     return torch.ops.labops.depthwise_conv2d(x, weight, bias, pair(stride, _OP, "stride"),
                                              pair(padding, _OP, "padding"), pair(dilation, _OP, "dilation"))
 
 
-# ---- the rules of csrc/ops/depthwise_ops.h, in its words, for the fakes (torch.compile) ----
+# ---- the rules of csrc/depthwise/entry.h, in its words, for the fakes (torch.compile) ----
 
 def _geometry(op, x_size, x_arg, w_size, w_arg, stride, padding, dilation):
     """make_geometry: every size rule, in the C++ order. Returns the output shape [N, C_out, outH, outW]."""
@@ -152,5 +152,21 @@ def _backward_bias_fake(grad_output):
     return grad_output.new_empty([grad_output.shape[1]])
 
 
-# Autograd: a torch::autograd::Function in csrc/autograd.cpp (the gradient is the three compiled backward
+@torch.library.register_fake("labops::depthwise_conv2d_acc_grad_parameters")
+def _acc_grad_parameters_fake(grad_output, x, grad_weight, grad_bias, stride, padding, dilation, scale=1.0):
+    op = "depthwise_conv2d_acc_grad_parameters"
+    check_like(grad_weight, x, op, "grad_weight", "x")
+    check_floating(grad_output, op, "grad_output")
+    check_like(x, grad_output, op, "x", "grad_output")
+    out_shape = _geometry(op, x.shape, "x", grad_weight.shape, "weight_size", stride, padding, dilation)
+    _check_grad_output(grad_output, out_shape, op)
+    if grad_bias is not None:
+        check_like(grad_bias, x, op, "grad_bias", "x")
+        if grad_bias.dim() != 1 or grad_bias.shape[0] != grad_weight.shape[0]:
+            raise ValueError(f"labops.{op}: grad_bias must have shape ({grad_weight.shape[0]},) (grad_weight.size(0)), "
+                             f"got {shape_str(grad_bias.shape)}")
+    return None
+
+
+# Autograd: a graph node in csrc/depthwise/register.cpp (the gradient is the three compiled backward
 # ops, each only when needed).

@@ -1,9 +1,9 @@
 """Global average pooling: Python face of the compiled pooling ops.
 
-The C++ a call reaches: csrc/ops/pooling_ops.h (``PoolingOps``: argument
-checks, dtype dispatch), csrc/ops/pooling.h (the math: one plane's mean, one
-element's gradient), csrc/cpu/pooling.cpp and csrc/cuda/pooling.cu (the
-launchers); the gradient: csrc/autograd.cpp.
+The C++ a call reaches: csrc/pooling/entry.h (``PoolingOps``: argument
+checks, dtype dispatch), csrc/pooling/pooling.h (the math: one plane's mean, one
+element's gradient), csrc/pooling/cpu.cpp and csrc/pooling/cuda.cu (the
+launchers); the gradient: csrc/pooling/register.cpp.
 """
 
 import torch
@@ -36,7 +36,7 @@ def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
     return torch.ops.labops.global_avg_pool2d(x)
 
 
-# ---- the rules of csrc/ops/pooling_ops.h, in its words, for the fakes (torch.compile) ----
+# ---- the rules of csrc/pooling/entry.h, in its words, for the fakes (torch.compile) ----
 
 def _check_rank(dim: int, op: str, arg: str) -> None:
     if dim not in (3, 4):
@@ -64,5 +64,5 @@ def _global_avg_pool2d_backward_fake(grad_output, input_size):
     return grad_output.new_empty(input_size)
 
 
-# Autograd: a graph node built in csrc/autograd.cpp (backward: global_avg_pool2d_backward; its own
+# Autograd: a graph node built in csrc/pooling/register.cpp (backward: global_avg_pool2d_backward; its own
 # backward is the forward, so double backward works).

@@ -1,9 +1,9 @@
 """Reorg (YOLOv2's passthrough layer): Python face of the compiled reorg ops.
 
-The C++ a call reaches: csrc/ops/reorg_ops.h (``ReorgOps``: argument checks,
-dtype dispatch), csrc/ops/reorg.h (the three index maps, one element per
-call; their divisions by csrc/common/fast_divider.h), csrc/cpu/reorg.cpp and csrc/cuda/reorg.cu (the launchers); the
-gradient: csrc/autograd.cpp.
+The C++ a call reaches: csrc/reorg/entry.h (``ReorgOps``: argument checks,
+dtype dispatch), csrc/reorg/reorg.h (the three index maps, one element per
+call; their divisions by csrc/common/fast_divider.h), csrc/reorg/cpu.cpp and csrc/reorg/cuda.cu (the launchers); the
+gradient: csrc/reorg/register.cpp.
 """
 
 import torch
@@ -18,7 +18,7 @@ _INT64_MAX = 2**63 - 1
 
 # The ops' OpOverloads, looked up once: `torch.ops.labops.reorg(...)` would walk three attributes
 # and resolve the overload on every call, a measurable share of a tiny call's host time
-# (.ci/host_time.py).
+# (tools/host_time.py).
 _reorg = torch.ops.labops.reorg.default
 
 
@@ -57,7 +57,7 @@ def reorg(x: torch.Tensor, stride: int = 2, order: str = "darknet") -> torch.Ten
     return _reorg(x, stride, order)
 
 
-# ---- the rules of csrc/ops/reorg_ops.h, in its words, for the fakes (torch.compile) ----
+# ---- the rules of csrc/reorg/entry.h, in its words, for the fakes (torch.compile) ----
 
 def _check_stride(stride, op):
     if stride < 1:
@@ -105,5 +105,5 @@ def _reorg_backward_fake(grad_output, stride=2, order="darknet"):
     return grad_output.new_empty(shape)
 
 
-# Autograd: a graph node built in csrc/autograd.cpp (a permutation's gradient is the inverse
+# Autograd: a graph node built in csrc/reorg/register.cpp (a permutation's gradient is the inverse
 # permutation: reorg and reorg_backward are each other's gradient).

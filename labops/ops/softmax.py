@@ -1,9 +1,9 @@
 """Softmax and fused cross-entropy: Python face of the compiled softmax ops.
 
-The C++ a call reaches: csrc/ops/softmax_ops.h (``SoftmaxOps``: argument
+The C++ a call reaches: csrc/softmax/entry.h (``SoftmaxOps``: argument
 checks, dtype dispatch, the final reduction of per-row losses),
-csrc/ops/softmax.h (the row bodies), csrc/cpu/softmax.cpp and
-csrc/cuda/softmax.cu (the launchers); the gradient: csrc/autograd.cpp.
+csrc/softmax/softmax.h (the row bodies), csrc/softmax/cpu.cpp and
+csrc/softmax/cuda.cu (the launchers); the gradient: csrc/softmax/register.cpp.
 """
 
 import torch
@@ -16,7 +16,7 @@ CROSS_ENTROPY_REDUCTIONS = ("mean", "sum", "none")
 
 # The ops' OpOverloads, looked up once: `torch.ops.labops.softmax(...)` would walk three attributes
 # and resolve the overload on every call, a measurable share of a tiny call's host time
-# (.ci/host_time.py).
+# (tools/host_time.py).
 _softmax = torch.ops.labops.softmax.default
 _cross_entropy = torch.ops.labops.cross_entropy.default
 
@@ -73,7 +73,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "
     return _cross_entropy(logits, target, reduction)
 
 
-# ---- the rules of csrc/ops/softmax_ops.h, in its words, for the fakes (torch.compile) ----
+# ---- the rules of csrc/softmax/entry.h, in its words, for the fakes (torch.compile) ----
 # One rule a fake cannot state: cross_entropy's targets in [0, C) are values, which a fake tensor
 # does not have; only the eager op checks them.
 
@@ -144,5 +144,5 @@ def _cross_entropy_backward_fake(grad_loss, logits, target, reduction):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
-# Autograd: a graph node built in csrc/autograd.cpp (softmax_backward from the saved output,
+# Autograd: a graph node built in csrc/softmax/register.cpp (softmax_backward from the saved output,
 # cross_entropy_backward from the logits).

@@ -14,11 +14,11 @@ step per output step):
 ``F.interpolate``, the output has ``floor(in * scale_factor)`` pixels and the step is
 ``1 / scale_factor``.
 
-The C++ a call reaches: csrc/ops/upsample_ops.h (``UpsampleOps``: argument
-checks, dtype dispatch), csrc/ops/upsample.h (``source_taps`` and the
+The C++ a call reaches: csrc/upsample/entry.h (``UpsampleOps``: argument
+checks, dtype dispatch), csrc/upsample/upsample.h (``source_taps`` and the
 per-element bodies, shared by forward, scatter and gather),
-csrc/cpu/upsample.cpp and csrc/cuda/upsample.cu (the launchers); the gradient:
-csrc/autograd.cpp.
+csrc/upsample/cpu.cpp and csrc/upsample/cuda.cu (the launchers); the gradient:
+csrc/upsample/register.cpp.
 """
 
 import math
@@ -35,7 +35,7 @@ _OP = "upsample_bilinear2d"
 
 # The ops' OpOverloads, looked up once: `torch.ops.labops.upsample_bilinear2d(...)` would walk three attributes
 # and resolve the overload on every call, a measurable share of a tiny call's host time
-# (.ci/host_time.py).
+# (tools/host_time.py).
 _upsample_bilinear2d = torch.ops.labops.upsample_bilinear2d.default
 
 
@@ -69,7 +69,7 @@ def resolve_arguments(x, size=None, scale_factor=None, align_corners=False, coor
     ``size`` or ``scale_factor`` (exactly one) becomes the output size, F.interpolate's way
     (``floor(in * scale_factor)``); the scales are the caller's scale factors (None with ``size``);
     ``coordinate_mode`` None becomes ``"align_corners"`` or ``"half_pixel"`` from ``align_corners``.
-    ``labops.legacy.SpatialUpSamplingBilinear`` calls the ops with these.
+    ``labops.torch7.SpatialUpSamplingBilinear`` calls the ops with these.
 
     Example:
         >>> resolve_arguments(torch.zeros(1, 1, 5, 7), scale_factor=1.5)
@@ -144,7 +144,7 @@ def upsample_bilinear2d(x: torch.Tensor, size=None, scale_factor=None, align_cor
     return _upsample_bilinear2d(x, *resolve_arguments(x, size, scale_factor, align_corners, coordinate_mode))
 
 
-# ---- the rules of csrc/ops/upsample_ops.h, in its words, for the fakes (torch.compile) ----
+# ---- the rules of csrc/upsample/entry.h, in its words, for the fakes (torch.compile) ----
 
 def _check_x(t, op, arg):
     check_floating(t, op, arg)
@@ -202,5 +202,5 @@ def _upsample_backward_fake(grad_output, input_size, coordinate_mode, scale_h, s
     return grad_output.new_empty(tuple(input_size))
 
 
-# Autograd: a graph node built in csrc/autograd.cpp (the backward is the compiled deterministic
+# Autograd: a graph node built in csrc/upsample/register.cpp (the backward is the compiled deterministic
 # gather; the backward op's own gradient is the forward, so double backward works).

@@ -1,6 +1,6 @@
 """Tanh and GELU in plain Python and NumPy.
 
-Compare with csrc/ops/activation.h: the loop versions compute exactly what
+Compare with csrc/activation/activation.h: the loop versions compute exactly what
 one CUDA thread or one CPU loop iteration computes for one element.
 """
 

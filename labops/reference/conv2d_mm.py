@@ -14,7 +14,7 @@ and the three functions of the layer are
     accGradParameters   grad_weight    += scale * grad_output[n] @ columns[n]^T
                         grad_bias      += scale * sum over (oh, ow) of grad_output[n]
 
-Compare with csrc/ops/conv2d_mm.h: `im2col_loop` does, one element at a time,
+Compare with csrc/conv2d_mm/conv2d_mm.h: `im2col_loop` does, one element at a time,
 what a CUDA thread does in `im2col_source`; `col2im_loop` is the scatter
 form, the compiled op's `col2im_gather` the same sums collected per pixel.
 Arrays are NumPy float64; shapes as in F.unfold / F.fold / F.conv2d.

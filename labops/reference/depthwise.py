@@ -1,6 +1,6 @@
 """Depthwise 2-D convolution in plain Python loops over NumPy arrays.
 
-Compare with csrc/ops/depthwise.h: ``depthwise_forward_loop`` computes each
+Compare with csrc/depthwise/depthwise.h: ``depthwise_forward_loop`` computes each
 output the way one CUDA thread does (``forward_at``), and
 ``depthwise_backward_input_loop`` is the same gather as ``backward_input_at``.
 

@@ -1,6 +1,6 @@
 """Global average pooling in plain Python and NumPy.
 
-Compare with csrc/ops/pooling.h: the loop versions do what one CPU loop step
+Compare with csrc/pooling/pooling.h: the loop versions do what one CPU loop step
 (or one GPU thread group) does for one plane.
 """
 

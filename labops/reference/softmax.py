@@ -1,6 +1,6 @@
 """Softmax and cross-entropy in plain Python loops over NumPy arrays.
 
-Compare with csrc/ops/softmax.h: each loop body is what one row step of the
+Compare with csrc/softmax/softmax.h: each loop body is what one row step of the
 CPU or CUDA kernel computes. Rows run along the last axis of a 2-D array;
 ``softmax_loop(x, dim)`` moves any other axis there first.
 """

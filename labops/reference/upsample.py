@@ -1,6 +1,6 @@
 """Bilinear upsampling in plain Python and NumPy.
 
-Compare with csrc/ops/upsample.h: ``source_taps`` here is ``source_taps``
+Compare with csrc/upsample/upsample.h: ``source_taps`` here is ``source_taps``
 there, and the loops compute what one CUDA thread or one CPU loop iteration
 computes for one element.
 

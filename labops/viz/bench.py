@@ -149,7 +149,7 @@ def roofline(source, dtype: str = "float32", impls=("labops",), title: str | Non
 def bandwidth_by_size(source, title: str | None = None):
     """GB/s against the number of elements, one line per implementation, the copy of the same size dashed.
 
-    ``source``: a dict or the JSON path that ``.ci/gpu_course_claims.py`` writes (``docs/elementwise_sizes_gpu.json``):
+    ``source``: a dict or the JSON path that ``tools/gpu_course_claims.py`` writes (``docs/elementwise_sizes_gpu.json``):
     device, date, dtype, and rows of {n, bytes, <name>: {graph_GBps, ...}} with one ``copy`` entry per row. As
     Triton's tutorials draw it: where a line sits below the dashed one, that kernel leaves bandwidth unused at
     that size. One Line2D per implementation, markers at the measured sizes.

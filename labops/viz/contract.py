@@ -1,7 +1,7 @@
 """The layer contract: what a layer's three functions read and write, drawn from one real call of each.
 
 ``layer_contract`` runs ``updateOutput``, ``updateGradInput`` and ``accGradParameters`` of a Torch7-style
-module (``labops.legacy`` or any object with those three methods) and draws, for each, the tensors it
+module (``labops.torch7`` or any object with those three methods) and draws, for each, the tensors it
 read and the tensors it wrote, with the shapes of that call. What a function *read* is not typed in: the
 figure calls it again with each candidate (the input, gradOutput, the output saved by updateOutput, each
 parameter) replaced by NaN, and draws an arrow from the ones that turned its result into NaN.

@@ -3,7 +3,7 @@
 Every position is computed, not drawn by hand: which inputs an output's window reads comes from
 ``F.unfold`` of an image whose values are their own (padded) indices, the counts from the compiled
 ``depthwise_conv2d_backward_input`` with all-ones weights and gradient, and a tile's input span from
-the helpers of ``csrc/ops/depthwise.h`` (``tile_span``), checked against the union of its outputs' windows.
+the helpers of ``csrc/depthwise/depthwise.h`` (``tile_span``), checked against the union of its outputs' windows.
 """
 
 from __future__ import annotations

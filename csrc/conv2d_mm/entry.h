@@ -1,0 +1,491 @@
+// Tensor-level entry points of im2col, col2im and conv2d_mm (THNN's
+// SpatialConvolutionMM), written once for both devices: conv2d_mm/cpu.cpp uses
+// Entry<cpu::Conv2dMMLauncher>, conv2d_mm/cuda.cu uses
+// Entry<cuda::Conv2dMMLauncher>.
+// A Launcher provides
+//   template <typename scalar_t> static void im2col(const Im2colShape&, const scalar_t* x, scalar_t* col);
+//   template <typename scalar_t> static void col2im(const Im2colShape&, const scalar_t* col, scalar_t* image);
+//   static constexpr int64_t kColumnBudgetBytes;  // largest `columns` buffer to allocate at once
+// and the three GEMMs of the layer, on tensors (row-major matrices, batch first):
+//   static void gemm_forward(out, w, cols, bias);           // out[n] = w . cols[n] (+ bias[o] on row o)
+//   static void gemm_backward_input(cols, w, g);            // cols[n] = w^T . g[n]
+//   static void gemm_acc_grad_weight(gw, g, cols, scale, beta);  // gw = beta * gw + scale * g . cols^T
+// and the step that lays grad_output out for the last of them:
+//   static constexpr bool kSumsBiasWhileGathering;  // whether gather_rows takes a bias to sum into
+//   static void gather_rows(g, rows, bias, add_to_bias);  // rows (O, nb*L) = g (nb, O, L), images inside
+// The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
+// directly, without ATen's checks and views around each call, which cost more
+// host time than a small convolution's kernels (tools/host_time.py).
+
+#pragma once
+
+#include <array>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "../common/check.h"
+#include "conv2d_mm.h"
+
+namespace labops::conv2d_mm {
+
+struct ConvParams {
+  int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+};
+
+// The rules every op shares: stride and dilation >= 1, padding >= 0, a
+// kernel of at least 1x1 that fits in the padded input.
+inline ConvParams make_params(at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                              at::IntArrayRef dilation, const char* op) {
+  check_pair(kernel_size, op, "kernel_size", 1);
+  check_pair(stride, op, "stride", 1);
+  check_pair(padding, op, "padding", 0);
+  check_pair(dilation, op, "dilation", 1);
+  return {kernel_size[0], kernel_size[1], stride[0], stride[1],
+          padding[0],     padding[1],     dilation[0], dilation[1]};
+}
+
+// The geometry of N images of C x H x W, columns in (N, C*kH*kW, L) layout.
+inline Im2colShape make_shape(int64_t n, int64_t c, int64_t h, int64_t w, const ConvParams& p,
+                              const char* op, const char* kernel_arg) {
+  const int64_t extent_h = p.dilation_h * (p.kernel_h - 1) + 1;
+  const int64_t extent_w = p.dilation_w * (p.kernel_w - 1) + 1;
+  LABOPS_CHECK(extent_h <= h + 2 * p.pad_h && extent_w <= w + 2 * p.pad_w, "labops.", op, ": ",
+                    kernel_arg, " (", p.kernel_h, ", ", p.kernel_w, ") with dilation (", p.dilation_h, ", ",
+                    p.dilation_w, ") spans (", extent_h, ", ", extent_w,
+                    ") pixels: must not be larger than the padded input (", h + 2 * p.pad_h, ", ",
+                    w + 2 * p.pad_w, ")");
+  Im2colShape s{n, c, h, w, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                p.dilation_h, p.dilation_w, 0, 0, 0, 0};
+  s.out_h = conv::output_size(h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h);
+  s.out_w = conv::output_size(w, p.kernel_w, p.stride_w, p.pad_w, p.dilation_w);
+  s.col_row_stride = s.blocks();
+  s.col_batch_stride = c * s.kernel_area() * s.blocks();
+  return s;
+}
+
+// Note [column budget]
+// How big `columns` gets: C*kH*kW x L per image, i.e. kH*kW times the input
+// image (9x for 3x3 at stride 1). Batched GEMMs want all N images unfolded at
+// once: for 32 x 64 x 56 x 56 with a 3x3 kernel that is 32 * 576 * 3136 =
+// 58M elements (231 MB in float32). The batch is cut into chunks of at most
+// kColumnBudgetBytes of columns, so memory stays bounded for any batch.
+// When one image's columns alone pass the budget, the forward and the weight
+// gradient cut the image into bands of output rows (see chunk_of). The input
+// gradient cannot: col2im needs every tap of a pixel at once, so its chunks
+// are whole images, at least one.
+//
+// A chunk: `images` images at a time, and of each `out_rows` output rows at a
+// time (all of them unless images == 1).
+struct Chunk {
+  int64_t images, out_rows;
+};
+
+inline Chunk chunk_size(const Im2colShape& s, int64_t element_size, int64_t budget_bytes, bool whole_images) {
+  const int64_t per_row = std::max<int64_t>(1, s.channels * s.kernel_area() * s.out_w * element_size);
+  const int64_t per_image = per_row * std::max<int64_t>(1, s.out_h);
+  if (whole_images || per_image <= budget_bytes) {
+    return {std::max<int64_t>(1, std::min<int64_t>(s.batch, budget_bytes / per_image)), s.out_h};
+  }
+  return {1, std::max<int64_t>(1, std::min<int64_t>(s.out_h, budget_bytes / per_row))};
+}
+
+// Calls f(n0, images, oh0, out_rows) for every chunk of images x output rows.
+template <typename F>
+void for_each_chunk(const Im2colShape& s, Chunk c, F&& f) {
+  for (int64_t n0 = 0; n0 < s.batch; n0 += c.images) {
+    for (int64_t oh0 = 0; oh0 < s.out_h; oh0 += c.out_rows) {
+      f(n0, std::min(c.images, s.batch - n0), oh0, std::min(c.out_rows, s.out_h - oh0));
+    }
+  }
+}
+
+// Note [chunks in parallel]
+// On the CPU the chunks are shared out among the threads: each thread unfolds
+// its chunks into its own columns buffer and multiplies them itself (ATen ops,
+// the GEMM included, run single-threaded inside at::parallel_for). That is one
+// parallel region per call instead of two per chunk (im2col's, the GEMM's).
+// Every region ends by waiting for its slowest thread, and on a machine shared
+// with other jobs a thread that has lost its core costs a scheduler time
+// slice: measured on 4 x 64 x 56 x 56, forward in 28 bands of 1 MB, 440 ms per
+// call with a region per step while another job held one of the two cores,
+// against 40 ms for F.conv2d. On a GPU the chunks run in order on the stream.
+//
+// How many chunks may run at once: one per thread on the CPU, one on a GPU.
+// Each slot gets its own columns buffer (and, for the weight gradient, its own
+// partial sum).
+inline int64_t chunk_slots(const at::Tensor& like) { return like.is_cpu() ? at::get_num_threads() : 1; }
+
+// Calls f(n0, images, oh0, out_rows, slot) for every chunk; no two chunks
+// running at the same time share a slot (0 <= slot < chunk_slots(like)).
+template <typename F>
+void run_chunks(const Im2colShape& s, Chunk c, const at::Tensor& like, F&& f) {
+  std::vector<std::array<int64_t, 4>> chunks;
+  for_each_chunk(s, c, [&](int64_t n0, int64_t nb, int64_t oh0, int64_t out_rows) {
+    chunks.push_back({n0, nb, oh0, out_rows});
+  });
+  const int64_t count = static_cast<int64_t>(chunks.size()), slots = chunk_slots(like);
+  if (slots == 1 || count < slots) {  // a GPU, or too few chunks to go round: in order, each op parallel inside
+    for (const auto& k : chunks) f(k[0], k[1], k[2], k[3], int64_t(0));
+    return;
+  }
+  // The workers run with this thread's dispatch state (the op runs below autograd).
+  const at::ThreadLocalState caller_state;
+  at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard same_state(caller_state);
+    const int64_t slot = at::get_thread_num();
+    for (int64_t i = begin; i < end; ++i) f(chunks[i][0], chunks[i][1], chunks[i][2], chunks[i][3], slot);
+  });
+}
+
+// The geometry of output rows [oh0, oh0 + out_rows) of `images` images, with
+// their columns in (images, C*kH*kW, out_rows * out_w) layout. A band of
+// output rows is the same convolution with the top padding moved down by
+// oh0 * stride_h rows: input_coord(oh, kh) then reads the row that
+// input_coord(oh0 + oh, kh) reads in the whole image.
+inline Im2colShape chunk_of(Im2colShape s, int64_t images, int64_t oh0, int64_t out_rows) {
+  s.batch = images;
+  s.pad_h -= oh0 * s.stride_h;
+  s.out_h = out_rows;
+  s.col_row_stride = s.blocks();
+  s.col_batch_stride = s.channels * s.kernel_area() * s.blocks();
+  return s;
+}
+
+// Elements [offset, offset + numel) of slot `slot` of the buffer (slots, size), as a contiguous tensor of
+// `sizes` (chunks at the end of a batch or an image are smaller than the buffer). One view op, as_strided,
+// whatever the slot: each op through the dispatcher costs more host time than a small convolution's
+// kernels (tools/host_time.py).
+inline at::Tensor slot_view(const at::Tensor& buffer, int64_t slot, at::IntArrayRef sizes, int64_t offset = 0) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * sizes[i + 1];
+  return buffer.as_strided(sizes, strides, buffer.storage_offset() + slot * buffer.stride(0) + offset);
+}
+
+// t.narrow(dim, start, length), or t itself (no op) when that is all of t.
+inline at::Tensor narrow_or_all(const at::Tensor& t, int64_t dim, int64_t start, int64_t length) {
+  return start == 0 && length == t.size(dim) ? t : t.narrow(dim, start, length);
+}
+
+// out = t summed over dims, written into out (no new tensor).
+inline void sum_into(at::Tensor out, const at::Tensor& t, at::IntArrayRef dims) {
+  at::sum_out(out, t, at::OptionalIntArrayRef(dims));
+}
+
+inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
+  check_floating(x, op, arg);
+  LABOPS_CHECK(x.dim() == 3 || x.dim() == 4, "labops.", op, ": ", arg,
+                    " must be 3-D (C, H, W) or 4-D (N, C, H, W), got ", x.dim(), "-D of shape ", shape_str(x.sizes()));
+}
+
+template <typename Launcher>
+struct Entry {
+  // ---- im2col == F.unfold ----
+  static at::Tensor im2col(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                           at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_image(x, "im2col", "x");
+    ConvParams p = make_params(kernel_size, stride, padding, dilation, "im2col");
+    const bool batched = x.dim() == 4;
+    at::Tensor x4 = (batched ? x : x.unsqueeze(0)).contiguous();
+    Im2colShape s = make_shape(x4.size(0), x4.size(1), x4.size(2), x4.size(3), p, "im2col", "kernel_size");
+    c10::OptionalDeviceGuard guard(x.device());
+    at::Tensor cols = at::empty({s.batch, s.channels * s.kernel_area(), s.blocks()}, x4.options());
+    if (cols.numel() > 0) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_im2col", [&] {
+        Launcher::im2col(s, x4.const_data_ptr<scalar_t>(), cols.mutable_data_ptr<scalar_t>());
+      });
+    }
+    return batched ? cols : cols.squeeze(0);
+  }
+
+  // ---- col2im == F.fold: the adjoint of im2col (sums overlaps) ----
+  static at::Tensor col2im(const at::Tensor& cols, at::IntArrayRef output_size, at::IntArrayRef kernel_size,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_floating(cols, "col2im", "cols");
+    LABOPS_CHECK(cols.dim() == 2 || cols.dim() == 3, "labops.col2im: cols must be 2-D (C*kH*kW, L) or 3-D ",
+                      "(N, C*kH*kW, L), got ", cols.dim(), "-D of shape ", shape_str(cols.sizes()));
+    ConvParams p = make_params(kernel_size, stride, padding, dilation, "col2im");
+    check_pair(output_size, "col2im", "output_size", 1);
+    const bool batched = cols.dim() == 3;
+    at::Tensor c3 = (batched ? cols : cols.unsqueeze(0)).contiguous();
+    const int64_t area = p.kernel_h * p.kernel_w;
+    LABOPS_CHECK(c3.size(1) % area == 0, "labops.col2im: cols.size(", batched ? 1 : 0,
+                      ") must be divisible by kernel_h * kernel_w = ", area, ", got ", c3.size(1));
+    Im2colShape s = make_shape(c3.size(0), c3.size(1) / area, output_size[0], output_size[1], p, "col2im",
+                               "kernel_size");
+    LABOPS_CHECK(c3.size(2) == s.blocks(), "labops.col2im: cols.size(", batched ? 2 : 1,
+                      ") must equal the number of blocks ", s.out_h, " x ", s.out_w, " = ", s.blocks(),
+                      " that output_size ", shape_str(output_size), " gives, got ", c3.size(2));
+    c10::OptionalDeviceGuard guard(cols.device());
+    at::Tensor image = at::empty({s.batch, s.channels, s.height, s.width}, c3.options());
+    if (image.numel() > 0) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cols.scalar_type(), "labops_col2im", [&] {
+        Launcher::col2im(s, c3.const_data_ptr<scalar_t>(), image.mutable_data_ptr<scalar_t>());
+      });
+    }
+    return batched ? image : image.squeeze(0);
+  }
+
+  // ---- conv2d_mm: updateOutput ----
+  // out[n] = W (O x C*kH*kW) . columns[n] (C*kH*kW x L) + bias, one batched
+  // GEMM per chunk of images (W broadcast over the batch with stride 0), or
+  // per band of output rows when an image passes the budget (the GEMM then
+  // writes that band's columns of out[n], a strided view). See Note [chunks
+  // in parallel] for who runs which chunk.
+  static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                              at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_image(x, "conv2d_mm", "x");
+    check_floating(weight, "conv2d_mm", "weight");
+    Im2colShape s = conv_shape(x.sizes(), weight.sizes(), stride, padding, dilation, "conv2d_mm");
+    check_like(weight, x, "conv2d_mm", "weight", "x");
+    const int64_t O = weight.size(0);
+    if (bias.has_value()) {
+      check_like(*bias, x, "conv2d_mm", "bias", "x");
+      LABOPS_CHECK(bias->dim() == 1 && bias->size(0) == O, "labops.conv2d_mm: bias must have shape (",
+                        O, ",) (out_channels = weight.size(0)), got ", shape_str(bias->sizes()));
+    }
+    c10::OptionalDeviceGuard guard(x.device());
+    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
+    const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
+    at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x4.options());
+    if (out.numel() > 0) {
+      at::Tensor w2 = weight.reshape({O, rows});
+      at::Tensor out3 = out.view({s.batch, O, L});
+      const Chunk chunk = chunk_size(s, x.element_size(), Launcher::kColumnBudgetBytes, false);
+      at::Tensor cols = at::empty({chunk_slots(x4), chunk.images * rows * chunk.out_rows * s.out_w}, x4.options());
+      run_chunks(s, chunk, x4, [&](int64_t n0, int64_t nb, int64_t oh0, int64_t out_rows, int64_t slot) {
+        const Im2colShape sc = chunk_of(s, nb, oh0, out_rows);
+        const int64_t Lc = sc.blocks();
+        at::Tensor cols_n = slot_view(cols, slot, {nb, rows, Lc});
+        unfold_into(sc, narrow_or_all(x4, 0, n0, nb), cols_n);
+        Launcher::gemm_forward(narrow_or_all(narrow_or_all(out3, 0, n0, nb), 2, oh0 * s.out_w, Lc), w2, cols_n,
+                               bias);
+      });
+    }
+    return x.dim() == 4 ? out : out.squeeze(0);
+  }
+
+  // ---- conv2d_mm_backward_input: updateGradInput ----
+  // grad_columns[n] = W^T . grad_output[n], then col2im sums them into the image.
+  static at::Tensor conv2d_mm_backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
+                                             at::IntArrayRef input_size, at::IntArrayRef stride,
+                                             at::IntArrayRef padding, at::IntArrayRef dilation) {
+    const char* op = "conv2d_mm_backward_input";
+    check_floating(grad_output, op, "grad_output");
+    LABOPS_CHECK(input_size.size() == 3 || input_size.size() == 4, "labops.", op,
+                      ": input_size must have 3 (C, H, W) or 4 (N, C, H, W) values, got ", shape_str(input_size));
+    for (int64_t v : input_size) {
+      LABOPS_CHECK(v >= 0, "labops.", op, ": input_size must be >= 0, got ", shape_str(input_size));
+    }
+    check_floating(weight, op, "weight");
+    Im2colShape s = conv_shape(input_size, weight.sizes(), stride, padding, dilation, op);
+    check_like(weight, grad_output, op, "weight", "grad_output");
+    const int64_t O = weight.size(0);
+    check_grad_output(grad_output, s, O, input_size.size() == 4, op);
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
+    at::Tensor g3 = grad_output.reshape({s.batch, O, L});
+    at::Tensor grad_input = at::empty({s.batch, s.channels, s.height, s.width}, grad_output.options());
+    if (grad_input.numel() > 0) {
+      at::Tensor w2 = weight.reshape({O, rows});
+      const Chunk chunk = chunk_size(s, grad_output.element_size(), Launcher::kColumnBudgetBytes, true);
+      at::Tensor cols = at::empty({chunk_slots(grad_output), chunk.images * rows * L}, grad_output.options());
+      run_chunks(s, chunk, grad_output, [&](int64_t n0, int64_t nb, int64_t, int64_t, int64_t slot) {
+        at::Tensor cols_n = slot_view(cols, slot, {nb, rows, L});
+        Launcher::gemm_backward_input(cols_n, w2, narrow_or_all(g3, 0, n0, nb));
+        fold_into(chunk_of(s, nb, 0, s.out_h), cols_n, narrow_or_all(grad_input, 0, n0, nb));
+      });
+    }
+    return input_size.size() == 4 ? grad_input : grad_input.squeeze(0);
+  }
+
+  // ---- conv2d_mm_acc_grad_parameters: accGradParameters ----
+  // grad_weight += scale * sum_n grad_output[n] . columns[n]^T and
+  // grad_bias += scale * sum over n, oh, ow of grad_output. The columns of a
+  // chunk are written as one (C*kH*kW) x (nb*L) matrix, so the sum over images
+  // is the inner dimension of a single GEMM that accumulates (beta = 1).
+  // A band of output rows of one image is a (C*kH*kW) x (rows * out_w) chunk
+  // like any other, read against the same band of grad_output.
+  static void conv2d_mm_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                            const at::Tensor& grad_weight, const std::optional<at::Tensor>& grad_bias,
+                                            at::IntArrayRef stride, at::IntArrayRef padding,
+                                            at::IntArrayRef dilation, double scale) {
+    const char* op = "conv2d_mm_acc_grad_parameters";
+    check_image(x, op, "x");
+    check_floating(grad_output, op, "grad_output");
+    check_like(grad_output, x, op, "grad_output", "x");
+    check_like(grad_weight, x, op, "grad_weight", "x");
+    Im2colShape s = conv_shape(x.sizes(), grad_weight.sizes(), stride, padding, dilation, op, "grad_weight");
+    const int64_t O = grad_weight.size(0);
+    check_grad_output(grad_output, s, O, x.dim() == 4, op);
+    if (grad_bias.has_value()) {
+      check_like(*grad_bias, x, op, "grad_bias", "x");
+      LABOPS_CHECK(grad_bias->dim() == 1 && grad_bias->size(0) == O, "labops.", op,
+                        ": grad_bias must have shape (", O, ",) (grad_weight.size(0)), got ", shape_str(grad_bias->sizes()));
+    }
+    c10::OptionalDeviceGuard guard(x.device());
+    const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
+    // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).
+    at::Tensor g3 = grad_output.contiguous().view({s.batch, O, L});
+    if (s.batch * L == 0) return;  // sums over nothing add nothing
+    if (grad_weight.numel() == 0) {
+      if (grad_bias.has_value()) grad_bias->add_(g3.sum(at::IntArrayRef{0, 2}), scale);
+      return;
+    }
+    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
+    // Accumulate in place when grad_weight is one dense (O, rows) matrix, else through a temporary.
+    const bool in_place = grad_weight.is_contiguous();
+    at::Tensor gw2 = in_place ? grad_weight.view({O, rows}) : at::empty({O, rows}, grad_weight.options());
+    // The bias gradient is summed as backward_weight sums it, so both give the same bits.
+    at::Tensor bias_sum = grad_bias.has_value() ? at::empty({O}, grad_bias->options()) : at::Tensor();
+    weight_gradient(s, g3, x4, gw2, scale, in_place ? 1.0 : 0.0, bias_sum);
+    if (!in_place) grad_weight.add_(gw2.view(grad_weight.sizes()));
+    if (grad_bias.has_value()) grad_bias->add_(bias_sum, scale);
+  }
+
+  // ---- conv2d_mm_backward_weight: the weight and bias gradients, for autograd ----
+  // accGradParameters at scale 1 into new tensors, as one op. The first GEMM writes grad_weight
+  // (beta = 0; the GPU launcher clears it with a memset instead of an ATen op), and on a GPU the bias
+  // gradient is summed by the kernel that lays grad_output out for that GEMM. Zeros, an accumulating op,
+  // a transposing copy and a sum would be four ops: on a small input each costs more host time than its
+  // kernel (tools/host_pieces.py).
+  static std::tuple<at::Tensor, at::Tensor> conv2d_mm_backward_weight(const at::Tensor& grad_output,
+                                                                     const at::Tensor& x, at::IntArrayRef weight_size,
+                                                                     at::IntArrayRef stride, at::IntArrayRef padding,
+                                                                     at::IntArrayRef dilation) {
+    const char* op = "conv2d_mm_backward_weight";
+    check_image(x, op, "x");
+    check_floating(grad_output, op, "grad_output");
+    check_like(grad_output, x, op, "grad_output", "x");
+    for (int64_t v : weight_size) {
+      LABOPS_CHECK(v >= 0, "labops.", op, ": weight_size must be >= 0, got ", shape_str(weight_size));
+    }
+    Im2colShape s = conv_shape(x.sizes(), weight_size, stride, padding, dilation, op, "weight_size");
+    const int64_t O = weight_size[0];
+    check_grad_output(grad_output, s, O, x.dim() == 4, op);
+    c10::OptionalDeviceGuard guard(x.device());
+    const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
+    at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
+    at::Tensor grad_bias = at::empty({O}, grad_output.options());
+    at::Tensor g3 = grad_output.contiguous().view({s.batch, O, L});  // unit stride, as for accGradParameters
+    if (s.batch * L == 0) return {grad_weight.zero_(), grad_bias.zero_()};  // sums over nothing
+    if (grad_weight.numel() == 0) {
+      sum_into(grad_bias, g3, {0, 2});
+      return {grad_weight, grad_bias};
+    }
+    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
+    weight_gradient(s, g3, x4, grad_weight.view({O, rows}), 1.0, 0.0, grad_bias);
+    return {grad_weight, grad_bias};
+  }
+
+  template <typename Module>
+  static void register_kernels(Module& m) {
+    m.impl("im2col", &im2col);
+    m.impl("col2im", &col2im);
+    m.impl("conv2d_mm", &conv2d_mm);
+    m.impl("conv2d_mm_backward_input", &conv2d_mm_backward_input);
+    m.impl("conv2d_mm_acc_grad_parameters", &conv2d_mm_acc_grad_parameters);
+    m.impl("conv2d_mm_backward_weight", &conv2d_mm_backward_weight);
+  }
+
+ private:
+  // The geometry of a convolution of an input of `input_size` with a weight of
+  // `weight_size` (the argument `weight_arg` of the op: a tensor or a list).
+  static Im2colShape conv_shape(at::IntArrayRef input_size, at::IntArrayRef weight_size, at::IntArrayRef stride,
+                                at::IntArrayRef padding, at::IntArrayRef dilation, const char* op,
+                                const char* weight_arg = "weight") {
+    LABOPS_CHECK(weight_size.size() == 4, "labops.", op, ": ", weight_arg,
+                      " must be 4-D (out_channels, in_channels, kH, kW), got ", weight_size.size(), "-D of shape ",
+                      shape_str(weight_size));
+    const bool batched = input_size.size() == 4;
+    const int64_t n = batched ? input_size[0] : 1;
+    const int64_t c = input_size[batched ? 1 : 0], h = input_size[batched ? 2 : 1], w = input_size[batched ? 3 : 2];
+    LABOPS_CHECK(weight_size[1] == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
+                      "the input's channels ", c, ", got ", weight_arg, " of shape ", shape_str(weight_size),
+                      " for input of shape ", shape_str(input_size));
+    LABOPS_CHECK(weight_size[2] >= 1 && weight_size[3] >= 1, "labops.", op, ": ", weight_arg,
+                      " must have a kernel of at least 1x1, got shape ", shape_str(weight_size));
+    std::vector<int64_t> kernel{weight_size[2], weight_size[3]};
+    ConvParams p = make_params(kernel, stride, padding, dilation, op);
+    return make_shape(n, c, h, w, p, op, weight_arg);
+  }
+
+  static void check_grad_output(const at::Tensor& grad_output, const Im2colShape& s, int64_t O, bool batched,
+                                const char* op) {
+    std::vector<int64_t> expected{s.batch, O, s.out_h, s.out_w};
+    if (!batched) expected.erase(expected.begin());
+    LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
+                      ": grad_output must have the output's shape ", shape_str(expected), ", got ",
+                      shape_str(grad_output.sizes()));
+  }
+
+  // The weight gradient both accGradParameters and backward_weight compute:
+  // gw2 (O, rows) = beta * gw2 + scale * sum_n grad_output[n] . columns[n]^T, with g3 = grad_output as
+  // (N, O, L) and beta 1 (accumulate) or 0 (gw2 is new: the first GEMM writes it, nothing reads it). The
+  // columns of a chunk are written as one (C*kH*kW) x (nb*Lc) matrix, so the sum over images is the
+  // inner dimension of a single GEMM; grad_output's rows are laid out to match, (O, nb*Lc). A band of
+  // output rows of one image is a chunk like any other, read against the same band of grad_output.
+  // When bias_sum is defined it gets the bias gradient at scale 1 (grad_output summed over n, oh, ow):
+  // from gather_rows as it lays grad_output out, where the launcher does that (the GPU, whose chunks run
+  // in order), else from one ATen sum.
+  static void weight_gradient(const Im2colShape& s, const at::Tensor& g3, const at::Tensor& x4,
+                              const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
+    const int64_t O = gw2.size(0), rows = gw2.size(1);
+    const Chunk chunk = chunk_size(s, x4.element_size(), Launcher::kColumnBudgetBytes, false);
+    const int64_t slots = chunk_slots(x4), chunk_cols = chunk.images * chunk.out_rows * s.out_w;
+    // Each slot holds a chunk's columns, then its grad_output rows (needed when it has several images).
+    const int64_t grad_rows_size = chunk.images > 1 ? O * chunk_cols : 0;
+    at::Tensor buffer = at::empty({slots, rows * chunk_cols + grad_rows_size}, x4.options());
+    // Chunks running at once add into separate sums, added up at the end.
+    at::Tensor sums = slots == 1 ? at::Tensor() : at::zeros({slots, O, rows}, gw2.options());
+    const bool gather_bias = bias_sum.defined() && Launcher::kSumsBiasWhileGathering && slots == 1;
+    run_chunks(s, chunk, x4, [&](int64_t n0, int64_t nb, int64_t oh0, int64_t out_rows, int64_t slot) {
+      const bool first = n0 == 0 && oh0 == 0;  // with one slot, the chunk that runs first
+      Im2colShape sc = chunk_of(s, nb, oh0, out_rows);
+      const int64_t Lc = sc.blocks();
+      sc.col_row_stride = nb * Lc;  // (rows, nb * Lc): image n's block starts at column n * Lc
+      sc.col_batch_stride = Lc;
+      at::Tensor cols_n = slot_view(buffer, slot, {rows, nb * Lc});
+      unfold_into(sc, narrow_or_all(x4, 0, n0, nb), cols_n);
+      // (nb, O, Lc) -> (O, nb * Lc): a copy 1/(kH*kW) of the columns' size when O == C; for a single
+      // image, grad_output's own (O, Lc) rows, read in place.
+      at::Tensor g_chunk = narrow_or_all(narrow_or_all(g3, 0, n0, nb), 2, oh0 * s.out_w, Lc);
+      at::Tensor g_rows = nb > 1 ? slot_view(buffer, slot, {O, nb * Lc}, rows * chunk_cols)
+                                 : g_chunk.as_strided({O, Lc}, {g_chunk.stride(1), 1}, g_chunk.storage_offset());
+      Launcher::gather_rows(g_chunk, nb > 1 ? g_rows : at::Tensor(), gather_bias ? bias_sum : at::Tensor(), !first);
+      const bool write = slots == 1 && first && beta == 0.0;
+      Launcher::gemm_acc_grad_weight(slots == 1 ? gw2 : sums.select(0, slot), g_rows, cols_n, scale,
+                                     write ? 0.0 : 1.0);
+    });
+    if (slots > 1) {
+      if (beta == 0.0) sum_into(gw2, sums, {0});
+      else gw2.add_(sums.sum(0));
+    }
+    if (bias_sum.defined() && !gather_bias) sum_into(bias_sum, g3, {0, 2});
+  }
+
+  // im2col of the contiguous images x (nb, C, H, W) into cols (layout from s).
+  static void unfold_into(const Im2colShape& s, const at::Tensor& x, const at::Tensor& cols) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_im2col", [&] {
+      Launcher::im2col(s, x.const_data_ptr<scalar_t>(), cols.mutable_data_ptr<scalar_t>());
+    });
+  }
+
+  // col2im of cols (nb, rows, L) into the contiguous images (nb, C, H, W).
+  static void fold_into(const Im2colShape& s, const at::Tensor& cols, const at::Tensor& image) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cols.scalar_type(), "labops_col2im", [&] {
+      Launcher::col2im(s, cols.const_data_ptr<scalar_t>(), image.mutable_data_ptr<scalar_t>());
+    });
+  }
+};
+
+}  // namespace labops::conv2d_mm

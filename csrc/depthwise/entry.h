@@ -1,0 +1,268 @@
+// Tensor-level entry points of depthwise_conv2d and its three backward ops,
+// written once and instantiated per launcher: depthwise/cpu.cpp uses
+// Entry<cpu::DepthwiseLauncher> (and Entry<cpu::DepthwiseTextbookLauncher>
+// for the private textbook op), depthwise/cuda.cu uses
+// Entry<cuda::DepthwiseLauncher>. Here live the argument checks, the
+// shapes, contiguity, allocation and the dtype dispatch; the launchers only
+// receive raw pointers and a checked Geometry.
+#pragma once
+
+#include <array>
+#include <optional>
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "../common/check.h"
+#include "depthwise.h"
+
+namespace labops::depthwise {
+
+// Checks every size rule and returns the geometry. x_size is (N, C_in, H, W),
+// w_size is (C_out, 1, kH, kW); the *_arg names say where each came from so the
+// message names the argument the caller actually passed.
+inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char* x_arg,
+                              at::IntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
+                              at::IntArrayRef padding, at::IntArrayRef dilation) {
+  LABOPS_CHECK(x_size.size() == 4, "labops.", op, ": ", x_arg,
+                    " must be 4-D (N, C_in, H, W), got ", x_size.size(), "-D");
+  LABOPS_CHECK(w_size.size() == 4, "labops.", op, ": ", w_arg,
+                    " must be 4-D (C_out, 1, kH, kW), got ", w_size.size(), "-D");
+  check_pair(stride, op, "stride", 1);
+  check_pair(padding, op, "padding", 0);
+  check_pair(dilation, op, "dilation", 1);
+  for (auto v : x_size) {
+    LABOPS_CHECK(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", shape_str(x_size));
+  }
+  const int64_t c_in = x_size[1], c_out = w_size[0];
+  LABOPS_CHECK(c_in >= 1, "labops.", op, ": ", x_arg, " must have at least one channel, got ",
+                    shape_str(x_size));
+  LABOPS_CHECK(w_size[1] == 1, "labops.", op, ": ", w_arg,
+                    ".size(1) must be 1 (one input channel per group), got ", w_size[1]);
+  LABOPS_CHECK(c_out >= 1 && c_out % c_in == 0, "labops.", op, ": ", w_arg,
+                    ".size(0) (C_out) must be a positive multiple of C_in = ", c_in, ", got ", c_out);
+  LABOPS_CHECK(w_size[2] >= 1 && w_size[3] >= 1, "labops.", op, ": ", w_arg,
+                    " must have a kernel of at least 1x1, got ", w_size[2], "x", w_size[3]);
+  Geometry g;
+  g.batch = x_size[0];
+  g.in_channels = c_in;
+  g.out_channels = c_out;
+  g.multiplier = c_out / c_in;
+  g.in_h = x_size[2];
+  g.in_w = x_size[3];
+  g.k_h = w_size[2];
+  g.k_w = w_size[3];
+  g.stride_h = stride[0];
+  g.stride_w = stride[1];
+  g.pad_h = padding[0];
+  g.pad_w = padding[1];
+  g.dil_h = dilation[0];
+  g.dil_w = dilation[1];
+  g.out_h = conv::output_size(g.in_h, g.k_h, g.stride_h, g.pad_h, g.dil_h);
+  g.out_w = conv::output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
+  LABOPS_CHECK(g.out_h >= 1 && g.out_w >= 1, "labops.", op,
+                    ": the dilated kernel must fit in the padded input: kernel ", g.k_h, "x", g.k_w,
+                    ", dilation ", shape_str(dilation), ", input ", g.in_h, "x", g.in_w, ", padding ", shape_str(padding),
+                    " give an output of ", g.out_h, "x", g.out_w);
+  return g;
+}
+
+inline void check_grad_output(const at::Tensor& grad_output, const Geometry& g, const char* op) {
+  const std::array<int64_t, 4> want{g.batch, g.out_channels, g.out_h, g.out_w};
+  LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(want), "labops.", op,
+                    ": grad_output must have the forward output's shape ", shape_str(want),
+                    ", got ", shape_str(grad_output.sizes()));
+}
+
+// The checks both gradient ops share: grad_output floating, `other` (the
+// weight or x) of its dtype and device, the geometry, and grad_output of the
+// forward output's shape.
+inline Geometry check_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& other,
+                               const char* other_arg, at::IntArrayRef x_size, const char* x_arg,
+                               at::IntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
+                               at::IntArrayRef padding, at::IntArrayRef dilation) {
+  check_floating(grad_output, op, "grad_output");
+  check_like(other, grad_output, op, other_arg, "grad_output");
+  const Geometry g = make_geometry(op, x_size, x_arg, w_size, w_arg, stride, padding, dilation);
+  check_grad_output(grad_output, g, op);
+  return g;
+}
+
+// Whether t is stored channels_last and not also NCHW-contiguous (a tensor with
+// C == 1 or H*W == 1 is both, and stays NCHW). See Note [channels_last].
+inline bool is_channels_last(const at::Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+inline at::MemoryFormat memory_format(bool channels_last) {
+  return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
+#define LABOPS_DEPTHWISE_DISPATCH(TYPE, ...) \
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, TYPE, "labops_depthwise", __VA_ARGS__)
+
+template <typename Launcher>
+struct Entry {
+  // The activations `ts` in the layout the launcher reads (Note [channels_last]):
+  // channels_last, with g.channels_last set, when the caller's tensors are
+  // (`keep_cl`) and the launcher has NHWC kernels for g and these tensors;
+  // otherwise NCHW-contiguous. Each tensor is copied at most once.
+  template <size_t K>
+  static std::array<at::Tensor, K> in_launcher_layout(Geometry& g, bool keep_cl, std::array<at::Tensor, K> ts) {
+    g.channels_last = keep_cl && Launcher::has_nhwc_kernels(g, ts);
+    for (auto& t : ts) t = t.contiguous(memory_format(g.channels_last));
+    return ts;
+  }
+
+  // A result in the caller's layout: channels_last when keep_cl (a no-op when
+  // the launcher wrote it so).
+  static at::Tensor in_caller_layout(const at::Tensor& result, bool keep_cl) {
+    return keep_cl ? result.contiguous(at::MemoryFormat::ChannelsLast) : result;
+  }
+
+  static at::Tensor forward(const at::Tensor& x, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                            at::IntArrayRef padding, at::IntArrayRef dilation) {
+    constexpr const char* op = "depthwise_conv2d";
+    check_floating(x, op, "x");
+    check_like(weight, x, op, "weight", "x");
+    const Geometry g = make_geometry(op, x.sizes(), "x", weight.sizes(), "weight", stride, padding,
+                                     dilation);
+    const bool has_bias = bias.has_value() && bias->defined();
+    if (has_bias) {
+      check_like(*bias, x, op, "bias", "x");
+      LABOPS_CHECK(bias->dim() == 1 && bias->size(0) == g.out_channels, "labops.", op,
+                        ": bias must have shape (C_out,) = (", g.out_channels, ",), got ",
+                        shape_str(bias->sizes()));
+    }
+    c10::OptionalDeviceGuard guard(x.device());
+    const bool keep_cl = is_channels_last(x);
+    const std::array<int64_t, 4> out_size{g.batch, g.out_channels, g.out_h, g.out_w};
+    if (g.batch * g.out_channels * g.out_h * g.out_w == 0) {
+      return at::empty(out_size, x.options().memory_format(memory_format(keep_cl)));
+    }
+    Geometry lg = g;
+    const at::Tensor xc = in_launcher_layout<1>(lg, keep_cl, {x})[0];
+    at::Tensor out = at::empty(out_size, x.options().memory_format(memory_format(lg.channels_last)));
+    const at::Tensor wc = weight.contiguous();
+    const at::Tensor bc = has_bias ? bias->contiguous() : at::Tensor();
+    LABOPS_DEPTHWISE_DISPATCH(x.scalar_type(), [&] {
+      Launcher::template forward<scalar_t>(
+          xc.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(),
+          has_bias ? bc.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), lg);
+    });
+    return in_caller_layout(out, keep_cl);
+  }
+
+  static at::Tensor backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
+                                   at::IntArrayRef input_size, at::IntArrayRef stride,
+                                   at::IntArrayRef padding, at::IntArrayRef dilation) {
+    const Geometry g = check_backward("depthwise_conv2d_backward_input", grad_output, weight, "weight",
+                                      input_size, "input_size", weight.sizes(), "weight", stride,
+                                      padding, dilation);
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    const bool keep_cl = is_channels_last(grad_output);
+    if (g.batch * g.in_channels * g.in_h * g.in_w == 0) {
+      return at::empty(input_size, grad_output.options().memory_format(memory_format(keep_cl)));
+    }
+    Geometry lg = g;
+    const at::Tensor gc = in_launcher_layout<1>(lg, keep_cl, {grad_output})[0];
+    at::Tensor grad_input =
+        at::empty(input_size, grad_output.options().memory_format(memory_format(lg.channels_last)));
+    const at::Tensor wc = weight.contiguous();
+    LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
+      Launcher::template backward_input<scalar_t>(gc.const_data_ptr<scalar_t>(),
+                                                  wc.const_data_ptr<scalar_t>(),
+                                                  grad_input.mutable_data_ptr<scalar_t>(), lg);
+    });
+    return in_caller_layout(grad_input, keep_cl);
+  }
+
+  static at::Tensor backward_weight(const at::Tensor& grad_output, const at::Tensor& x,
+                                    at::IntArrayRef weight_size, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef dilation) {
+    return weight_gradient("depthwise_conv2d_backward_weight", grad_output, x, weight_size, stride, padding, dilation);
+  }
+
+  static at::Tensor backward_bias(const at::Tensor& grad_output) {
+    return bias_gradient("depthwise_conv2d_backward_bias", grad_output);
+  }
+
+  // ---- accGradParameters: grad_weight += scale * dE/dW, grad_bias += scale * dE/db, in place ----
+  // What a Torch7 module calls (labops/torch7.py); autograd calls the two ops above, which are this at
+  // scale 1 into new tensors.
+  static void acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x, const at::Tensor& grad_weight,
+                                  const std::optional<at::Tensor>& grad_bias, at::IntArrayRef stride,
+                                  at::IntArrayRef padding, at::IntArrayRef dilation, double scale) {
+    constexpr const char* op = "depthwise_conv2d_acc_grad_parameters";
+    check_like(grad_weight, x, op, "grad_weight", "x");
+    const at::Tensor dw = weight_gradient(op, grad_output, x, grad_weight.sizes(), stride, padding, dilation);
+    if (grad_bias.has_value()) {
+      check_like(*grad_bias, x, op, "grad_bias", "x");
+      LABOPS_CHECK(grad_bias->dim() == 1 && grad_bias->size(0) == grad_weight.size(0), "labops.", op,
+                   ": grad_bias must have shape (", grad_weight.size(0), ",) (grad_weight.size(0)), got ",
+                   shape_str(grad_bias->sizes()));
+      grad_bias->add_(bias_gradient(op, grad_output), scale);
+    }
+    grad_weight.add_(dw, scale);
+  }
+
+ private:
+  static at::Tensor weight_gradient(const char* op, const at::Tensor& grad_output, const at::Tensor& x,
+                                    at::IntArrayRef weight_size, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef dilation) {
+    const Geometry g = check_backward(op, grad_output, x, "x", x.sizes(),
+                                      "x", weight_size, "weight_size", stride, padding, dilation);
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
+    if (g.batch == 0) return grad_weight.zero_();  // a sum over nothing
+    Geometry lg = g;  // read in x's layout (grad_output follows it)
+    const std::array<at::Tensor, 2> gx = in_launcher_layout<2>(lg, is_channels_last(x), {grad_output, x});
+    const at::Tensor &gc = gx[0], &xc = gx[1];
+    LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
+      Launcher::template backward_weight<scalar_t>(gc.const_data_ptr<scalar_t>(),
+                                                   xc.const_data_ptr<scalar_t>(),
+                                                   grad_weight.mutable_data_ptr<scalar_t>(), lg);
+    });
+    return grad_weight;
+  }
+
+  static at::Tensor bias_gradient(const char* op, const at::Tensor& grad_output) {
+    check_floating(grad_output, op, "grad_output");
+    LABOPS_CHECK(grad_output.dim() == 4, "labops.", op,
+                      ": grad_output must be 4-D (N, C_out, outH, outW), got ", grad_output.dim(),
+                      "-D");
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    const int64_t batch = grad_output.size(0), channels = grad_output.size(1);
+    const int64_t plane = grad_output.size(2) * grad_output.size(3);
+    at::Tensor grad_bias = at::empty({channels}, grad_output.options());
+    if (channels == 0) return grad_bias;
+    if (batch * plane == 0) return grad_bias.zero_();
+    // channels_last memory is an (N*H*W, C) matrix: its column sums are the
+    // NCHW bias gradient of an (N*H*W, C, 1) tensor (Note [channels_last]).
+    const bool cl = is_channels_last(grad_output);
+    const at::Tensor gc = grad_output.contiguous(memory_format(cl));
+    LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
+      Launcher::template backward_bias<scalar_t>(gc.const_data_ptr<scalar_t>(),
+                                                 grad_bias.mutable_data_ptr<scalar_t>(),
+                                                 cl ? batch * plane : batch, channels, cl ? 1 : plane);
+    });
+    return grad_bias;
+  }
+
+ public:
+  template <typename Module>
+  static void register_kernels(Module& m) {
+    m.impl("depthwise_conv2d", &forward);
+    m.impl("depthwise_conv2d_backward_input", &backward_input);
+    m.impl("depthwise_conv2d_backward_weight", &backward_weight);
+    m.impl("depthwise_conv2d_backward_bias", &backward_bias);
+    m.impl("depthwise_conv2d_acc_grad_parameters", &acc_grad_parameters);
+  }
+};
+
+#undef LABOPS_DEPTHWISE_DISPATCH
+
+}  // namespace labops::depthwise

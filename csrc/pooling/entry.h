@@ -1,0 +1,82 @@
+// Global average pooling: the tensor-level entry points, written once for
+// both devices (pooling/cpu.cpp, pooling/cuda.cu); the math is pooling.h's.
+//
+// Launcher provides
+//   forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw)
+//   backward(const scalar_t* grad_output, scalar_t* grad_input, int64_t planes, int64_t hw)
+// for hw >= 1 and planes >= 1.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
+
+#include "../common/check.h"
+#include "pooling.h"
+
+namespace labops::pooling {
+
+inline void check_gap_input_rank(int64_t dim, const char* op, const char* arg) {
+  LABOPS_CHECK(dim == 3 || dim == 4, "labops.", op, ": ", arg,
+                    " must be a 3-D (C, H, W) or 4-D (N, C, H, W) tensor, got ", dim, "-D");
+}
+
+template <typename Launcher>
+struct Entry {
+  static at::Tensor global_avg_pool2d(const at::Tensor& x) {
+    check_floating(x, "global_avg_pool2d", "x");
+    check_gap_input_rank(x.dim(), "global_avg_pool2d", "x");
+    std::vector<int64_t> out_size(x.sizes().begin(), x.sizes().end() - 2);
+    out_size.push_back(1);
+    out_size.push_back(1);
+    c10::OptionalDeviceGuard guard(x.device());
+    at::Tensor out = at::empty(out_size, x.options());
+    const int64_t hw = x.size(-2) * x.size(-1);
+    const int64_t planes = out.numel();
+    if (planes == 0) return out;
+    if (hw == 0) return out.fill_(std::numeric_limits<double>::quiet_NaN());  // mean of nothing, as torch.mean
+    at::Tensor xc = x.contiguous();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_gap_forward", [&] {
+      Launcher::forward(xc.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), planes, hw);
+    });
+    return out;
+  }
+
+  static at::Tensor global_avg_pool2d_backward(const at::Tensor& grad_output, at::IntArrayRef input_size) {
+    const char* op = "global_avg_pool2d_backward";
+    check_floating(grad_output, op, "grad_output");
+    check_gap_input_rank(static_cast<int64_t>(input_size.size()), op, "input_size");
+    for (int64_t s : input_size) {
+      LABOPS_CHECK(s >= 0, "labops.", op, ": input_size must not be negative, got ", shape_str(input_size));
+    }
+    std::vector<int64_t> expected(input_size.begin(), input_size.end() - 2);
+    expected.push_back(1);
+    expected.push_back(1);
+    LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
+                      ": grad_output must have shape ", shape_str(expected),
+                      " (input_size with H and W set to 1), got ", shape_str(grad_output.sizes()));
+    c10::OptionalDeviceGuard guard(grad_output.device());
+    at::Tensor grad_input = at::empty(input_size, grad_output.options());
+    const int64_t hw = input_size[input_size.size() - 2] * input_size[input_size.size() - 1];
+    const int64_t planes = grad_output.numel();
+    if (planes == 0 || hw == 0) return grad_input;
+    at::Tensor go = grad_output.contiguous();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, go.scalar_type(), "labops_gap_backward", [&] {
+      Launcher::backward(go.const_data_ptr<scalar_t>(), grad_input.mutable_data_ptr<scalar_t>(), planes, hw);
+    });
+    return grad_input;
+  }
+
+  template <typename Module>
+  static void register_kernels(Module& m) {
+    m.impl("global_avg_pool2d", &global_avg_pool2d).impl("global_avg_pool2d_backward", &global_avg_pool2d_backward);
+  }
+};
+
+}  // namespace labops::pooling

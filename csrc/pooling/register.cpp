@@ -1,0 +1,65 @@
+// pooling: what the dispatcher knows of this layer — its schemas, and its Autograd kernels.
+#include <torch/library.h>
+
+#include "../common/autograd.h"
+
+TORCH_LIBRARY_FRAGMENT(labops, m) {
+  // ---- global_avg_pool2d ----
+  // (N,C,H,W) -> (N,C,1,1) or (C,H,W) -> (C,1,1); backward spreads grad_output / (H*W)
+  m.def("global_avg_pool2d(Tensor x) -> Tensor");
+  m.def("global_avg_pool2d_backward(Tensor grad_output, SymInt[] input_size) -> Tensor");
+}
+
+namespace labops::pooling {
+namespace {
+using namespace labops::autograd;
+
+using PoolSig = at::Tensor(const at::Tensor&);
+using PoolBackwardSig = at::Tensor(const at::Tensor&, SymIntArrayRef);
+const auto& pool_op() { static auto op = find_op<PoolSig>("labops::global_avg_pool2d"); return op; }
+const auto& pool_backward_op() {
+  static auto op = find_op<PoolBackwardSig>("labops::global_avg_pool2d_backward");
+  return op;
+}
+
+struct GlobalAvgPool2dBackward : Node {
+  std::vector<c10::SymInt> input_size;  // the gradient needs only the shape, not x
+  std::string name() const override { return "labops::GlobalAvgPool2dBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(pool_backward_op(), grads[0], input_size)};
+  }
+};
+
+// The backward is linear in grad_output; its adjoint is the forward (mean of each plane).
+struct GlobalAvgPool2dBackwardBackward : Node {
+  std::string name() const override { return "labops::GlobalAvgPool2dBackwardBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(pool_op(), grads[0])};
+  }
+};
+
+at::Tensor pool_autograd(const at::Tensor& x) {
+  if (!graph_needed(x)) return below_autograd(pool_op(), x);
+  auto node = new_node<GlobalAvgPool2dBackward>(x);
+  node->input_size = x.sym_sizes().vec();
+  auto y = below_autograd(pool_op(), x);
+  torch::autograd::set_history(y, node);
+  return y;
+}
+at::Tensor pool_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size) {
+  if (!graph_needed(grad_output)) return below_autograd(pool_backward_op(), grad_output, input_size);
+  auto node = new_node<GlobalAvgPool2dBackwardBackward>(grad_output);
+  auto y = below_autograd(pool_backward_op(), grad_output, input_size);
+  torch::autograd::set_history(y, node);
+  return y;
+}
+
+}  // namespace
+}  // namespace labops::pooling
+
+TORCH_LIBRARY_IMPL(labops, Autograd, m) {
+  m.impl("global_avg_pool2d", &labops::pooling::pool_autograd);
+  m.impl("global_avg_pool2d_backward", &labops::pooling::pool_backward_autograd);
+}

@@ -1,0 +1,97 @@
+// Reorg: the tensor-level entry points, written once for both devices
+// (reorg/cpu.cpp, reorg/cuda.cu); the index math is reorg.h's.
+//
+// Launcher provides
+//   run<scalar_t>(const scalar_t* src, scalar_t* dst, int64_t numel, const ReorgShape&, bool backward)
+// forward: src = x, dst = y; backward: src = grad_y, dst = grad_x. numel >= 1.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
+#include <c10/util/safe_numerics.h>
+
+#include "../common/check.h"
+#include "reorg.h"
+
+namespace labops::reorg {
+
+inline ReorgOrder parse_reorg_order(std::string_view name, const char* op) {
+  if (name == "darknet") return ReorgOrder::Darknet;
+  if (name == "dcr") return ReorgOrder::DCR;
+  if (name == "crd") return ReorgOrder::CRD;
+  LABOPS_CHECK(false, "labops.", op, ": order must be 'darknet', 'dcr' or 'crd', got '", name, "'");
+}
+
+template <typename Launcher>
+struct Entry {
+  // Checks the arguments and returns the canonical geometry.
+  static ReorgShape check(const char* op, const at::Tensor& t, const char* arg, int64_t s, ReorgOrder order,
+                          int64_t C, int64_t H, int64_t W) {
+    LABOPS_CHECK(s >= 1, "labops.", op, ": stride must be >= 1, got ", s);
+    int64_t s2 = 0;
+    LABOPS_CHECK(!c10::mul_overflows(s, s, &s2), "labops.", op, ": stride is too large, got ", s);
+    LABOPS_CHECK(H % s == 0 && W % s == 0, "labops.", op, ": ", arg,
+                      "'s height and width must be divisible by stride ", s, ", got ", shape_str(t.sizes()));
+    if (order == ReorgOrder::Darknet) {
+      LABOPS_CHECK(C % s2 == 0, "labops.", op, ": ", arg, "'s channels must be divisible by stride^2 = ",
+                        s2, " for order 'darknet', got ", shape_str(t.sizes()));
+    }
+    return reorg_shape(order, C, H, W, s);
+  }
+
+  static at::Tensor run(const at::Tensor& src, at::IntArrayRef out_size, const ReorgShape& shape,
+                        bool backward) {
+    c10::OptionalDeviceGuard guard(src.device());
+    at::Tensor dst = at::empty(out_size, src.options());
+    if (dst.numel() == 0) return dst;
+    at::Tensor sc = src.contiguous();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sc.scalar_type(), "labops_reorg", [&] {
+      Launcher::run(sc.const_data_ptr<scalar_t>(), dst.mutable_data_ptr<scalar_t>(), dst.numel(), shape,
+                    backward);
+    });
+    return dst;
+  }
+
+  static at::Tensor reorg(const at::Tensor& x, int64_t stride, c10::string_view order_name) {
+    const char* op = "reorg";
+    check_floating(x, op, "x");
+    const ReorgOrder order = parse_reorg_order(order_name, op);
+    LABOPS_CHECK(x.dim() == 4, "labops.reorg: x must be a 4-D (N, C, H, W) tensor, got ", x.dim(), "-D");
+    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+    const ReorgShape shape = check(op, x, "x", stride, order, C, H, W);
+    const std::vector<int64_t> out_size{N, C * stride * stride, H / stride, W / stride};
+    return run(x, out_size, shape, /*backward=*/false);
+  }
+
+  static at::Tensor reorg_backward(const at::Tensor& grad_output, int64_t stride, c10::string_view order_name) {
+    const char* op = "reorg_backward";
+    check_floating(grad_output, op, "grad_output");
+    const ReorgOrder order = parse_reorg_order(order_name, op);
+    LABOPS_CHECK(grad_output.dim() == 4, "labops.reorg_backward: grad_output must be a 4-D tensor, got ",
+                      grad_output.dim(), "-D");
+    LABOPS_CHECK(stride >= 1, "labops.reorg_backward: stride must be >= 1, got ", stride);
+    int64_t s2 = 0;
+    LABOPS_CHECK(!c10::mul_overflows(stride, stride, &s2), "labops.reorg_backward: stride is too large, got ",
+                      stride);
+    const int64_t N = grad_output.size(0), Cout = grad_output.size(1);
+    LABOPS_CHECK(Cout % s2 == 0, "labops.reorg_backward: grad_output's channels must be divisible by stride^2 = ",
+                      s2, ", got ", shape_str(grad_output.sizes()));
+    const int64_t C = Cout / s2, H = grad_output.size(2) * stride, W = grad_output.size(3) * stride;
+    const ReorgShape shape = check(op, grad_output, "grad_output", stride, order, C, H, W);
+    return run(grad_output, std::vector<int64_t>{N, C, H, W}, shape, /*backward=*/true);
+  }
+
+  template <typename Module>
+  static void register_kernels(Module& m) {
+    m.impl("reorg", &reorg).impl("reorg_backward", &reorg_backward);
+  }
+};
+
+}  // namespace labops::reorg

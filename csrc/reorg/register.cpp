@@ -1,0 +1,51 @@
+// reorg: what the dispatcher knows of this layer — its schemas, and its Autograd kernels.
+#include <torch/library.h>
+
+#include "../common/autograd.h"
+
+TORCH_LIBRARY_FRAGMENT(labops, m) {
+  // ---- reorg ----
+  // YOLOv2 passthrough, order 'darknet', 'dcr' (space_to_depth) or 'crd' (pixel_unshuffle);
+  // backward is the inverse permutation
+  m.def("reorg(Tensor x, int stride=2, str order='darknet') -> Tensor");
+  m.def("reorg_backward(Tensor grad_output, int stride=2, str order='darknet') -> Tensor");
+}
+
+namespace labops::reorg {
+namespace {
+using namespace labops::autograd;
+
+using ReorgSig = at::Tensor(const at::Tensor&, int64_t, string_view);
+const auto& reorg_op() { static auto op = find_op<ReorgSig>("labops::reorg"); return op; }
+const auto& reorg_backward_op() { static auto op = find_op<ReorgSig>("labops::reorg_backward"); return op; }
+
+// Forward is `op`, backward is `inverse`: reorg and reorg_backward are each other's gradient.
+template <bool IsBackward>
+struct Reorg : Node {
+  int64_t stride = 0;
+  std::string order;
+  static const c10::TypedOperatorHandle<ReorgSig>& op() { return IsBackward ? reorg_backward_op() : reorg_op(); }
+  static const c10::TypedOperatorHandle<ReorgSig>& inverse() { return IsBackward ? reorg_op() : reorg_backward_op(); }
+  std::string name() const override { return IsBackward ? "labops::ReorgBackwardBackward" : "labops::ReorgBackward"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {call_backward_op(inverse(), grads[0], stride, order)};
+  }
+  static at::Tensor kernel(const at::Tensor& x, int64_t stride, string_view order) {
+    if (!graph_needed(x)) return below_autograd(op(), x, stride, order);
+    auto node = new_node<Reorg>(x);
+    node->stride = stride;
+    node->order = std::string(order);
+    auto y = below_autograd(op(), x, stride, order);
+    torch::autograd::set_history(y, node);
+    return y;
+  }
+};
+
+}  // namespace
+}  // namespace labops::reorg
+
+TORCH_LIBRARY_IMPL(labops, Autograd, m) {
+  m.impl("reorg", &labops::reorg::Reorg<false>::kernel);
+  m.impl("reorg_backward", &labops::reorg::Reorg<true>::kernel);
+}

@@ -1,0 +1,205 @@
+// Tensor-level entry points of softmax and cross-entropy, written once and
+// instantiated per device: softmax/cpu.cpp uses Entry<cpu::SoftmaxLauncher>,
+// softmax/cuda.cu uses Entry<cuda::SoftmaxLauncher>.
+//
+// Here: argument checks, contiguous inputs, output allocation, dtype dispatch,
+// the final reduction of per-row losses. The launcher gets raw pointers and a
+// RowGeometry and runs the row bodies of softmax.h. Its interface:
+//   kMinStridedRows: fewer strided rows (dim not last) than this are moved
+//                    last and made contiguous first
+
+//   softmax_forward<scalar_t>(x, y, geometry)
+//   softmax_backward<scalar_t>(grad_output, output, grad_input, geometry)
+//   cross_entropy_forward<scalar_t>(logits, target, loss_rows, n, c) -> bool (all targets valid)
+//   cross_entropy_backward<scalar_t>(grad_loss, grad_loss_stride, scale, logits, target,
+//                                    grad_logits, n, c)
+#pragma once
+
+#include <algorithm>
+
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/max.h>
+#include <ATen/ops/mean.h>
+#include <ATen/ops/min.h>
+#include <ATen/ops/sum.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "../common/check.h"
+#include "softmax.h"
+
+namespace labops::softmax {
+
+// A 0-d tensor is a row of one element: dim may be 0 or -1, as in torch.softmax.
+inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  const int64_t rank = std::max<int64_t>(ndim, 1);
+  LABOPS_CHECK(dim >= -rank && dim < rank, "labops.", op, ": dim must be in [", -rank, ", ",
+                    rank - 1, "] for a ", ndim, "-D tensor, got ", dim);
+  return dim < 0 ? dim + rank : dim;
+}
+
+inline RowGeometry geometry(const at::Tensor& t, int64_t dim) {
+  RowGeometry g{1, 1, 1};
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d < dim) g.outer *= t.size(d);
+    else if (d == dim) g.size = t.size(d);
+    else g.inner *= t.size(d);
+  }
+  return g;
+}
+
+inline void check_logits_target(const at::Tensor& logits, const at::Tensor& target, const char* op) {
+  check_floating(logits, op, "logits");
+  LABOPS_CHECK(logits.dim() == 2, "labops.", op, ": logits must be 2-D (N, C), got a ",
+                    logits.dim(), "-D tensor of shape ", shape_str(logits.sizes()));
+  LABOPS_CHECK(target.scalar_type() == at::kLong, "labops.", op,
+                    ": target must be an int64 (torch.long) tensor of class indices, got ",
+                    target.scalar_type());
+  LABOPS_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), "labops.", op,
+                    ": target must have shape (N,) = (", logits.size(0), ",), got ", shape_str(target.sizes()));
+  LABOPS_CHECK(target.device() == logits.device(), "labops.", op,
+                    ": target must be on the device of logits (", logits.device(), "), got ",
+                    target.device());
+}
+
+template <typename Launcher>
+struct Entry {
+  static at::Tensor softmax(const at::Tensor& x, int64_t dim) {
+    check_floating(x, "softmax", "x");
+    const int64_t d = wrap_dim(dim, x.dim(), "softmax");
+    c10::OptionalDeviceGuard guard(x.device());
+    const auto g = geometry(x, d);
+    if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && x.numel() > 0) {
+      // Few, long strided rows would leave most of the device idle: make them
+      // contiguous rows instead (two extra copies, at full bandwidth).
+      return softmax(x.movedim(d, -1), -1).movedim(-1, d).contiguous();
+    }
+    at::Tensor xc = x.contiguous();
+    at::Tensor y = at::empty(x.sizes(), x.options());
+    if (x.numel() == 0) return y;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_softmax", [&] {
+      Launcher::template softmax_forward<scalar_t>(xc.const_data_ptr<scalar_t>(),
+                                                   y.mutable_data_ptr<scalar_t>(), g);
+    });
+    return y;
+  }
+
+  static at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output,
+                                     int64_t dim) {
+    check_floating(output, "softmax_backward", "output");
+    check_same_meta(grad_output, output, "softmax_backward", "grad_output", "output");
+    const int64_t d = wrap_dim(dim, output.dim(), "softmax_backward");
+    c10::OptionalDeviceGuard guard(output.device());
+    const auto g = geometry(output, d);
+    if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && output.numel() > 0) {
+      return softmax_backward(grad_output.movedim(d, -1), output.movedim(d, -1), -1).movedim(-1, d).contiguous();
+    }
+    at::Tensor gc = grad_output.contiguous(), yc = output.contiguous();
+    at::Tensor dx = at::empty(output.sizes(), output.options());
+    if (output.numel() == 0) return dx;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, output.scalar_type(),
+                                    "labops_softmax_backward", [&] {
+      Launcher::template softmax_backward<scalar_t>(gc.const_data_ptr<scalar_t>(),
+                                                    yc.const_data_ptr<scalar_t>(),
+                                                    dx.mutable_data_ptr<scalar_t>(), g);
+    });
+    return dx;
+  }
+
+  static at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
+                                  c10::string_view reduction) {
+    check_logits_target(logits, target, "cross_entropy");
+    const auto red = parse_reduction(reduction, "cross_entropy");
+    c10::OptionalDeviceGuard guard(logits.device());
+    at::Tensor lc = logits.contiguous(), tc = target.contiguous();
+    const int64_t n = lc.size(0), c = lc.size(1);
+    const auto acc_dtype = at::toOpMathType(lc.scalar_type());
+    // One loss per row, in the accumulation type; the kernel writes NaN for a
+    // row whose target is out of range and reports it.
+    at::Tensor loss_rows = at::empty({n}, lc.options().dtype(acc_dtype));
+    bool valid = true;
+    if (n > 0) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, lc.scalar_type(),
+                                      "labops_cross_entropy", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        valid = Launcher::template cross_entropy_forward<scalar_t>(
+            lc.const_data_ptr<scalar_t>(), tc.const_data_ptr<int64_t>(),
+            loss_rows.mutable_data_ptr<acc_t>(), n, c);
+      });
+    }
+    if (!valid) {  // the rare path: spend two reductions on a precise message
+      LABOPS_CHECK(false, "labops.cross_entropy: target must hold class indices in [0, C) = [0, ",
+                        c, "), got values from ", at::min(tc).item<int64_t>(), " to ",
+                        at::max(tc).item<int64_t>());
+    }
+    if (red == Reduction::None) return loss_rows.to(lc.scalar_type());
+    if (loss_rows.is_cpu()) return reduce_on_host(loss_rows, red, lc.scalar_type());
+    // One reduction kernel either way (a sum then a div would be two launches); mean of n = 0: NaN, as torch.
+    const at::Tensor loss = red == Reduction::Mean ? at::mean(loss_rows) : at::sum(loss_rows);
+    return loss.to(lc.scalar_type());
+  }
+
+  // 'mean' or 'sum' of per-row losses that are in host memory: a loop here, in double, instead of
+  // sum, div and a cast through the dispatcher (three ops, each costing more host time than the
+  // whole kernel on a small batch: tools/host_time.py).
+  static at::Tensor reduce_on_host(const at::Tensor& loss_rows, Reduction red, at::ScalarType dtype) {
+    at::Tensor loss = at::empty({}, loss_rows.options().dtype(dtype));
+    const int64_t n = loss_rows.numel();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "labops_cross_entropy_reduce", [&] {
+      const auto* rows = loss_rows.const_data_ptr<at::opmath_type<scalar_t>>();
+      double total = 0;
+      for (int64_t r = 0; r < n; ++r) total += static_cast<double>(rows[r]);
+      if (red == Reduction::Mean) total /= static_cast<double>(n);  // n = 0: 0 / 0 = NaN, as torch
+      *loss.mutable_data_ptr<scalar_t>() = static_cast<scalar_t>(total);
+    });
+    return loss;
+  }
+
+  static at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const at::Tensor& logits,
+                                           const at::Tensor& target, c10::string_view reduction) {
+    check_logits_target(logits, target, "cross_entropy_backward");
+    const auto red = parse_reduction(reduction, "cross_entropy_backward");
+    check_floating(grad_loss, "cross_entropy_backward", "grad_loss");
+    LABOPS_CHECK(grad_loss.scalar_type() == logits.scalar_type(),
+                      "labops.cross_entropy_backward: grad_loss must have the dtype of logits (",
+                      logits.scalar_type(), "), got ", grad_loss.scalar_type());
+    LABOPS_CHECK(grad_loss.device() == logits.device(),
+                      "labops.cross_entropy_backward: grad_loss must be on the device of logits (",
+                      logits.device(), "), got ", grad_loss.device());
+    const int64_t n = logits.size(0), c = logits.size(1);
+    if (red == Reduction::None) {
+      LABOPS_CHECK(grad_loss.dim() == 1 && grad_loss.size(0) == n,
+                        "labops.cross_entropy_backward: grad_loss must have shape (N,) = (", n,
+                        ",) for reduction='none', got ", shape_str(grad_loss.sizes()));
+    } else {
+      LABOPS_CHECK(grad_loss.dim() == 0,
+                        "labops.cross_entropy_backward: grad_loss must be 0-d for reduction='",
+                        reduction, "', got shape ", shape_str(grad_loss.sizes()));
+    }
+    c10::OptionalDeviceGuard guard(logits.device());
+    at::Tensor lc = logits.contiguous(), tc = target.contiguous(), gc = grad_loss.contiguous();
+    at::Tensor grad = at::empty({n, c}, lc.options());
+    if (grad.numel() == 0) return grad;
+    const int64_t g_stride = red == Reduction::None ? 1 : 0;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, lc.scalar_type(),
+                                    "labops_cross_entropy_backward", [&] {
+      using acc_t = at::opmath_type<scalar_t>;
+      // Divide by N for the mean only; 'sum' and 'none' pass g through.
+      const acc_t scale = red == Reduction::Mean ? acc_t(1) / acc_t(n) : acc_t(1);
+      Launcher::template cross_entropy_backward<scalar_t>(
+          gc.const_data_ptr<scalar_t>(), g_stride, scale, lc.const_data_ptr<scalar_t>(),
+          tc.const_data_ptr<int64_t>(), grad.mutable_data_ptr<scalar_t>(), n, c);
+    });
+    return grad;
+  }
+
+  template <typename Module>
+  static void register_kernels(Module& m) {
+    m.impl("softmax", &softmax).impl("softmax_backward", &softmax_backward)
+        .impl("cross_entropy", &cross_entropy).impl("cross_entropy_backward", &cross_entropy_backward);
+  }
+};
+
+}  // namespace labops::softmax

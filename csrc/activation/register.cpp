@@ -38,8 +38,7 @@ struct TanhBackward : Node {
 at::Tensor tanh_autograd(const at::Tensor& x) {
   if (!graph_needed(x)) return below_autograd(tanh_op(), x);
   auto node = new_node<TanhBackward>(x);
-  auto y = below_autograd(tanh_op(), x);
-  torch::autograd::set_history(y, node);
+  auto y = output_of(node, tanh_op(), x);
   node->output = SavedVariable(y, /*is_output=*/true);
   return y;
 }
@@ -68,9 +67,7 @@ at::Tensor gelu_autograd(const at::Tensor& x, string_view approximate) {
   auto node = new_node<GeluBackward>(x);
   node->input = SavedVariable(x, /*is_output=*/false);
   node->approximate = std::string(approximate);
-  auto y = below_autograd(gelu_op(), x, approximate);
-  torch::autograd::set_history(y, node);
-  return y;
+  return output_of(node, gelu_op(), x, approximate);
 }
 
 }  // namespace

@@ -74,6 +74,15 @@ bool graph_needed(const Ts&... tensors) {
   return at::GradMode::is_enabled() && (requires_grad(tensors) || ...);
 }
 
+// Run the op below autograd and make `node` the grad_fn of its output: the last step of every
+// Autograd kernel that builds a graph.
+template <class NodePointer, class Sig, class... Args>
+at::Tensor output_of(const NodePointer& node, const c10::TypedOperatorHandle<Sig>& op, Args&&... args) {
+  at::Tensor y = below_autograd(op, std::forward<Args>(args)...);
+  torch::autograd::set_history(y, node);
+  return y;
+}
+
 inline SymIntArrayRef last2(SymIntArrayRef sizes) { return sizes.slice(sizes.size() - 2); }
 
 // Graph nodes are written by hand. A torch::autograd::Function<T> is the shorter way to write a

@@ -8,6 +8,9 @@
 #include <type_traits>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/SymInt.h>
+#include <c10/core/SymIntArrayRef.h>
+#include <c10/core/SymNodeImpl.h>
 #include <c10/util/Exception.h>
 
 namespace labops {
@@ -22,6 +25,19 @@ inline std::string shape_str(at::IntArrayRef sizes) {
   return out + "]";
 }
 
+// A size as the messages print it: its value, or its symbol under torch.compile's dynamic shapes
+// (the Meta kernels see SymInts; the eager ops see plain numbers and print the same).
+inline std::string sym_str(const c10::SymInt& v) {
+  if (auto value = v.maybe_as_int()) return std::to_string(*value);
+  return v.toSymNodeImplUnowned()->str();
+}
+
+inline std::string shape_str(c10::SymIntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + sym_str(sizes[i]);
+  return out + "]";
+}
+
 namespace detail {
 // Error messages are assembled here, as strings, instead of by streaming
 // numbers into an ostream (what TORCH_CHECK does with its arguments): with
@@ -32,6 +48,8 @@ inline void append(std::string& s, const char* v) { s += v; }
 inline void append(std::string& s, const std::string& v) { s += v; }
 inline void append(std::string& s, char v) { s += v; }
 inline void append(std::string& s, at::IntArrayRef v) { s += shape_str(v); }
+inline void append(std::string& s, c10::SymIntArrayRef v) { s += shape_str(v); }
+inline void append(std::string& s, const c10::SymInt& v) { s += sym_str(v); }
 inline void append(std::string& s, c10::ScalarType v) { s += c10::toString(v); }
 inline void append(std::string& s, const c10::Device& v) { s += v.str(); }
 template <typename T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
@@ -83,8 +101,8 @@ inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* o
 // check_like plus the same shape.
 inline void check_same_meta(const at::Tensor& t, const at::Tensor& ref, const char* op,
                             const char* arg, const char* ref_arg) {
-  LABOPS_CHECK(t.sizes() == ref.sizes(), "labops.", op, ": ", arg, " must have the shape of ",
-                    ref_arg, " ", shape_str(ref.sizes()), ", got ", shape_str(t.sizes()));
+  LABOPS_CHECK(t.sym_sizes() == ref.sym_sizes(), "labops.", op, ": ", arg, " must have the shape of ",
+               ref_arg, " ", ref.sym_sizes(), ", got ", t.sym_sizes());
   check_like(t, ref, op, arg, ref_arg);
 }
 

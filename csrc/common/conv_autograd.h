@@ -53,9 +53,7 @@ at::Tensor conv_autograd(const at::Tensor& x, const at::Tensor& weight, const Op
   node->padding = padding.vec();
   node->dilation = dilation.vec();
   node->has_bias = bias.has_value() && bias->defined();
-  auto y = below_autograd(Kind::op(), x, weight, bias, stride, padding, dilation);
-  torch::autograd::set_history(y, node);
-  return y;
+  return output_of(node, Kind::op(), x, weight, bias, stride, padding, dilation);
 }
 
 }  // namespace labops::autograd

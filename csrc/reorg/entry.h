@@ -29,23 +29,65 @@ inline ReorgOrder parse_reorg_order(std::string_view name, const char* op) {
   LABOPS_CHECK(false, "labops.", op, ": order must be 'darknet', 'dcr' or 'crd', got '", name, "'");
 }
 
+// ---- the rules and the output's shape, stated once ----
+// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes they are
+// symbols, and a comparison becomes a guard on them.
+
+// The geometry check both directions share, on the input's (C, H, W); `t` is the tensor the message shows.
+inline void check_geometry(const char* op, const at::Tensor& t, const char* arg, int64_t s, ReorgOrder order,
+                           const c10::SymInt& C, const c10::SymInt& H, const c10::SymInt& W) {
+  LABOPS_CHECK(s >= 1, "labops.", op, ": stride must be >= 1, got ", s);
+  int64_t s2 = 0;
+  LABOPS_CHECK(!c10::mul_overflows(s, s, &s2), "labops.", op, ": stride is too large, got ", s);
+  LABOPS_CHECK(H % s == 0 && W % s == 0, "labops.", op, ": ", arg,
+               "'s height and width must be divisible by stride ", s, ", got ", t.sym_sizes());
+  if (order == ReorgOrder::Darknet) {
+    LABOPS_CHECK(C % s2 == 0, "labops.", op, ": ", arg, "'s channels must be divisible by stride^2 = ", s2,
+                 " for order 'darknet', got ", t.sym_sizes());
+  }
+}
+
+// reorg: (N, C, H, W) -> (N, C*s*s, H/s, W/s).
+inline std::vector<c10::SymInt> reorg_output_size(const at::Tensor& x, int64_t stride, c10::string_view order_name) {
+  const char* op = "reorg";
+  check_floating(x, op, "x");
+  const ReorgOrder order = parse_reorg_order(order_name, op);
+  LABOPS_CHECK(x.dim() == 4, "labops.reorg: x must be a 4-D (N, C, H, W) tensor, got ", x.dim(), "-D");
+  const c10::SymInt &N = x.sym_size(0), &C = x.sym_size(1), &H = x.sym_size(2), &W = x.sym_size(3);
+  check_geometry(op, x, "x", stride, order, C, H, W);
+  return {N, C * stride * stride, H / stride, W / stride};
+}
+
+// reorg_backward: the inverse, (N, C*s*s, H/s, W/s) -> (N, C, H, W).
+inline std::vector<c10::SymInt> reorg_backward_output_size(const at::Tensor& grad_output, int64_t stride,
+                                                           c10::string_view order_name) {
+  const char* op = "reorg_backward";
+  check_floating(grad_output, op, "grad_output");
+  const ReorgOrder order = parse_reorg_order(order_name, op);
+  LABOPS_CHECK(grad_output.dim() == 4, "labops.reorg_backward: grad_output must be a 4-D tensor, got ",
+               grad_output.dim(), "-D");
+  LABOPS_CHECK(stride >= 1, "labops.reorg_backward: stride must be >= 1, got ", stride);
+  int64_t s2 = 0;
+  LABOPS_CHECK(!c10::mul_overflows(stride, stride, &s2), "labops.reorg_backward: stride is too large, got ", stride);
+  const c10::SymInt& C_out = grad_output.sym_size(1);
+  LABOPS_CHECK(C_out % s2 == 0, "labops.reorg_backward: grad_output's channels must be divisible by stride^2 = ",
+               s2, ", got ", grad_output.sym_sizes());
+  const c10::SymInt C = C_out / s2, H = grad_output.sym_size(2) * stride, W = grad_output.sym_size(3) * stride;
+  check_geometry(op, grad_output, "grad_output", stride, order, C, H, W);
+  return {grad_output.sym_size(0), C, H, W};
+}
+
+inline at::Tensor reorg_meta(const at::Tensor& x, int64_t stride, c10::string_view order) {
+  return at::empty_symint(reorg_output_size(x, stride, order), x.options());
+}
+
+inline at::Tensor reorg_backward_meta(const at::Tensor& grad_output, int64_t stride, c10::string_view order) {
+  return at::empty_symint(reorg_backward_output_size(grad_output, stride, order), grad_output.options());
+}
+
 template <typename Launcher>
 struct Entry {
-  // Checks the arguments and returns the canonical geometry.
-  static ReorgShape check(const char* op, const at::Tensor& t, const char* arg, int64_t s, ReorgOrder order,
-                          int64_t C, int64_t H, int64_t W) {
-    LABOPS_CHECK(s >= 1, "labops.", op, ": stride must be >= 1, got ", s);
-    int64_t s2 = 0;
-    LABOPS_CHECK(!c10::mul_overflows(s, s, &s2), "labops.", op, ": stride is too large, got ", s);
-    LABOPS_CHECK(H % s == 0 && W % s == 0, "labops.", op, ": ", arg,
-                      "'s height and width must be divisible by stride ", s, ", got ", shape_str(t.sizes()));
-    if (order == ReorgOrder::Darknet) {
-      LABOPS_CHECK(C % s2 == 0, "labops.", op, ": ", arg, "'s channels must be divisible by stride^2 = ",
-                        s2, " for order 'darknet', got ", shape_str(t.sizes()));
-    }
-    return reorg_shape(order, C, H, W, s);
-  }
-
   static at::Tensor run(const at::Tensor& src, at::IntArrayRef out_size, const ReorgShape& shape,
                         bool backward) {
     c10::OptionalDeviceGuard guard(src.device());
@@ -60,32 +102,18 @@ struct Entry {
   }
 
   static at::Tensor reorg(const at::Tensor& x, int64_t stride, c10::string_view order_name) {
-    const char* op = "reorg";
-    check_floating(x, op, "x");
-    const ReorgOrder order = parse_reorg_order(order_name, op);
-    LABOPS_CHECK(x.dim() == 4, "labops.reorg: x must be a 4-D (N, C, H, W) tensor, got ", x.dim(), "-D");
-    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-    const ReorgShape shape = check(op, x, "x", stride, order, C, H, W);
-    const std::vector<int64_t> out_size{N, C * stride * stride, H / stride, W / stride};
-    return run(x, out_size, shape, /*backward=*/false);
+    const std::vector<c10::SymInt> out_size = reorg_output_size(x, stride, order_name);
+    const ReorgOrder order = parse_reorg_order(order_name, "reorg");
+    const ReorgShape shape = reorg_shape(order, x.size(1), x.size(2), x.size(3), stride);
+    return run(x, C10_AS_INTARRAYREF_SLOW(out_size), shape, /*backward=*/false);
   }
 
   static at::Tensor reorg_backward(const at::Tensor& grad_output, int64_t stride, c10::string_view order_name) {
-    const char* op = "reorg_backward";
-    check_floating(grad_output, op, "grad_output");
-    const ReorgOrder order = parse_reorg_order(order_name, op);
-    LABOPS_CHECK(grad_output.dim() == 4, "labops.reorg_backward: grad_output must be a 4-D tensor, got ",
-                      grad_output.dim(), "-D");
-    LABOPS_CHECK(stride >= 1, "labops.reorg_backward: stride must be >= 1, got ", stride);
-    int64_t s2 = 0;
-    LABOPS_CHECK(!c10::mul_overflows(stride, stride, &s2), "labops.reorg_backward: stride is too large, got ",
-                      stride);
-    const int64_t N = grad_output.size(0), Cout = grad_output.size(1);
-    LABOPS_CHECK(Cout % s2 == 0, "labops.reorg_backward: grad_output's channels must be divisible by stride^2 = ",
-                      s2, ", got ", shape_str(grad_output.sizes()));
-    const int64_t C = Cout / s2, H = grad_output.size(2) * stride, W = grad_output.size(3) * stride;
-    const ReorgShape shape = check(op, grad_output, "grad_output", stride, order, C, H, W);
-    return run(grad_output, std::vector<int64_t>{N, C, H, W}, shape, /*backward=*/true);
+    const std::vector<c10::SymInt> in_size = reorg_backward_output_size(grad_output, stride, order_name);
+    const ReorgOrder order = parse_reorg_order(order_name, "reorg_backward");
+    const ReorgShape shape = reorg_shape(order, in_size[1].expect_int(), in_size[2].expect_int(),
+                                         in_size[3].expect_int(), stride);
+    return run(grad_output, C10_AS_INTARRAYREF_SLOW(in_size), shape, /*backward=*/true);
   }
 
   template <typename Module>

@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
   // ---- reorg ----
@@ -36,9 +37,7 @@ struct Reorg : Node {
     auto node = new_node<Reorg>(x);
     node->stride = stride;
     node->order = std::string(order);
-    auto y = below_autograd(op(), x, stride, order);
-    torch::autograd::set_history(y, node);
-    return y;
+    return output_of(node, op(), x, stride, order);
   }
 };
 
@@ -48,4 +47,10 @@ struct Reorg : Node {
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("reorg", &labops::reorg::Reorg<false>::kernel);
   m.impl("reorg_backward", &labops::reorg::Reorg<true>::kernel);
+}
+
+// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
+TORCH_LIBRARY_IMPL(labops, Meta, m) {
+  m.impl("reorg", &labops::reorg::reorg_meta);
+  m.impl("reorg_backward", &labops::reorg::reorg_backward_meta);
 }

@@ -53,22 +53,89 @@ inline RowGeometry geometry(const at::Tensor& t, int64_t dim) {
 inline void check_logits_target(const at::Tensor& logits, const at::Tensor& target, const char* op) {
   check_floating(logits, op, "logits");
   LABOPS_CHECK(logits.dim() == 2, "labops.", op, ": logits must be 2-D (N, C), got a ",
-                    logits.dim(), "-D tensor of shape ", shape_str(logits.sizes()));
+                    logits.dim(), "-D tensor of shape ", logits.sym_sizes());
   LABOPS_CHECK(target.scalar_type() == at::kLong, "labops.", op,
                     ": target must be an int64 (torch.long) tensor of class indices, got ",
                     target.scalar_type());
-  LABOPS_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), "labops.", op,
-                    ": target must have shape (N,) = (", logits.size(0), ",), got ", shape_str(target.sizes()));
+  LABOPS_CHECK(target.dim() == 1 && target.sym_size(0) == logits.sym_size(0), "labops.", op,
+                    ": target must have shape (N,) = (", logits.sym_size(0), ",), got ", target.sym_sizes());
   LABOPS_CHECK(target.device() == logits.device(), "labops.", op,
                     ": target must be on the device of logits (", logits.device(), "), got ",
                     target.device());
 }
 
+// ---- the rules and the output's shape, stated once ----
+// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// under torch.compile, are these functions alone. Sizes are SymInts (symbols under dynamic shapes).
+// One rule is left to the eager op: cross_entropy's targets must lie in [0, C), a rule on values,
+// which a fake tensor does not have.
+
+inline int64_t softmax_dim(const at::Tensor& x, int64_t dim) {
+  check_floating(x, "softmax", "x");
+  return wrap_dim(dim, x.dim(), "softmax");
+}
+
+inline int64_t softmax_backward_dim(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim) {
+  check_floating(output, "softmax_backward", "output");
+  check_same_meta(grad_output, output, "softmax_backward", "grad_output", "output");
+  return wrap_dim(dim, output.dim(), "softmax_backward");
+}
+
+inline Reduction cross_entropy_reduction(const at::Tensor& logits, const at::Tensor& target,
+                                         c10::string_view reduction) {
+  check_logits_target(logits, target, "cross_entropy");
+  return parse_reduction(reduction, "cross_entropy");
+}
+
+inline Reduction cross_entropy_backward_reduction(const at::Tensor& grad_loss, const at::Tensor& logits,
+                                                  const at::Tensor& target, c10::string_view reduction) {
+  constexpr const char* op = "cross_entropy_backward";
+  check_logits_target(logits, target, op);
+  const Reduction red = parse_reduction(reduction, op);
+  check_floating(grad_loss, op, "grad_loss");
+  LABOPS_CHECK(grad_loss.scalar_type() == logits.scalar_type(),
+               "labops.cross_entropy_backward: grad_loss must have the dtype of logits (", logits.scalar_type(),
+               "), got ", grad_loss.scalar_type());
+  LABOPS_CHECK(grad_loss.device() == logits.device(),
+               "labops.cross_entropy_backward: grad_loss must be on the device of logits (", logits.device(),
+               "), got ", grad_loss.device());
+  if (red == Reduction::None) {
+    LABOPS_CHECK(grad_loss.dim() == 1 && grad_loss.sym_size(0) == logits.sym_size(0),
+                 "labops.cross_entropy_backward: grad_loss must have shape (N,) = (", logits.sym_size(0),
+                 ",) for reduction='none', got ", grad_loss.sym_sizes());
+  } else {
+    LABOPS_CHECK(grad_loss.dim() == 0, "labops.cross_entropy_backward: grad_loss must be 0-d for reduction='",
+                 reduction, "', got shape ", grad_loss.sym_sizes());
+  }
+  return red;
+}
+
+inline at::Tensor softmax_meta(const at::Tensor& x, int64_t dim) {
+  softmax_dim(x, dim);
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+inline at::Tensor softmax_backward_meta(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim) {
+  softmax_backward_dim(grad_output, output, dim);
+  return at::empty_symint(output.sym_sizes(), output.options());
+}
+
+inline at::Tensor cross_entropy_meta(const at::Tensor& logits, const at::Tensor& target, c10::string_view reduction) {
+  const Reduction red = cross_entropy_reduction(logits, target, reduction);
+  if (red == Reduction::None) return at::empty_symint({logits.sym_size(0)}, logits.options());
+  return at::empty({}, logits.options());
+}
+
+inline at::Tensor cross_entropy_backward_meta(const at::Tensor& grad_loss, const at::Tensor& logits,
+                                              const at::Tensor& target, c10::string_view reduction) {
+  cross_entropy_backward_reduction(grad_loss, logits, target, reduction);
+  return at::empty_symint(logits.sym_sizes(), logits.options());
+}
+
 template <typename Launcher>
 struct Entry {
   static at::Tensor softmax(const at::Tensor& x, int64_t dim) {
-    check_floating(x, "softmax", "x");
-    const int64_t d = wrap_dim(dim, x.dim(), "softmax");
+    const int64_t d = softmax_dim(x, dim);
     c10::OptionalDeviceGuard guard(x.device());
     const auto g = geometry(x, d);
     if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && x.numel() > 0) {
@@ -88,9 +155,7 @@ struct Entry {
 
   static at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output,
                                      int64_t dim) {
-    check_floating(output, "softmax_backward", "output");
-    check_same_meta(grad_output, output, "softmax_backward", "grad_output", "output");
-    const int64_t d = wrap_dim(dim, output.dim(), "softmax_backward");
+    const int64_t d = softmax_backward_dim(grad_output, output, dim);
     c10::OptionalDeviceGuard guard(output.device());
     const auto g = geometry(output, d);
     if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && output.numel() > 0) {
@@ -110,8 +175,7 @@ struct Entry {
 
   static at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target,
                                   c10::string_view reduction) {
-    check_logits_target(logits, target, "cross_entropy");
-    const auto red = parse_reduction(reduction, "cross_entropy");
+    const Reduction red = cross_entropy_reduction(logits, target, reduction);
     c10::OptionalDeviceGuard guard(logits.device());
     at::Tensor lc = logits.contiguous(), tc = target.contiguous();
     const int64_t n = lc.size(0), c = lc.size(1);
@@ -159,25 +223,8 @@ struct Entry {
 
   static at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const at::Tensor& logits,
                                            const at::Tensor& target, c10::string_view reduction) {
-    check_logits_target(logits, target, "cross_entropy_backward");
-    const auto red = parse_reduction(reduction, "cross_entropy_backward");
-    check_floating(grad_loss, "cross_entropy_backward", "grad_loss");
-    LABOPS_CHECK(grad_loss.scalar_type() == logits.scalar_type(),
-                      "labops.cross_entropy_backward: grad_loss must have the dtype of logits (",
-                      logits.scalar_type(), "), got ", grad_loss.scalar_type());
-    LABOPS_CHECK(grad_loss.device() == logits.device(),
-                      "labops.cross_entropy_backward: grad_loss must be on the device of logits (",
-                      logits.device(), "), got ", grad_loss.device());
+    const Reduction red = cross_entropy_backward_reduction(grad_loss, logits, target, reduction);
     const int64_t n = logits.size(0), c = logits.size(1);
-    if (red == Reduction::None) {
-      LABOPS_CHECK(grad_loss.dim() == 1 && grad_loss.size(0) == n,
-                        "labops.cross_entropy_backward: grad_loss must have shape (N,) = (", n,
-                        ",) for reduction='none', got ", shape_str(grad_loss.sizes()));
-    } else {
-      LABOPS_CHECK(grad_loss.dim() == 0,
-                        "labops.cross_entropy_backward: grad_loss must be 0-d for reduction='",
-                        reduction, "', got shape ", shape_str(grad_loss.sizes()));
-    }
     c10::OptionalDeviceGuard guard(logits.device());
     at::Tensor lc = logits.contiguous(), tc = target.contiguous(), gc = grad_loss.contiguous();
     at::Tensor grad = at::empty({n, c}, lc.options());

@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
   // ---- softmax / cross_entropy ----
@@ -40,8 +41,7 @@ struct SoftmaxBackward : Node {
 at::Tensor softmax_autograd(const at::Tensor& x, int64_t dim) {
   if (!graph_needed(x)) return below_autograd(softmax_op(), x, dim);
   auto node = new_node<SoftmaxBackward>(x);
-  auto y = below_autograd(softmax_op(), x, dim);
-  torch::autograd::set_history(y, node);
+  auto y = output_of(node, softmax_op(), x, dim);
   node->output = SavedVariable(y, /*is_output=*/true);
   node->dim = dim;
   return y;
@@ -74,9 +74,7 @@ at::Tensor cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& ta
   node->logits = SavedVariable(logits, /*is_output=*/false);
   node->target = SavedVariable(target, /*is_output=*/false);
   node->reduction = std::string(reduction);
-  auto loss = below_autograd(cross_entropy_op(), logits, target, reduction);
-  torch::autograd::set_history(loss, node);
-  return loss;
+  return output_of(node, cross_entropy_op(), logits, target, reduction);
 }
 
 }  // namespace
@@ -85,4 +83,12 @@ at::Tensor cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& ta
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("softmax", &labops::softmax::softmax_autograd);
   m.impl("cross_entropy", &labops::softmax::cross_entropy_autograd);
+}
+
+// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
+TORCH_LIBRARY_IMPL(labops, Meta, m) {
+  m.impl("softmax", &labops::softmax::softmax_meta);
+  m.impl("softmax_backward", &labops::softmax::softmax_backward_meta);
+  m.impl("cross_entropy", &labops::softmax::cross_entropy_meta);
+  m.impl("cross_entropy_backward", &labops::softmax::cross_entropy_backward_meta);
 }

@@ -8,7 +8,7 @@ csrc/softmax/cuda.cu (the launchers); the gradient: csrc/softmax/register.cpp.
 
 import torch
 
-from .._checks import check_choice, check_enum, check_floating, check_same_meta, check_tensor, dtype_name, shape_str
+from .._checks import check_choice, check_tensor
 
 __all__ = ["CROSS_ENTROPY_REDUCTIONS", "cross_entropy", "softmax"]
 
@@ -73,76 +73,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "
     return _cross_entropy(logits, target, reduction)
 
 
-# ---- the rules of csrc/softmax/entry.h, in its words, for the fakes (torch.compile) ----
-# One rule a fake cannot state: cross_entropy's targets in [0, C) are values, which a fake tensor
-# does not have; only the eager op checks them.
-
-def _check_dim(x, dim, op):
-    rank = max(x.dim(), 1)  # a 0-d tensor is a row of one element, as in torch.softmax
-    if not -rank <= dim < rank:
-        raise ValueError(f"labops.{op}: dim must be in [{-rank}, {rank - 1}] for a {x.dim()}-D tensor, got {dim}")
-
-
-def _check_logits_target(logits, target, op):
-    check_floating(logits, op, "logits")
-    if logits.dim() != 2:
-        raise ValueError(f"labops.{op}: logits must be 2-D (N, C), got a {logits.dim()}-D tensor of shape "
-                         f"{shape_str(logits.shape)}")
-    if target.dtype != torch.int64:
-        raise ValueError(f"labops.{op}: target must be an int64 (torch.long) tensor of class indices, "
-                         f"got {dtype_name(target.dtype)}")
-    if target.dim() != 1 or target.shape[0] != logits.shape[0]:
-        raise ValueError(f"labops.{op}: target must have shape (N,) = ({logits.shape[0]},), got "
-                         f"{shape_str(target.shape)}")
-    if target.device != logits.device:
-        raise ValueError(f"labops.{op}: target must be on the device of logits ({logits.device}), "
-                         f"got {target.device}")
-
-
-@torch.library.register_fake("labops::softmax")
-def _softmax_fake(x, dim):
-    check_floating(x, "softmax", "x")
-    _check_dim(x, dim, "softmax")
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
-@torch.library.register_fake("labops::softmax_backward")
-def _softmax_backward_fake(grad_output, output, dim):
-    check_floating(output, "softmax_backward", "output")
-    check_same_meta(grad_output, output, "softmax_backward", "grad_output", "output")
-    _check_dim(output, dim, "softmax_backward")
-    return torch.empty_like(output, memory_format=torch.contiguous_format)
-
-
-@torch.library.register_fake("labops::cross_entropy")
-def _cross_entropy_fake(logits, target, reduction="mean"):
-    _check_logits_target(logits, target, "cross_entropy")
-    check_enum(reduction, CROSS_ENTROPY_REDUCTIONS, "cross_entropy", "reduction")
-    shape = (logits.shape[0],) if reduction == "none" else ()
-    return logits.new_empty(shape)
-
-
-@torch.library.register_fake("labops::cross_entropy_backward")
-def _cross_entropy_backward_fake(grad_loss, logits, target, reduction):
-    op = "cross_entropy_backward"
-    _check_logits_target(logits, target, op)
-    check_enum(reduction, CROSS_ENTROPY_REDUCTIONS, op, "reduction")
-    check_floating(grad_loss, op, "grad_loss")
-    if grad_loss.dtype != logits.dtype:
-        raise ValueError(f"labops.{op}: grad_loss must have the dtype of logits ({dtype_name(logits.dtype)}), "
-                         f"got {dtype_name(grad_loss.dtype)}")
-    if grad_loss.device != logits.device:
-        raise ValueError(f"labops.{op}: grad_loss must be on the device of logits ({logits.device}), "
-                         f"got {grad_loss.device}")
-    if reduction == "none":
-        if grad_loss.dim() != 1 or grad_loss.shape[0] != logits.shape[0]:
-            raise ValueError(f"labops.{op}: grad_loss must have shape (N,) = ({logits.shape[0]},) for "
-                             f"reduction='none', got {shape_str(grad_loss.shape)}")
-    elif grad_loss.dim() != 0:
-        raise ValueError(f"labops.{op}: grad_loss must be 0-d for reduction='{reduction}', got shape "
-                         f"{shape_str(grad_loss.shape)}")
-    return torch.empty_like(logits, memory_format=torch.contiguous_format)
-
+# Fake tensors (torch.compile): no Python fake. The Meta kernels of csrc/softmax/register.cpp run the
+# C++ rules and shapes of csrc/softmax/entry.h, so a bad argument raises the same error compiled or not.
 
 # Autograd: a graph node built in csrc/softmax/register.cpp (softmax_backward from the saved output,
 # cross_entropy_backward from the logits).

@@ -145,6 +145,14 @@ def _doctor_cases():
         ("reorg(darknet)", lambda t: labops.reorg(t, 2, "darknet"),
          lambda t: space_to_depth(t.reshape(2, 2, 12, 12), 2).reshape(2, 32, 3, 3), [x4]),
     ]
+    running_mean, running_var = randn(8), randn(8).abs() + 0.5
+    for training in (True, False):  # in training the batch's statistics, in evaluation the running ones
+        stats = (None, None) if training else (running_mean, running_var)
+        cases.append((f"batch_norm(training={training})",
+                      lambda t, w, b, s=stats, tr=training: labops.batch_norm(
+                          t, *(None if v is None else v.to(t.device) for v in s), w, b, training=tr),
+                      lambda t, w, b, s=stats, tr=training: F.batch_norm(t, *s, w, b, training=tr),
+                      [x4, randn(8), randn(8)]))
     return cases
 
 

@@ -4,7 +4,7 @@ Torch7 (the Lua ancestor of PyTorch; ``nn``, and ``cunn`` on the GPU) defines a 
 three functions, and the write-ups the course follows write their layers for it (notebook 01 derives
 the three). This module holds those modules over the compiled labops ops: ``Sequential``, ``Linear``,
 ``Tanh``, ``GELU``, ``SpatialConvolutionMM``, ``SpatialDepthWiseConvolution``,
-``SpatialGlobalAveragePooling``, ``SpatialUpSamplingBilinear``, ``SoftMax``, ``Reorg``, ``View`` and
+``SpatialBatchNormalization``, ``SpatialGlobalAveragePooling``, ``SpatialUpSamplingBilinear``, ``SoftMax``, ``Reorg``, ``View`` and
 ``CrossEntropyCriterion``. Notebooks 04, 05, 06 and 08 run their layer through its module here and
 compare it with autograd; notebook 10 trains the capstone network with them (``labops.capstone``).
 
@@ -59,6 +59,7 @@ __all__ = [
     "GELU",
     "SpatialConvolutionMM",
     "SpatialDepthWiseConvolution",
+    "SpatialBatchNormalization",
     "SpatialGlobalAveragePooling",
     "SpatialUpSamplingBilinear",
     "SoftMax",
@@ -74,6 +75,17 @@ class Module:
     def __init__(self):
         self.output = torch.empty(0)
         self.gradInput = torch.empty(0)
+        self.train = True  # training mode (Torch7's module.train); evaluate() turns it off
+
+    def training(self):
+        """Training mode: layers that behave differently (batch normalization) use the batch."""
+        self.train = True
+        return self
+
+    def evaluate(self):
+        """Evaluation mode: batch normalization uses its running statistics."""
+        self.train = False
+        return self
 
     # -- the three functions --
     def updateOutput(self, input):
@@ -214,6 +226,18 @@ class Sequential(Module):
             m.to(*args, **kwargs)
         return self
 
+    def training(self):
+        self.train = True
+        for m in self.modules:
+            m.training()
+        return self
+
+    def evaluate(self):
+        self.train = False
+        for m in self.modules:
+            m.evaluate()
+        return self
+
     def __repr__(self):
         inner = "\n".join(f"  ({i + 1}): {m!r}" for i, m in enumerate(self.modules))
         return f"nn.Sequential {{\n{inner}\n}}"
@@ -327,6 +351,41 @@ class SpatialDepthWiseConvolution(Module):
     def accGradParameters(self, input, gradOutput, scale=1.0):
         L.depthwise_conv2d_acc_grad_parameters(gradOutput, input, self.gradWeight, self.gradBias, self.stride,
                                                self.padding, self.dilation, scale)
+
+
+class SpatialBatchNormalization(Module):
+    """Batch normalization over the channels of (N, C, H, W) (Torch7's nn.SpatialBatchNormalization).
+
+    Keeps running_mean / running_var (updated by updateOutput in training mode) and, with affine, a
+    weight and bias initialised as Torch7 does (weight uniform in [0, 1), bias 0). updateOutput saves
+    save_mean and save_std (Torch7's name; it holds 1/sqrt(var + eps)) for the two backward functions.
+    """
+
+    def __init__(self, nOutput, eps=1e-5, momentum=0.1, affine=True, dtype=torch.float32):
+        super().__init__()
+        self.eps, self.momentum = eps, momentum
+        self.running_mean = torch.zeros(nOutput, dtype=dtype)
+        self.running_var = torch.ones(nOutput, dtype=dtype)
+        self.weight = torch.empty(nOutput, dtype=dtype).uniform_() if affine else None
+        self.bias = torch.zeros(nOutput, dtype=dtype) if affine else None
+        self.gradWeight = torch.zeros(nOutput, dtype=dtype) if affine else None
+        self.gradBias = torch.zeros(nOutput, dtype=dtype) if affine else None
+        self.save_mean = self.save_std = None
+
+    def updateOutput(self, input):
+        self.output, self.save_mean, self.save_std = L.batch_norm(
+            input, self.weight, self.bias, self.running_mean, self.running_var, self.train, self.momentum, self.eps)
+        return self.output
+
+    def updateGradInput(self, input, gradOutput):
+        self.gradInput = L.batch_norm_backward_input(gradOutput, input, self.weight, self.save_mean, self.save_std,
+                                                     self.train)
+        return self.gradInput
+
+    def accGradParameters(self, input, gradOutput, scale=1.0):
+        if self.weight is not None:
+            L.batch_norm_acc_grad_parameters(gradOutput, input, self.save_mean, self.save_std, self.gradWeight,
+                                             self.gradBias, scale)
 
 
 class SpatialUpSamplingBilinear(Module):

@@ -34,6 +34,8 @@ ONE, ZERO = [1, 1], [0, 0]
 X, W, G = t(2, 3, 8, 8), t(6, 1, 3, 3), t(2, 6, 8, 8)  # depthwise: multiplier 2, padding 1
 CX, CW, CG = t(2, 3, 6, 6), t(4, 3, 3, 3), t(2, 4, 4, 4)  # conv2d_mm: 3x3, no padding
 LOGITS, TARGET = t(4, 3), long(4)
+BX, BC = t(2, 3, 4, 4), t(3)  # batch_norm: 3 channels, and a per-channel vector
+BG, BS = t(2, 3, 4, 4), t(3).abs()  # its grad_output, and a saved statistic (float32 for a float32 x)
 
 # (op, id, args): each breaks one rule of the op's C++ checks.
 CASES = [
@@ -191,6 +193,42 @@ CASES = [
     ("cross_entropy_backward", "grad_loss dtype", (t((), dtype=torch.float64), LOGITS, TARGET, "mean")),
     ("cross_entropy_backward", "grad_loss for none", (t(3), LOGITS, TARGET, "none")),
     ("cross_entropy_backward", "grad_loss for mean", (t(4), LOGITS, TARGET, "mean")),
+    # ---- batch_norm ----
+    ("batch_norm", "integer x", (BX.long(), None, None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "1-D x", (BC, None, None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "weight shape", (BX, t(4), None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "running_var shape", (BX, None, None, BC, t(3, 1), True, 0.1, 1e-5)),
+    ("batch_norm", "weight dtype", (BX, BC.double(), None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "float16 x, float64 bias", (BX.half(), None, BC.double(), None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "parameters of two dtypes", (BX.half(), BC, BC.half(), None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "running_mean alone", (BX, None, None, BC, None, True, 0.1, 1e-5)),
+    ("batch_norm", "running_var alone", (BX, None, None, None, BC, True, 0.1, 1e-5)),
+    ("batch_norm", "eval without running stats", (BX, BC, BC, None, None, False, 0.1, 1e-5)),
+    ("batch_norm", "momentum 1.5", (BX, None, None, BC, BC, True, 1.5, 1e-5)),
+    ("batch_norm", "momentum -0.1", (BX, None, None, None, None, True, -0.1, 1e-5)),
+    ("batch_norm", "eps 0", (BX, None, None, None, None, True, 0.1, 0.0)),
+    ("batch_norm", "eps inf", (BX, None, None, BC, BC, False, 0.1, float("inf"))),
+    ("batch_norm", "one value per channel", (t(1, 3, 1, 1), None, None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm_backward_input", "integer x", (BG, BX.int(), None, BS, BS, True)),
+    ("batch_norm_backward_input", "integer grad", (BG.long(), BX, None, BS, BS, True)),
+    ("batch_norm_backward_input", "grad shape", (BG[:1], BX, None, BS, BS, True)),
+    ("batch_norm_backward_input", "grad dtype", (BG.double(), BX, None, BS, BS, True)),
+    ("batch_norm_backward_input", "save_mean shape", (BG, BX, None, t(4), BS, True)),
+    ("batch_norm_backward_input", "save_invstd dtype", (BG, BX, None, BS, BS.double(), True)),
+    ("batch_norm_backward_input", "float32 statistics of float16 x",
+     (BG.half(), BX.half(), None, BS.half(), BS, False)),
+    ("batch_norm_backward_input", "weight dtype", (BG, BX, BC.double(), BS, BS, True)),
+    ("batch_norm_backward_input", "sums alone", (BG, BX, None, BS, BS, True, BC, None)),
+    ("batch_norm_backward_input", "sum_grad shape", (BG, BX, None, BS, BS, True, BC, t(2))),
+    ("batch_norm_acc_grad_parameters", "2-D grad", (BG[0, 0], BX, BS, BS, torch.zeros(3), None, 1.0)),
+    ("batch_norm_acc_grad_parameters", "grad_weight shape", (BG, BX, BS, BS, torch.zeros(2), None, 1.0)),
+    ("batch_norm_acc_grad_parameters", "grad_weight dtype", (BG, BX, BS, BS, torch.zeros(3).double(), None, 1.0)),
+    ("batch_norm_acc_grad_parameters", "grad_bias dtype",
+     (BG.half(), BX.half(), BS, BS, torch.zeros(3), torch.zeros(3).half(), 1.0)),
+    ("batch_norm_acc_grad_parameters", "grad_bias shape", (BG, BX, BS, BS, torch.zeros(3), torch.zeros(3, 1), 1.0)),
+    ("batch_norm_backward_parameters", "1-D x", (BC, BC, BS, BS)),
+    ("batch_norm_backward_parameters", "grad shape", (BG[:, :2], BX, BS, BS)),
+    ("batch_norm_backward_parameters", "save_mean dtype", (BG, BX, BS.half(), BS)),
     # ---- reorg ----
     ("reorg", "integer x", (t(2, 8, 4, 4, dtype=torch.int32), 2, "crd")),
     ("reorg", "order", (t(2, 8, 4, 4), 2, "tf")),

@@ -33,6 +33,8 @@ CASES = [
     ("upsample_bilinear2d", lambda a: labops.upsample_bilinear2d(a, scale_factor=2),
      lambda a: F.interpolate(a, scale_factor=2, mode="bilinear"), (2, 3, 4, 4), False),
     ("reorg", lambda a: labops.reorg(a, 2, "crd"), lambda a: F.pixel_unshuffle(a, 2), (2, 3, 4, 4), False),
+    ("batch_norm", lambda a: labops.batch_norm(a, training=True), lambda a: F.batch_norm(a, None, None, training=True),
+     (2, 3, 4, 4), True),
 ]
 
 

@@ -14,6 +14,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+from labops._layers import LAYERS
+
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "docs" / "_build" / "html"
 pytestmark = pytest.mark.skipif(not (SITE / "index.html").exists(), reason="docs/_build/html is not built")
@@ -132,7 +134,7 @@ def test_api_pages_list_every_public_function(module_name):
 def test_math_and_layer_sources_are_there():
     softmax = (SITE / "layers" / "softmax.html").read_text()
     assert 'class="math' in softmax and "mathjax/tex-chtml.js" in softmax
-    for layer in ("activation", "pooling", "depthwise", "conv2d_mm", "upsample", "softmax", "reorg"):
+    for layer in LAYERS:
         html = (SITE / "layers" / f"{layer}.html").read_text()
         assert html.count('class="highlight-') >= 3, f"{layer}: reference, C++ body and CUDA launcher listings"
         assert "linenos" in html, f"{layer}: listings without line numbers"

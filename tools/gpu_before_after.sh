@@ -13,7 +13,7 @@ out=${OUT:-/tmp/out}; mkdir -p "$out/before" "$out/after"
 (cd "$before" && LABOPS_CACHE_DIR=$cache-before python3 -m labops build 2>&1 | tail -1) &
 LABOPS_CACHE_DIR=$cache python3 -m labops build 2>&1 | tail -1
 wait
-for suite in ${1:-activation upsample depthwise conv2d_mm pooling reorg softmax}; do
+for suite in ${1:-$(python3 -c "from labops.bench import SUITES; print(*SUITES)")}; do  # every layer's suite
   LABOPS_CACHE_DIR=$cache-before PYTHONPATH="$before" timeout "${SUITE_TIMEOUT:-150}" \
     python3 tools/bench_before_after.py rows --suite "$suite" --json "$out/before/$suite.json"
   LABOPS_CACHE_DIR=$cache PYTHONPATH="$PWD" timeout "${SUITE_TIMEOUT:-150}" \

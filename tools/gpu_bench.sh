@@ -5,6 +5,6 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 LABOPS_CACHE_DIR=/tmp/labops-cache
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 python3 -m labops build 2>&1 | tail -1
-for suite in ${1:-activation upsample depthwise conv2d_mm pooling reorg softmax}; do
+for suite in ${1:-$(python3 -c "from labops.bench import SUITES; print(*SUITES)")}; do  # every layer's suite
   python3 -m labops bench --device cuda --suite "$suite" --json "$out/$suite.json" 2>&1 | grep -v "^|---"
 done

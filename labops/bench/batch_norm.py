@@ -1,0 +1,59 @@
+"""Batch normalization in training (batch statistics, running statistics updated) on ResNet shapes,
+vs F.batch_norm.
+
+Bytes counted are the fewest the op must move: x read and y written for the forward; grad_output and
+x read and grad_input written for the backward (the per-channel vectors are negligible). labops's
+CUDA forward reads x twice (statistics, then y), its backward reads x and grad_output twice: see
+csrc/batch_norm/cuda.cu.
+"""
+
+import torch
+import torch.nn.functional as F
+
+import labops
+from labops.bench import Case, compiled, fwd_bwd
+
+# (N, C, H, W): a ResNet-50's first stage, a middle stage, the last stage at batch 32 / 64.
+SHAPES_CUDA = [(32, 64, 56, 56), (32, 256, 28, 28), (64, 512, 7, 7)]
+SHAPES_CPU = [(8, 64, 56, 56), (8, 256, 14, 14), (16, 512, 7, 7)]
+
+
+def _stats(channels, device):
+    return torch.zeros(channels, device=device), torch.ones(channels, device=device)
+
+
+def cases(device, size=None):
+    shapes = SHAPES_CUDA if device == "cuda" else SHAPES_CPU
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        for shape in shapes:
+            channels = shape[1]
+            x = torch.randn(shape, device=device, dtype=dtype)
+            # float32 parameters and running statistics, as torch.nn.BatchNorm2d keeps them under autocast
+            w = torch.rand(channels, device=device) + 0.5
+            b = torch.randn(channels, device=device)
+            lab_mean, lab_var = _stats(channels, device)
+            nat_mean, nat_var = _stats(channels, device)
+            xg = x.detach().requires_grad_()
+            wg, bg = w.detach().requires_grad_(), b.detach().requires_grad_()
+            g = torch.randn_like(x)
+            n, e = x.numel(), x.element_size()
+            fwd_bytes = 2 * n * e  # read x, write y
+            bwd_bytes = 3 * n * e  # read grad_output and x, write grad_input
+
+            def lab(x, w, b, mean=lab_mean, var=lab_var):
+                return labops.batch_norm(x, mean, var, w, b, training=True)
+
+            def nat(x, w, b, mean=nat_mean, var=nat_var):
+                return F.batch_norm(x, mean, var, w, b, training=True)
+
+            label = "x".join(map(str, shape))
+            name = "F.batch_norm(training=True)"
+            # forward: a subtract, a square and two adds per value for the statistics, a subtract and a
+            # multiply-add for y; backward: three multiply-adds for the sums and five operations for grad_input
+            yield Case("batch_norm fwd", label, dtype, fwd_bytes, lambda x=x, w=w, b=b: lab(x, w, b),
+                       lambda x=x, w=w, b=b: nat(x, w, b), name, 7 * n,
+                       {"torch.compile": lambda x=x, w=w, b=b, f=compiled(nat): f(x, w, b)})
+            yield Case("batch_norm fwd+bwd", label, dtype, fwd_bytes + bwd_bytes, fwd_bwd(lab, (xg, wg, bg), g),
+                       fwd_bwd(nat, (xg, wg, bg), g), name, 18 * n,
+                       {"torch.compile": fwd_bwd(compiled(nat), (xg, wg, bg), g)})

@@ -1204,6 +1204,19 @@ COLUMN_ORDER = ("cols is ordered channel, tap row, tap column, output row, outpu
 PADDING = ("A tap in the zero padding read the image at a negative index: a tap outside the image is 0, so read "
            "img only when 0 <= iy < H and 0 <= ix < W.")
 
+# The opening of the two kernels that give each element of cols a thread (im2col, and col2im by
+# scattering): thread k reads the sizes and decodes k into its channel, tap and window, in the order
+# COLUMN_ORDER states. One text for both, so that the decode cannot differ between them.
+_COLS_THREAD = r"""const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+if (k >= cols_numel) return;
+const long long H = img_dims[1], W = img_dims[2];
+const long long kh = cols_dims[1], kw = cols_dims[2], oh = cols_dims[3], ow = cols_dims[4];
+const long long sh = geom[0], sw = geom[1], ph = geom[2], pw = geom[3];
+// k = (((c * kh + i) * kw + j) * oh + oy) * ow + ox: channel c, tap (i, j), window (oy, ox)
+const long long ox = k % ow, oy = (k / ow) % oh;
+const long long j = (k / (ow * oh)) % kw, i = (k / (ow * oh * kw)) % kh, c = k / (ow * oh * kw * kh);
+"""
+
 IM2COL_MISTAKES = {
     "padding": Mistake(PADDING, raises=NegativeIndexError),
     "guard": _guard_mistake(
@@ -1226,15 +1239,7 @@ IM2COL_BODY = r"""
 // im2col: one thread per element of cols, the (C*kh*kw) x (oh*ow) matrix whose column (oy, ox) holds the
 // window of output pixel (oy, ox). Thread k writes cols[k]: neighbouring threads write neighbouring
 // addresses (coalesced).
-const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-if (k >= cols_numel) return;
-const long long H = img_dims[1], W = img_dims[2];
-const long long kh = cols_dims[1], kw = cols_dims[2], oh = cols_dims[3], ow = cols_dims[4];
-const long long sh = geom[0], sw = geom[1], ph = geom[2], pw = geom[3];
-// k = (((c * kh + i) * kw + j) * oh + oy) * ow + ox: channel c, tap (i, j), window (oy, ox)
-const long long ox = k % ow, oy = (k / ow) % oh;
-const long long j = (k / (ow * oh)) % kw, i = (k / (ow * oh * kw)) % kh, c = k / (ow * oh * kw * kh);
-// the pixel that tap (i, j) of window (oy, ox) covers; outside the image it is the zero padding
+""" + _COLS_THREAD + r"""// the pixel that tap (i, j) of window (oy, ox) covers; outside the image it is the zero padding
 const long long iy = oy * sh - ph + i, ix = ox * sw - pw + j;
 const bool inside = 0 <= iy && iy < H && 0 <= ix && ix < W;
 cols[k] = inside ? img[(c * H + iy) * W + ix] : 0.0f;
@@ -1449,15 +1454,7 @@ COL2IM_ATOMIC_BODY = r"""
 // overlapping windows cover one pixel, so the add is atomic. img arrives filled with zeros.
 // The order in which a pixel's additions land depends on the GPU's scheduling, and float addition is not
 // associative: two runs can differ in the last bits (the gather in cuda_col2im does not).
-const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-if (k >= cols_numel) return;
-const long long H = img_dims[1], W = img_dims[2];
-const long long kh = cols_dims[1], kw = cols_dims[2], oh = cols_dims[3], ow = cols_dims[4];
-const long long sh = geom[0], sw = geom[1], ph = geom[2], pw = geom[3];
-// k = (((c * kh + i) * kw + j) * oh + oy) * ow + ox: channel c, tap (i, j), window (oy, ox)
-const long long ox = k % ow, oy = (k / ow) % oh;
-const long long j = (k / (ow * oh)) % kw, i = (k / (ow * oh * kw)) % kh, c = k / (ow * oh * kw * kh);
-const long long iy = oy * sh - ph + i, ix = ox * sw - pw + j;
+""" + _COLS_THREAD + r"""const long long iy = oy * sh - ph + i, ix = ox * sw - pw + j;
 if (0 <= iy && iy < H && 0 <= ix && ix < W)     // a tap in the padding adds nothing
   atomicAdd(&img[(c * H + iy) * W + ix], cols[k]);
 """

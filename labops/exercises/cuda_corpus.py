@@ -315,6 +315,16 @@ def _per_column(threads=256, per=256, float_grid=False):
     return launch
 
 
+# Strides, paddings or H and W swapped where the body reads them: im2col and both col2ims read their sizes
+# with the same lines.
+_SIZE_SWAPS = [
+    ("strides_swapped", "swap_hw", [("sh = geom[0], sw = geom[1]", "sh = geom[1], sw = geom[0]")], None),
+    ("paddings_swapped", "swap_hw", [("ph = geom[2], pw = geom[3]", "ph = geom[3], pw = geom[2]")], None),
+    ("h_and_w_swapped", "swap_hw", [("const long long H = img_dims[1], W = img_dims[2];",
+                                     "const long long H = img_dims[2], W = img_dims[1];")], None),
+]
+
+
 def _window_variants(tap_line):
     """The stride, window-start, swap and decode-order variants of a body that decodes k as im2col does."""
     return [
@@ -326,10 +336,7 @@ def _window_variants(tap_line):
         ("padding_scaled_by_stride", "window_start", [("oy * sh - ph + i", "(oy - ph) * sh + i")], None),
         ("padding_ignored", "window_start", [("oy * sh - ph + i", "oy * sh + i"), ("ox * sw - pw + j", "ox * sw + j")],
          None),
-        ("strides_swapped", "swap_hw", [("sh = geom[0], sw = geom[1]", "sh = geom[1], sw = geom[0]")], None),
-        ("paddings_swapped", "swap_hw", [("ph = geom[2], pw = geom[3]", "ph = geom[3], pw = geom[2]")], None),
-        ("h_and_w_swapped", "swap_hw", [("const long long H = img_dims[1], W = img_dims[2];",
-                                         "const long long H = img_dims[2], W = img_dims[1];")], None),
+        *_SIZE_SWAPS,
         ("taps_swapped", "swap_hw", [(tap_line, tap_line.replace("ph + i", "ph + j").replace("pw + j", "pw + i"))],
          None),
         ("decode_i_j_swapped", "order",
@@ -407,10 +414,7 @@ COL2IM = _variants("cuda_col2im", [
                                         "if (ty < 0 || ty >= oh) continue;\n  const long long oy = ty;")], None),
     ("stride_columns_ignored", "stride", [(_C2I_COL_TEST + "\n    const long long ox = tx / sw;",
                                            "if (tx < 0 || tx >= ow) continue;\n    const long long ox = tx;")], None),
-    ("strides_swapped", "swap_hw", [("sh = geom[0], sw = geom[1]", "sh = geom[1], sw = geom[0]")], None),
-    ("paddings_swapped", "swap_hw", [("ph = geom[2], pw = geom[3]", "ph = geom[3], pw = geom[2]")], None),
-    ("h_and_w_swapped", "swap_hw", [("const long long H = img_dims[1], W = img_dims[2];",
-                                     "const long long H = img_dims[2], W = img_dims[1];")], None),
+    *_SIZE_SWAPS,
     ("cols_index_i_j_swapped", "order", [(_C2I_COLS, "(((c * kw + j) * kh + i) * oh + oy) * ow + ox")], None),
     ("cols_index_oy_ox_swapped", "order", [(_C2I_COLS, "(((c * kh + i) * kw + j) * ow + ox) * oh + oy")], None),
     ("cols_index_windows_slowest", "order", [(_C2I_COLS, "(((oy * ow + ox) * img_dims[0] + c) * kh + i) * kw + j")],

@@ -20,9 +20,14 @@ from ._core import Case, Check, Exercise, Mistake, copy_args, generator, matches
 __all__ = ["EXERCISES"]
 
 
+def _float64(got) -> torch.Tensor:
+    """The learner's answer (a tensor, an array or nested lists) as a float64 tensor."""
+    return torch.as_tensor(np.asarray(got, dtype=np.float64))
+
+
 def _finite(case, got) -> bool:
     """True when the answer has inf/NaN where the oracle is finite."""
-    got = torch.as_tensor(np.asarray(got, dtype=np.float64)) if not isinstance(got, torch.Tensor) else got
+    got = _float64(got) if not isinstance(got, torch.Tensor) else got
     return bool(torch.isfinite(case.expected).all()) and not bool(torch.isfinite(got.double()).all())
 
 
@@ -111,13 +116,15 @@ def _gelu_fd_case(seed):
                 numerical_gradient(_gelu_s, x, g), ("grad_input",))
 
 
+def _gelu_wide_case():
+    x, g = torch.linspace(-8, 8, 17, dtype=torch.float64)[None], randn(1, 17, seed=33)
+    return Case("x in [-8, 8]", (x, g), _gelu_s_grad(x, g), ("grad_input",))
+
+
 def _gelu_checks(hidden):
     return [
         Check("random input", _shapes(31, [(4, 6)], _gelu_case, hidden, [(3, 3, 3)])),
-        Check("batch of 1, large |x|", [Case("x in [-8, 8]", (torch.linspace(-8, 8, 17, dtype=torch.float64)[None],
-                                                               randn(1, 17, seed=33)),
-                                             _gelu_s_grad(torch.linspace(-8, 8, 17, dtype=torch.float64)[None],
-                                                          randn(1, 17, seed=33)), ("grad_input",))]),
+        Check("batch of 1, large |x|", [_gelu_wide_case()]),
         _fd_check(_gelu_fd_case, 35, hidden),
     ]
 
@@ -133,7 +140,7 @@ GELU_SIGMOID_BACKWARD = Exercise(
                                         * (1 - torch.sigmoid(1.702 * x)))),
         Mistake("The product rule is half done: d(x s)/dx = s + x ds/dx, and one of the two terms is missing.",
                 test=lambda case, got: any(
-                    torch.allclose(torch.as_tensor(np.asarray(got, dtype=np.float64)), w)
+                    torch.allclose(_float64(got), w)
                     for w in (case.args[1] * torch.sigmoid(1.702 * case.args[0]),
                               case.args[1] * 1.702 * case.args[0] * torch.sigmoid(1.702 * case.args[0])
                               * (1 - torch.sigmoid(1.702 * case.args[0]))))),
@@ -385,11 +392,11 @@ CROSS_ENTROPY_BACKWARD = Exercise(
         Mistake(_NO_MAX, test=_finite),
         Mistake("Divided by N for reduction='sum': only 'mean' averages over the batch.",
                 test=lambda case, got: case.args[2] == "sum" and torch.allclose(
-                    torch.as_tensor(np.asarray(got, dtype=np.float64)), _ce_wrong("sum_divided")(*case.args))),
+                    _float64(got), _ce_wrong("sum_divided")(*case.args))),
         Mistake("Not divided by N for reduction='mean': the loss is the batch mean, so each row's "
                 "gradient (softmax - onehot) is divided by N.",
                 test=lambda case, got: case.args[2] == "mean" and case.args[0].shape[0] > 1 and torch.allclose(
-                    torch.as_tensor(np.asarray(got, dtype=np.float64)), _ce_wrong("mean_not_divided")(*case.args))),
+                    _float64(got), _ce_wrong("mean_not_divided")(*case.args))),
         _sign_error(_ce_grad),
         Mistake("The one-hot term is missing: the gradient is softmax(x) - onehot(target).",
                 wrong=_ce_wrong("no_onehot")),
@@ -498,10 +505,15 @@ REORG_DARKNET = Exercise(
 MODES = ("half_pixel", "align_corners", "asymmetric")
 
 
+def _coordinates(in_size, out_size, mode):
+    """The source coordinate of every output pixel in ``mode``, as a float64 tensor."""
+    return torch.tensor([source_coordinate(x, in_size, out_size, mode) for x in range(out_size)],
+                        dtype=torch.float64)
+
+
 def _coord_case(in_size, out_size, mode):
-    expected = torch.tensor([source_coordinate(x, in_size, out_size, mode) for x in range(out_size)],
-                            dtype=torch.float64)
-    return Case(f"mode {mode!r}, in {in_size} -> out {out_size}", (in_size, out_size, mode), expected, ("src",))
+    return Case(f"mode {mode!r}, in {in_size} -> out {out_size}", (in_size, out_size, mode),
+                _coordinates(in_size, out_size, mode), ("src",))
 
 
 def _coord_call(fn, args):
@@ -523,13 +535,7 @@ def _coord_checks(hidden):
 def _other_mode(case, got):
     in_size, out_size, mode = case.args
     got = torch.tensor(got, dtype=torch.float64)
-    for other in MODES:
-        if other != mode:
-            want = torch.tensor([source_coordinate(x, in_size, out_size, other) for x in range(out_size)],
-                                dtype=torch.float64)
-            if torch.allclose(got, want):
-                return True
-    return False
+    return any(torch.allclose(got, _coordinates(in_size, out_size, other)) for other in MODES if other != mode)
 
 
 def _inverted_scale(case, got):

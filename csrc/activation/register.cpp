@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
   // ---- tanh: backward takes the saved output y, since dtanh/dx = 1 - y^2 ----
@@ -76,4 +77,12 @@ at::Tensor gelu_autograd(const at::Tensor& x, string_view approximate) {
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("tanh", &labops::activation::tanh_autograd);
   m.impl("gelu", &labops::activation::gelu_autograd);
+}
+
+// Fake tensors (torch.compile) run the rules of entry.h and make an output of the input's shape.
+TORCH_LIBRARY_IMPL(labops, Meta, m) {
+  m.impl("tanh", &labops::activation::tanh_meta);
+  m.impl("tanh_backward", &labops::activation::tanh_backward_meta);
+  m.impl("gelu", &labops::activation::gelu_meta);
+  m.impl("gelu_backward", &labops::activation::gelu_backward_meta);
 }

@@ -8,7 +8,7 @@ the gradient: csrc/activation/register.cpp.
 
 import torch
 
-from .._checks import check_choice, check_enum, check_floating, check_same_meta, check_tensor
+from .._checks import check_choice, check_tensor
 
 __all__ = ["GELU_APPROXIMATIONS", "gelu", "tanh"]
 
@@ -71,37 +71,8 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return _gelu(x, approximate)
 
 
-# ---- the rules of csrc/activation/entry.h, in its words, for the fakes (torch.compile) ----
-# Every output has its first input's shape.
-
-@torch.library.register_fake("labops::tanh")
-def _tanh_fake(x):
-    check_floating(x, "tanh", "x")
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
-@torch.library.register_fake("labops::tanh_backward")
-def _tanh_backward_fake(grad_output, output):
-    check_floating(output, "tanh_backward", "output")
-    check_same_meta(grad_output, output, "tanh_backward", "grad_output", "output")
-    return torch.empty_like(output, memory_format=torch.contiguous_format)
-
-
-@torch.library.register_fake("labops::gelu")
-def _gelu_fake(x, approximate="none"):
-    check_floating(x, "gelu", "x")
-    check_enum(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
-@torch.library.register_fake("labops::gelu_backward")
-def _gelu_backward_fake(grad_output, x, approximate="none"):
-    check_floating(x, "gelu_backward", "x")
-    check_same_meta(grad_output, x, "gelu_backward", "grad_output", "x")
-    # parse_gelu_approx names the forward op ("labops.gelu") for both ops.
-    check_enum(approximate, GELU_APPROXIMATIONS, "gelu", "approximate")
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
+# Fake tensors (torch.compile): no Python fake. The Meta kernels of csrc/activation/register.cpp run the
+# C++ rules of csrc/activation/entry.h, so a bad argument raises the same error compiled or not.
 
 # Autograd: a graph node built in csrc/activation/register.cpp (backward: tanh_backward from the saved output,
 # gelu_backward from x).

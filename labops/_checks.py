@@ -108,14 +108,6 @@ def check_like(t, ref, op: str, arg: str, ref_arg: str) -> None:
         raise ValueError(f"labops.{op}: {arg} must be on the device of {ref_arg} ({ref.device}), got {t.device}")
 
 
-def check_same_meta(t, ref, op: str, arg: str, ref_arg: str) -> None:
-    """``t`` has the shape, dtype and device of ``ref`` (``check_same_meta`` in csrc/common/check.h)."""
-    if tuple(t.shape) != tuple(ref.shape):
-        raise ValueError(f"labops.{op}: {arg} must have the shape of {ref_arg} {shape_str(ref.shape)}, "
-                         f"got {shape_str(t.shape)}")
-    check_like(t, ref, op, arg, ref_arg)
-
-
 def check_choice(value, choices, op: str, arg: str) -> None:
     """``value`` is one of ``choices``, checked by a Python face before the call.
 
@@ -128,17 +120,3 @@ def check_choice(value, choices, op: str, arg: str) -> None:
     if value not in choices:
         options = ", ".join(repr(c) for c in choices)
         raise ValueError(f"labops.{op}: {arg} must be one of {options}, got {value!r}")
-
-
-def check_enum(value: str, choices, op: str, arg: str) -> None:
-    """The same rule in the words of the C++ parsers (``parse_reduction`` and the like), for fakes.
-
-    Example:
-        >>> check_enum("avg", ("mean", "sum", "none"), "cross_entropy", "reduction")
-        Traceback (most recent call last):
-        ...
-        ValueError: labops.cross_entropy: reduction must be 'mean', 'sum' or 'none', got 'avg'
-    """
-    if value not in choices:
-        options = ", ".join(f"'{c}'" for c in choices[:-1]) + f" or '{choices[-1]}'"
-        raise ValueError(f"labops.{op}: {arg} must be {options}, got '{value}'")

@@ -82,10 +82,19 @@ inline void check_floating(const at::Tensor& t, const char* op, const char* arg)
 
 // A (h, w) pair argument (stride, padding, dilation, kernel_size): exactly two
 // entries, each >= min (1 for stride, dilation and kernel_size; 0 for padding).
-inline void check_pair(at::IntArrayRef v, const char* op, const char* arg, int64_t min) {
+namespace detail {
+template <typename Sizes>
+void check_pair(Sizes v, const char* op, const char* arg, int64_t min) {
   LABOPS_CHECK(v.size() == 2, "labops.", op, ": ", arg, " must have 2 entries (h, w), got ", v.size());
-  LABOPS_CHECK(v[0] >= min && v[1] >= min, "labops.", op, ": ", arg, " must be >= ", min, ", got ",
-               shape_str(v));
+  LABOPS_CHECK(v[0] >= min && v[1] >= min, "labops.", op, ": ", arg, " must be >= ", min, ", got ", v);
+}
+}  // namespace detail
+inline void check_pair(at::IntArrayRef v, const char* op, const char* arg, int64_t min) {
+  detail::check_pair(v, op, arg, min);
+}
+// The same rule for a SymInt[2] argument (col2im's output_size), read by a Meta kernel.
+inline void check_pair(c10::SymIntArrayRef v, const char* op, const char* arg, int64_t min) {
+  detail::check_pair(v, op, arg, min);
 }
 
 // `t` must have the dtype and the device of `ref` (named `ref_arg` in the message).

@@ -12,9 +12,13 @@
 //                                           depthwise backward-input)
 //   tap_output_range   k -> the outputs [lo, hi) whose tap k lands inside the input
 //                                          (row loops that skip the padding)
+//   kernel_extent      how many input positions a dilated kernel spans
 //   output_size        how many window positions fit
 // Index helpers are templates on the index type so a CUDA kernel can run
-// them in 32-bit when the sizes allow it.
+// them in 32-bit when the sizes allow it. The two size formulas are templates
+// too: int64_t for the kernels and the eager entry points, c10::SymInt for the
+// rules the Meta kernels run under torch.compile (conv2d_mm/entry.h), where a
+// size may be a symbol; one formula either way.
 #pragma once
 
 #include <cstdint>
@@ -23,12 +27,28 @@
 
 namespace labops::conv {
 
+// The size formulas' c10::SymInt instantiations run on the host only: nv_exec_check_disable keeps
+// nvcc from warning that they call host functions from a __host__ __device__ function.
+
+// The input positions a kernel of k taps at dilation d spans: d * (k - 1) + 1.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <typename T>
+LABOPS_HOST_DEVICE T kernel_extent(T k, T d) {
+  return d * (k - 1) + 1;
+}
+
 // Output length along one axis: how many window positions fit in the padded
 // input. Zero (not a negative number) when the dilated kernel is longer than
 // the padded input; the entry points reject that case with a message.
-LABOPS_HOST_DEVICE int64_t output_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  const int64_t room = in + 2 * p - d * (k - 1) - 1;  // last valid start position
-  return room < 0 ? 0 : room / s + 1;
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <typename T>
+LABOPS_HOST_DEVICE T output_size(T in, T k, T s, T p, T d) {
+  const T room = in + 2 * p - kernel_extent(k, d);  // last valid start position
+  return room < 0 ? T(0) : room / s + 1;
 }
 
 // 0 <= i < n: the coordinate is inside the input (not in the zero padding).

@@ -32,6 +32,8 @@
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/SymIntArrayRef.h>
+#include <c10/util/DimVector.h>
 
 #include "../common/check.h"
 #include "conv2d_mm.h"
@@ -42,28 +44,252 @@ struct ConvParams {
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
 };
 
-// The rules every op shares: stride and dilation >= 1, padding >= 0, a
-// kernel of at least 1x1 that fits in the padded input.
-inline ConvParams make_params(at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
-                              at::IntArrayRef dilation, const char* op) {
-  check_pair(kernel_size, op, "kernel_size", 1);
+// ---- the rules and the output's shape, stated once ----
+// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes they are
+// symbols, and a comparison becomes a guard on them. The window arguments (kernel_size, stride,
+// padding, dilation) are int[2] in every schema: always plain ints.
+
+// The rules every op shares: stride and dilation >= 1, padding >= 0, two entries each.
+inline void check_window(at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, const char* op) {
   check_pair(stride, op, "stride", 1);
   check_pair(padding, op, "padding", 0);
   check_pair(dilation, op, "dilation", 1);
-  return {kernel_size[0], kernel_size[1], stride[0], stride[1],
-          padding[0],     padding[1],     dilation[0], dilation[1]};
+}
+
+// (out_h, out_w) of a kh x kw kernel sliding over the padded h x w input, which the dilated kernel must
+// fit in; `kernel_arg` names the argument the kernel came from.
+inline std::array<c10::SymInt, 2> window_output_size(const c10::SymInt& h, const c10::SymInt& w,
+                                                     const c10::SymInt& kh, const c10::SymInt& kw,
+                                                     at::IntArrayRef stride, at::IntArrayRef padding,
+                                                     at::IntArrayRef dilation, const char* op,
+                                                     const char* kernel_arg) {
+  const c10::SymInt extent_h = conv::kernel_extent<c10::SymInt>(kh, dilation[0]);
+  const c10::SymInt extent_w = conv::kernel_extent<c10::SymInt>(kw, dilation[1]);
+  const c10::SymInt padded_h = h + 2 * padding[0], padded_w = w + 2 * padding[1];
+  LABOPS_CHECK(extent_h <= padded_h && extent_w <= padded_w, "labops.", op, ": ", kernel_arg, " (", kh, ", ", kw,
+               ") with dilation (", dilation[0], ", ", dilation[1], ") spans (", extent_h, ", ", extent_w,
+               ") pixels: must not be larger than the padded input (", padded_h, ", ", padded_w, ")");
+  return {conv::output_size<c10::SymInt>(h, kh, stride[0], padding[0], dilation[0]),
+          conv::output_size<c10::SymInt>(w, kw, stride[1], padding[1], dilation[1])};
+}
+
+inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
+  check_floating(x, op, arg);
+  LABOPS_CHECK(x.dim() == 3 || x.dim() == 4, "labops.", op, ": ", arg,
+                    " must be 3-D (C, H, W) or 4-D (N, C, H, W), got ", x.dim(), "-D of shape ", x.sym_sizes());
+}
+
+// A size list argument (input_size, weight_size): every entry >= 0.
+inline void check_sizes(c10::SymIntArrayRef sizes, const char* op, const char* arg) {
+  for (const c10::SymInt& v : sizes) {
+    LABOPS_CHECK(v >= 0, "labops.", op, ": ", arg, " must be >= 0, got ", sizes);
+  }
+}
+
+// (out_h, out_w) of a convolution of an input of `input_size` ((C, H, W) or (N, C, H, W)) with a weight
+// of `weight_size` (the argument `weight_arg` of the op: a tensor's sizes or a list).
+inline std::array<c10::SymInt, 2> conv_output_hw(c10::SymIntArrayRef input_size, c10::SymIntArrayRef weight_size,
+                                                 at::IntArrayRef stride, at::IntArrayRef padding,
+                                                 at::IntArrayRef dilation, const char* op,
+                                                 const char* weight_arg = "weight") {
+  LABOPS_CHECK(weight_size.size() == 4, "labops.", op, ": ", weight_arg,
+                    " must be 4-D (out_channels, in_channels, kH, kW), got ", weight_size.size(), "-D of shape ",
+                    weight_size);
+  const size_t c_dim = input_size.size() - 3;  // 0 for (C, H, W), 1 for (N, C, H, W)
+  const c10::SymInt& c = input_size[c_dim];
+  LABOPS_CHECK(weight_size[1] == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
+                    "the input's channels ", c, ", got ", weight_arg, " of shape ", weight_size,
+                    " for input of shape ", input_size);
+  LABOPS_CHECK(weight_size[2] >= 1 && weight_size[3] >= 1, "labops.", op, ": ", weight_arg,
+                    " must have a kernel of at least 1x1, got shape ", weight_size);
+  check_window(stride, padding, dilation, op);
+  return window_output_size(input_size[c_dim + 1], input_size[c_dim + 2], weight_size[2], weight_size[3], stride,
+                            padding, dilation, op, weight_arg);
+}
+
+// A convolution's output shape, ([N,] O, out_h, out_w), for an input of `input_size` ([N,] C, H, W).
+inline c10::SymDimVector conv_output_shape(c10::SymIntArrayRef input_size, const c10::SymInt& out_channels,
+                                           const std::array<c10::SymInt, 2>& out_hw) {
+  c10::SymDimVector shape;
+  if (input_size.size() == 4) shape.push_back(input_size[0]);
+  shape.append({out_channels, out_hw[0], out_hw[1]});
+  return shape;
+}
+
+inline void check_grad_output(const at::Tensor& grad_output, c10::SymIntArrayRef expected, const char* op) {
+  LABOPS_CHECK(grad_output.sym_sizes() == expected, "labops.", op, ": grad_output must have the output's shape ",
+                    expected, ", got ", grad_output.sym_sizes());
+}
+
+// A bias argument (bias, grad_bias): x's dtype and device, and shape (out_channels,).
+inline void check_bias(const std::optional<at::Tensor>& bias, const at::Tensor& x, const c10::SymInt& out_channels,
+                       const char* op, const char* arg, const char* rule) {
+  if (!bias.has_value()) return;
+  check_like(*bias, x, op, arg, "x");
+  LABOPS_CHECK(bias->dim() == 1 && bias->sym_size(0) == out_channels, "labops.", op, ": ", arg,
+                    " must have shape (", out_channels, ",) (", rule, "), got ", bias->sym_sizes());
+}
+
+// im2col: ([N,] C, H, W) -> ([N,] C*kH*kW, L), L = out_h * out_w.
+inline c10::SymDimVector im2col_output_size(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                            at::IntArrayRef padding, at::IntArrayRef dilation) {
+  constexpr const char* op = "im2col";
+  check_image(x, op, "x");
+  check_pair(kernel_size, op, "kernel_size", 1);
+  check_window(stride, padding, dilation, op);
+  const auto [out_h, out_w] = window_output_size(x.sym_size(-2), x.sym_size(-1), kernel_size[0], kernel_size[1],
+                                                 stride, padding, dilation, op, "kernel_size");
+  c10::SymDimVector shape;
+  if (x.dim() == 4) shape.push_back(x.sym_size(0));
+  shape.append({x.sym_size(-3) * (kernel_size[0] * kernel_size[1]), out_h * out_w});
+  return shape;
+}
+
+// col2im: ([N,] C*kH*kW, L) -> ([N,] C, H, W), (H, W) = output_size.
+inline c10::SymDimVector col2im_output_size(const at::Tensor& cols, c10::SymIntArrayRef output_size,
+                                            at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                            at::IntArrayRef padding, at::IntArrayRef dilation) {
+  constexpr const char* op = "col2im";
+  check_floating(cols, op, "cols");
+  LABOPS_CHECK(cols.dim() == 2 || cols.dim() == 3, "labops.col2im: cols must be 2-D (C*kH*kW, L) or 3-D ",
+                    "(N, C*kH*kW, L), got ", cols.dim(), "-D of shape ", cols.sym_sizes());
+  check_pair(kernel_size, op, "kernel_size", 1);
+  check_window(stride, padding, dilation, op);
+  check_pair(output_size, op, "output_size", 1);
+  const bool batched = cols.dim() == 3;
+  const int64_t area = kernel_size[0] * kernel_size[1];
+  const c10::SymInt rows = cols.sym_size(-2), blocks = cols.sym_size(-1);
+  LABOPS_CHECK(rows % area == 0, "labops.col2im: cols.size(", batched ? 1 : 0,
+                    ") must be divisible by kernel_h * kernel_w = ", area, ", got ", rows);
+  const auto [out_h, out_w] = window_output_size(output_size[0], output_size[1], kernel_size[0], kernel_size[1],
+                                                 stride, padding, dilation, op, "kernel_size");
+  LABOPS_CHECK(blocks == out_h * out_w, "labops.col2im: cols.size(", batched ? 2 : 1,
+                    ") must equal the number of blocks ", out_h, " x ", out_w, " = ", out_h * out_w,
+                    " that output_size ", output_size, " gives, got ", blocks);
+  c10::SymDimVector shape;
+  if (batched) shape.push_back(cols.sym_size(0));
+  shape.append({rows / area, output_size[0], output_size[1]});
+  return shape;
+}
+
+// conv2d_mm: ([N,] C, H, W) -> ([N,] O, out_h, out_w).
+inline c10::SymDimVector conv2d_mm_output_size(const at::Tensor& x, const at::Tensor& weight,
+                                               const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                               at::IntArrayRef padding, at::IntArrayRef dilation) {
+  constexpr const char* op = "conv2d_mm";
+  check_image(x, op, "x");
+  check_floating(weight, op, "weight");
+  const auto out_hw = conv_output_hw(x.sym_sizes(), weight.sym_sizes(), stride, padding, dilation, op);
+  check_like(weight, x, op, "weight", "x");
+  const c10::SymInt out_channels = weight.sym_size(0);
+  check_bias(bias, x, out_channels, op, "bias", "out_channels = weight.size(0)");
+  return conv_output_shape(x.sym_sizes(), out_channels, out_hw);
+}
+
+// conv2d_mm_backward_input: the gradient of an input of input_size, its shape.
+inline void check_conv2d_mm_backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
+                                           c10::SymIntArrayRef input_size, at::IntArrayRef stride,
+                                           at::IntArrayRef padding, at::IntArrayRef dilation) {
+  constexpr const char* op = "conv2d_mm_backward_input";
+  check_floating(grad_output, op, "grad_output");
+  LABOPS_CHECK(input_size.size() == 3 || input_size.size() == 4, "labops.", op,
+                    ": input_size must have 3 (C, H, W) or 4 (N, C, H, W) values, got ", input_size);
+  check_sizes(input_size, op, "input_size");
+  check_floating(weight, op, "weight");
+  const auto out_hw = conv_output_hw(input_size, weight.sym_sizes(), stride, padding, dilation, op);
+  check_like(weight, grad_output, op, "weight", "grad_output");
+  check_grad_output(grad_output, conv_output_shape(input_size, weight.sym_size(0), out_hw), op);
+}
+
+// conv2d_mm_acc_grad_parameters: in place, nothing returned.
+inline void check_conv2d_mm_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                                const at::Tensor& grad_weight,
+                                                const std::optional<at::Tensor>& grad_bias, at::IntArrayRef stride,
+                                                at::IntArrayRef padding, at::IntArrayRef dilation) {
+  constexpr const char* op = "conv2d_mm_acc_grad_parameters";
+  check_image(x, op, "x");
+  check_floating(grad_output, op, "grad_output");
+  check_like(grad_output, x, op, "grad_output", "x");
+  check_like(grad_weight, x, op, "grad_weight", "x");
+  const auto out_hw = conv_output_hw(x.sym_sizes(), grad_weight.sym_sizes(), stride, padding, dilation, op,
+                                     "grad_weight");
+  const c10::SymInt out_channels = grad_weight.sym_size(0);
+  check_grad_output(grad_output, conv_output_shape(x.sym_sizes(), out_channels, out_hw), op);
+  check_bias(grad_bias, x, out_channels, op, "grad_bias", "grad_weight.size(0)");
+}
+
+// conv2d_mm_backward_weight: (grad_weight of weight_size, grad_bias of (weight_size[0],)).
+inline void check_conv2d_mm_backward_weight(const at::Tensor& grad_output, const at::Tensor& x,
+                                            c10::SymIntArrayRef weight_size, at::IntArrayRef stride,
+                                            at::IntArrayRef padding, at::IntArrayRef dilation) {
+  constexpr const char* op = "conv2d_mm_backward_weight";
+  check_image(x, op, "x");
+  check_floating(grad_output, op, "grad_output");
+  check_like(grad_output, x, op, "grad_output", "x");
+  check_sizes(weight_size, op, "weight_size");
+  const auto out_hw = conv_output_hw(x.sym_sizes(), weight_size, stride, padding, dilation, op, "weight_size");
+  check_grad_output(grad_output, conv_output_shape(x.sym_sizes(), weight_size[0], out_hw), op);
+}
+
+// An int[] size argument (input_size, weight_size) as the rules read it: a kernel gets ints, copied
+// into SymInts here, on the stack up to 5 entries (SymInt(v) keeps any int64, even one too negative for
+// a SymInt's inline range).
+inline c10::SymDimVector as_sym_sizes(at::IntArrayRef sizes) { return c10::SymDimVector(sizes.begin(), sizes.end()); }
+
+// ---- the Meta kernels ----
+inline at::Tensor im2col_meta(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                              at::IntArrayRef padding, at::IntArrayRef dilation) {
+  return at::empty_symint(im2col_output_size(x, kernel_size, stride, padding, dilation), x.options());
+}
+
+inline at::Tensor col2im_meta(const at::Tensor& cols, c10::SymIntArrayRef output_size, at::IntArrayRef kernel_size,
+                              at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  return at::empty_symint(col2im_output_size(cols, output_size, kernel_size, stride, padding, dilation),
+                          cols.options());
+}
+
+inline at::Tensor conv2d_mm_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                 at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  return at::empty_symint(conv2d_mm_output_size(x, weight, bias, stride, padding, dilation), x.options());
+}
+
+inline at::Tensor conv2d_mm_backward_input_meta(const at::Tensor& grad_output, const at::Tensor& weight,
+                                                at::IntArrayRef input_size, at::IntArrayRef stride,
+                                                at::IntArrayRef padding, at::IntArrayRef dilation) {
+  const c10::SymDimVector sizes = as_sym_sizes(input_size);
+  check_conv2d_mm_backward_input(grad_output, weight, sizes, stride, padding, dilation);
+  return at::empty_symint(sizes, grad_output.options());
+}
+
+inline void conv2d_mm_acc_grad_parameters_meta(const at::Tensor& grad_output, const at::Tensor& x,
+                                               const at::Tensor& grad_weight,
+                                               const std::optional<at::Tensor>& grad_bias, at::IntArrayRef stride,
+                                               at::IntArrayRef padding, at::IntArrayRef dilation, double /*scale*/) {
+  check_conv2d_mm_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, stride, padding, dilation);
+}
+
+inline std::tuple<at::Tensor, at::Tensor> conv2d_mm_backward_weight_meta(const at::Tensor& grad_output,
+                                                                         const at::Tensor& x,
+                                                                         at::IntArrayRef weight_size,
+                                                                         at::IntArrayRef stride,
+                                                                         at::IntArrayRef padding,
+                                                                         at::IntArrayRef dilation) {
+  const c10::SymDimVector sizes = as_sym_sizes(weight_size);
+  check_conv2d_mm_backward_weight(grad_output, x, sizes, stride, padding, dilation);
+  return {at::empty_symint(sizes, grad_output.options()),
+          at::empty_symint(c10::SymIntArrayRef(sizes[0]), grad_output.options())};
+}
+
+// ---- the geometry the eager kernels run, from the checked, concrete sizes ----
+
+inline ConvParams make_params(int64_t kernel_h, int64_t kernel_w, at::IntArrayRef stride, at::IntArrayRef padding,
+                              at::IntArrayRef dilation) {
+  return {kernel_h, kernel_w, stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1]};
 }
 
 // The geometry of N images of C x H x W, columns in (N, C*kH*kW, L) layout.
-inline Im2colShape make_shape(int64_t n, int64_t c, int64_t h, int64_t w, const ConvParams& p,
-                              const char* op, const char* kernel_arg) {
-  const int64_t extent_h = p.dilation_h * (p.kernel_h - 1) + 1;
-  const int64_t extent_w = p.dilation_w * (p.kernel_w - 1) + 1;
-  LABOPS_CHECK(extent_h <= h + 2 * p.pad_h && extent_w <= w + 2 * p.pad_w, "labops.", op, ": ",
-                    kernel_arg, " (", p.kernel_h, ", ", p.kernel_w, ") with dilation (", p.dilation_h, ", ",
-                    p.dilation_w, ") spans (", extent_h, ", ", extent_w,
-                    ") pixels: must not be larger than the padded input (", h + 2 * p.pad_h, ", ",
-                    w + 2 * p.pad_w, ")");
+inline Im2colShape make_shape(int64_t n, int64_t c, int64_t h, int64_t w, const ConvParams& p) {
   Im2colShape s{n, c, h, w, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
                 p.dilation_h, p.dilation_w, 0, 0, 0, 0};
   s.out_h = conv::output_size(h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h);
@@ -71,6 +297,16 @@ inline Im2colShape make_shape(int64_t n, int64_t c, int64_t h, int64_t w, const 
   s.col_row_stride = s.blocks();
   s.col_batch_stride = c * s.kernel_area() * s.blocks();
   return s;
+}
+
+// The geometry of a convolution of an input of `input_size` ((C, H, W) or (N, C, H, W)) with a
+// kernel_h x kernel_w kernel.
+inline Im2colShape conv_shape(at::IntArrayRef input_size, int64_t kernel_h, int64_t kernel_w, at::IntArrayRef stride,
+                              at::IntArrayRef padding, at::IntArrayRef dilation) {
+  const bool batched = input_size.size() == 4;
+  const int64_t n = batched ? input_size[0] : 1;
+  const int64_t c = input_size[batched ? 1 : 0], h = input_size[batched ? 2 : 1], w = input_size[batched ? 3 : 2];
+  return make_shape(n, c, h, w, make_params(kernel_h, kernel_w, stride, padding, dilation));
 }
 
 // Note [column budget]
@@ -181,22 +417,16 @@ inline void sum_into(at::Tensor out, const at::Tensor& t, at::IntArrayRef dims) 
   at::sum_out(out, t, at::OptionalIntArrayRef(dims));
 }
 
-inline void check_image(const at::Tensor& x, const char* op, const char* arg) {
-  check_floating(x, op, arg);
-  LABOPS_CHECK(x.dim() == 3 || x.dim() == 4, "labops.", op, ": ", arg,
-                    " must be 3-D (C, H, W) or 4-D (N, C, H, W), got ", x.dim(), "-D of shape ", shape_str(x.sizes()));
-}
-
 template <typename Launcher>
 struct Entry {
   // ---- im2col == F.unfold ----
   static at::Tensor im2col(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
                            at::IntArrayRef padding, at::IntArrayRef dilation) {
-    check_image(x, "im2col", "x");
-    ConvParams p = make_params(kernel_size, stride, padding, dilation, "im2col");
+    im2col_output_size(x, kernel_size, stride, padding, dilation);  // the rules
     const bool batched = x.dim() == 4;
     at::Tensor x4 = (batched ? x : x.unsqueeze(0)).contiguous();
-    Im2colShape s = make_shape(x4.size(0), x4.size(1), x4.size(2), x4.size(3), p, "im2col", "kernel_size");
+    const Im2colShape s = make_shape(x4.size(0), x4.size(1), x4.size(2), x4.size(3),
+                                     make_params(kernel_size[0], kernel_size[1], stride, padding, dilation));
     c10::OptionalDeviceGuard guard(x.device());
     at::Tensor cols = at::empty({s.batch, s.channels * s.kernel_area(), s.blocks()}, x4.options());
     if (cols.numel() > 0) {
@@ -210,21 +440,13 @@ struct Entry {
   // ---- col2im == F.fold: the adjoint of im2col (sums overlaps) ----
   static at::Tensor col2im(const at::Tensor& cols, at::IntArrayRef output_size, at::IntArrayRef kernel_size,
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
-    check_floating(cols, "col2im", "cols");
-    LABOPS_CHECK(cols.dim() == 2 || cols.dim() == 3, "labops.col2im: cols must be 2-D (C*kH*kW, L) or 3-D ",
-                      "(N, C*kH*kW, L), got ", cols.dim(), "-D of shape ", shape_str(cols.sizes()));
-    ConvParams p = make_params(kernel_size, stride, padding, dilation, "col2im");
-    check_pair(output_size, "col2im", "output_size", 1);
+    // output_size is SymInt[]: this kernel gets concrete ints from the dispatcher, SymInts as they are (no copy).
+    col2im_output_size(cols, c10::fromIntArrayRefSlow(output_size), kernel_size, stride, padding, dilation);
     const bool batched = cols.dim() == 3;
     at::Tensor c3 = (batched ? cols : cols.unsqueeze(0)).contiguous();
-    const int64_t area = p.kernel_h * p.kernel_w;
-    LABOPS_CHECK(c3.size(1) % area == 0, "labops.col2im: cols.size(", batched ? 1 : 0,
-                      ") must be divisible by kernel_h * kernel_w = ", area, ", got ", c3.size(1));
-    Im2colShape s = make_shape(c3.size(0), c3.size(1) / area, output_size[0], output_size[1], p, "col2im",
-                               "kernel_size");
-    LABOPS_CHECK(c3.size(2) == s.blocks(), "labops.col2im: cols.size(", batched ? 2 : 1,
-                      ") must equal the number of blocks ", s.out_h, " x ", s.out_w, " = ", s.blocks(),
-                      " that output_size ", shape_str(output_size), " gives, got ", c3.size(2));
+    const ConvParams p = make_params(kernel_size[0], kernel_size[1], stride, padding, dilation);
+    const Im2colShape s = make_shape(c3.size(0), c3.size(1) / (p.kernel_h * p.kernel_w), output_size[0],
+                                     output_size[1], p);
     c10::OptionalDeviceGuard guard(cols.device());
     at::Tensor image = at::empty({s.batch, s.channels, s.height, s.width}, c3.options());
     if (image.numel() > 0) {
@@ -243,16 +465,9 @@ struct Entry {
   // in parallel] for who runs which chunk.
   static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
-    check_image(x, "conv2d_mm", "x");
-    check_floating(weight, "conv2d_mm", "weight");
-    Im2colShape s = conv_shape(x.sizes(), weight.sizes(), stride, padding, dilation, "conv2d_mm");
-    check_like(weight, x, "conv2d_mm", "weight", "x");
+    conv2d_mm_output_size(x, weight, bias, stride, padding, dilation);  // the rules
+    const Im2colShape s = conv_shape(x.sizes(), weight.size(2), weight.size(3), stride, padding, dilation);
     const int64_t O = weight.size(0);
-    if (bias.has_value()) {
-      check_like(*bias, x, "conv2d_mm", "bias", "x");
-      LABOPS_CHECK(bias->dim() == 1 && bias->size(0) == O, "labops.conv2d_mm: bias must have shape (",
-                        O, ",) (out_channels = weight.size(0)), got ", shape_str(bias->sizes()));
-    }
     c10::OptionalDeviceGuard guard(x.device());
     at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
@@ -279,18 +494,9 @@ struct Entry {
   static at::Tensor conv2d_mm_backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
                                              at::IntArrayRef input_size, at::IntArrayRef stride,
                                              at::IntArrayRef padding, at::IntArrayRef dilation) {
-    const char* op = "conv2d_mm_backward_input";
-    check_floating(grad_output, op, "grad_output");
-    LABOPS_CHECK(input_size.size() == 3 || input_size.size() == 4, "labops.", op,
-                      ": input_size must have 3 (C, H, W) or 4 (N, C, H, W) values, got ", shape_str(input_size));
-    for (int64_t v : input_size) {
-      LABOPS_CHECK(v >= 0, "labops.", op, ": input_size must be >= 0, got ", shape_str(input_size));
-    }
-    check_floating(weight, op, "weight");
-    Im2colShape s = conv_shape(input_size, weight.sizes(), stride, padding, dilation, op);
-    check_like(weight, grad_output, op, "weight", "grad_output");
+    check_conv2d_mm_backward_input(grad_output, weight, as_sym_sizes(input_size), stride, padding, dilation);
+    const Im2colShape s = conv_shape(input_size, weight.size(2), weight.size(3), stride, padding, dilation);
     const int64_t O = weight.size(0);
-    check_grad_output(grad_output, s, O, input_size.size() == 4, op);
     c10::OptionalDeviceGuard guard(grad_output.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
     at::Tensor g3 = grad_output.reshape({s.batch, O, L});
@@ -319,19 +525,9 @@ struct Entry {
                                             const at::Tensor& grad_weight, const std::optional<at::Tensor>& grad_bias,
                                             at::IntArrayRef stride, at::IntArrayRef padding,
                                             at::IntArrayRef dilation, double scale) {
-    const char* op = "conv2d_mm_acc_grad_parameters";
-    check_image(x, op, "x");
-    check_floating(grad_output, op, "grad_output");
-    check_like(grad_output, x, op, "grad_output", "x");
-    check_like(grad_weight, x, op, "grad_weight", "x");
-    Im2colShape s = conv_shape(x.sizes(), grad_weight.sizes(), stride, padding, dilation, op, "grad_weight");
+    check_conv2d_mm_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, stride, padding, dilation);
+    const Im2colShape s = conv_shape(x.sizes(), grad_weight.size(2), grad_weight.size(3), stride, padding, dilation);
     const int64_t O = grad_weight.size(0);
-    check_grad_output(grad_output, s, O, x.dim() == 4, op);
-    if (grad_bias.has_value()) {
-      check_like(*grad_bias, x, op, "grad_bias", "x");
-      LABOPS_CHECK(grad_bias->dim() == 1 && grad_bias->size(0) == O, "labops.", op,
-                        ": grad_bias must have shape (", O, ",) (grad_weight.size(0)), got ", shape_str(grad_bias->sizes()));
-    }
     c10::OptionalDeviceGuard guard(x.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
     // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).
@@ -362,16 +558,9 @@ struct Entry {
                                                                      const at::Tensor& x, at::IntArrayRef weight_size,
                                                                      at::IntArrayRef stride, at::IntArrayRef padding,
                                                                      at::IntArrayRef dilation) {
-    const char* op = "conv2d_mm_backward_weight";
-    check_image(x, op, "x");
-    check_floating(grad_output, op, "grad_output");
-    check_like(grad_output, x, op, "grad_output", "x");
-    for (int64_t v : weight_size) {
-      LABOPS_CHECK(v >= 0, "labops.", op, ": weight_size must be >= 0, got ", shape_str(weight_size));
-    }
-    Im2colShape s = conv_shape(x.sizes(), weight_size, stride, padding, dilation, op, "weight_size");
+    check_conv2d_mm_backward_weight(grad_output, x, as_sym_sizes(weight_size), stride, padding, dilation);
+    const Im2colShape s = conv_shape(x.sizes(), weight_size[2], weight_size[3], stride, padding, dilation);
     const int64_t O = weight_size[0];
-    check_grad_output(grad_output, s, O, x.dim() == 4, op);
     c10::OptionalDeviceGuard guard(x.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
     at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
@@ -398,36 +587,6 @@ struct Entry {
   }
 
  private:
-  // The geometry of a convolution of an input of `input_size` with a weight of
-  // `weight_size` (the argument `weight_arg` of the op: a tensor or a list).
-  static Im2colShape conv_shape(at::IntArrayRef input_size, at::IntArrayRef weight_size, at::IntArrayRef stride,
-                                at::IntArrayRef padding, at::IntArrayRef dilation, const char* op,
-                                const char* weight_arg = "weight") {
-    LABOPS_CHECK(weight_size.size() == 4, "labops.", op, ": ", weight_arg,
-                      " must be 4-D (out_channels, in_channels, kH, kW), got ", weight_size.size(), "-D of shape ",
-                      shape_str(weight_size));
-    const bool batched = input_size.size() == 4;
-    const int64_t n = batched ? input_size[0] : 1;
-    const int64_t c = input_size[batched ? 1 : 0], h = input_size[batched ? 2 : 1], w = input_size[batched ? 3 : 2];
-    LABOPS_CHECK(weight_size[1] == c, "labops.", op, ": ", weight_arg, ".size(1) (in_channels) must equal ",
-                      "the input's channels ", c, ", got ", weight_arg, " of shape ", shape_str(weight_size),
-                      " for input of shape ", shape_str(input_size));
-    LABOPS_CHECK(weight_size[2] >= 1 && weight_size[3] >= 1, "labops.", op, ": ", weight_arg,
-                      " must have a kernel of at least 1x1, got shape ", shape_str(weight_size));
-    std::vector<int64_t> kernel{weight_size[2], weight_size[3]};
-    ConvParams p = make_params(kernel, stride, padding, dilation, op);
-    return make_shape(n, c, h, w, p, op, weight_arg);
-  }
-
-  static void check_grad_output(const at::Tensor& grad_output, const Im2colShape& s, int64_t O, bool batched,
-                                const char* op) {
-    std::vector<int64_t> expected{s.batch, O, s.out_h, s.out_w};
-    if (!batched) expected.erase(expected.begin());
-    LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
-                      ": grad_output must have the output's shape ", shape_str(expected), ", got ",
-                      shape_str(grad_output.sizes()));
-  }
-
   // The weight gradient both accGradParameters and backward_weight compute:
   // gw2 (O, rows) = beta * gw2 + scale * sum_n grad_output[n] . columns[n]^T, with g3 = grad_output as
   // (N, O, L) and beta 1 (accumulate) or 0 (gw2 is new: the first GEMM writes it, nothing reads it). The

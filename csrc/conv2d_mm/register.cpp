@@ -1,8 +1,9 @@
-// conv2d_mm: what the dispatcher knows of this layer — its schemas, and its Autograd kernels.
+// conv2d_mm: what the dispatcher knows of this layer — its schemas, its Autograd kernels and its Meta kernels.
 #include <torch/library.h>
 
 #include "../common/autograd.h"
 #include "../common/conv_autograd.h"
+#include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
   // ---- im2col / col2im / conv2d_mm ----
@@ -66,18 +67,14 @@ at::Tensor im2col_autograd(const at::Tensor& x, IntArrayRef k, IntArrayRef s, In
   auto node = new_node<Im2colBackward>(x);
   node->image_size = last2(x.sym_sizes()).vec();
   node->w.emplace(k, s, p, d);
-  auto y = below_autograd(im2col_op(), x, k, s, p, d);
-  torch::autograd::set_history(y, node);
-  return y;
+  return output_of(node, im2col_op(), x, k, s, p, d);
 }
 at::Tensor col2im_autograd(const at::Tensor& cols, SymIntArrayRef output_size, IntArrayRef k, IntArrayRef s,
                            IntArrayRef p, IntArrayRef d) {
   if (!graph_needed(cols)) return below_autograd(col2im_op(), cols, output_size, k, s, p, d);
   auto node = new_node<Col2imBackward>(cols);
   node->w.emplace(k, s, p, d);
-  auto y = below_autograd(col2im_op(), cols, output_size, k, s, p, d);
-  torch::autograd::set_history(y, node);
-  return y;
+  return output_of(node, col2im_op(), cols, output_size, k, s, p, d);
 }
 
 using ConvWeightSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, SymIntArrayRef,
@@ -120,4 +117,14 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("im2col", &labops::conv2d_mm::im2col_autograd);
   m.impl("col2im", &labops::conv2d_mm::col2im_autograd);
   m.impl("conv2d_mm", &labops::autograd::conv_autograd<labops::conv2d_mm::Conv2dMM>);
+}
+
+// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
+TORCH_LIBRARY_IMPL(labops, Meta, m) {
+  m.impl("im2col", &labops::conv2d_mm::im2col_meta);
+  m.impl("col2im", &labops::conv2d_mm::col2im_meta);
+  m.impl("conv2d_mm", &labops::conv2d_mm::conv2d_mm_meta);
+  m.impl("conv2d_mm_backward_input", &labops::conv2d_mm::conv2d_mm_backward_input_meta);
+  m.impl("conv2d_mm_acc_grad_parameters", &labops::conv2d_mm::conv2d_mm_acc_grad_parameters_meta);
+  m.impl("conv2d_mm_backward_weight", &labops::conv2d_mm::conv2d_mm_backward_weight_meta);
 }

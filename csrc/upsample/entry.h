@@ -12,6 +12,7 @@
 //                                                  opmath-typed buffer `acc`
 #pragma once
 
+#include <array>
 #include <limits>
 #include <optional>
 
@@ -33,16 +34,80 @@ inline void check_scale(std::optional<double> scale, const char* op, const char*
                     scale.value_or(0.0));
 }
 
+// ---- the rules and the output's shape, stated once ----
+// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes they are
+// symbols, and a comparison becomes a guard on them.
+
 inline void check_4d(const at::Tensor& t, const char* op, const char* arg) {
   LABOPS_CHECK(t.dim() == 4, "labops.", op, ": ", arg, " must be a 4-D (N, C, H, W) tensor, got ",
-                    t.dim(), "-D with shape ", shape_str(t.sizes()));
+                    t.dim(), "-D with shape ", t.sym_sizes());
 }
 
 // Spatial sizes go through float coordinates: keep them where a float still
 // counts every integer (2^24), far beyond any real image.
-inline void check_spatial(int64_t size, const char* op, const char* what) {
+inline void check_spatial(const c10::SymInt& size, const char* op, const char* what) {
   LABOPS_CHECK(size > 0 && size <= (int64_t(1) << 24), "labops.", op, ": ", what,
                     " must be between 1 and 2^24, got ", size);
+}
+
+// upsample_bilinear2d: (N, C, H, W) -> (N, C, out_h, out_w).
+inline std::array<c10::SymInt, 4> upsample_bilinear2d_output_size(const at::Tensor& x,
+                                                                  c10::SymIntArrayRef output_size,
+                                                                  c10::string_view coordinate_mode,
+                                                                  std::optional<double> scale_h,
+                                                                  std::optional<double> scale_w) {
+  constexpr const char* op = "upsample_bilinear2d";
+  check_floating(x, op, "x");
+  check_4d(x, op, "x");
+  LABOPS_CHECK(output_size.size() == 2 && output_size[0] > 0 && output_size[1] > 0, "labops.", op,
+                    ": output_size must be two positive integers (out_h, out_w), got ", output_size);
+  check_spatial(x.sym_size(2), op, "x's height");
+  check_spatial(x.sym_size(3), op, "x's width");
+  check_spatial(output_size[0], op, "output_size[0]");
+  check_spatial(output_size[1], op, "output_size[1]");
+  check_scale(scale_h, op, "scale_h");
+  check_scale(scale_w, op, "scale_w");
+  parse_coordinate_mode(coordinate_mode, op);
+  return {x.sym_size(0), x.sym_size(1), output_size[0], output_size[1]};
+}
+
+// upsample_bilinear2d_backward: grad_output (N, C, out_h, out_w) -> the gradient of an input of
+// input_size (N, C, H, W), the output's shape.
+inline void check_upsample_bilinear2d_backward(const at::Tensor& grad_output, c10::SymIntArrayRef input_size,
+                                               c10::string_view coordinate_mode, std::optional<double> scale_h,
+                                               std::optional<double> scale_w) {
+  constexpr const char* op = "upsample_bilinear2d_backward";
+  check_floating(grad_output, op, "grad_output");
+  check_4d(grad_output, op, "grad_output");
+  LABOPS_CHECK(input_size.size() == 4, "labops.", op, ": input_size must have 4 entries (N, C, H, W), got ",
+                    input_size);
+  LABOPS_CHECK(input_size[0] >= 0 && input_size[1] >= 0, "labops.", op,
+                    ": input_size must not be negative, got ", input_size);
+  LABOPS_CHECK(grad_output.sym_size(0) == input_size[0] && grad_output.sym_size(1) == input_size[1],
+                    "labops.", op, ": grad_output must have input_size's N and C (", input_size[0], ", ",
+                    input_size[1], "), got shape ", grad_output.sym_sizes());
+  check_spatial(input_size[2], op, "input_size[2]");
+  check_spatial(input_size[3], op, "input_size[3]");
+  check_spatial(grad_output.sym_size(2), op, "grad_output's height");
+  check_spatial(grad_output.sym_size(3), op, "grad_output's width");
+  check_scale(scale_h, op, "scale_h");
+  check_scale(scale_w, op, "scale_w");
+  parse_coordinate_mode(coordinate_mode, op);
+}
+
+inline at::Tensor upsample_bilinear2d_meta(const at::Tensor& x, c10::SymIntArrayRef output_size,
+                                           c10::string_view coordinate_mode, std::optional<double> scale_h,
+                                           std::optional<double> scale_w) {
+  return at::empty_symint(upsample_bilinear2d_output_size(x, output_size, coordinate_mode, scale_h, scale_w),
+                          x.options());
+}
+
+inline at::Tensor upsample_bilinear2d_backward_meta(const at::Tensor& grad_output, c10::SymIntArrayRef input_size,
+                                                    c10::string_view coordinate_mode, std::optional<double> scale_h,
+                                                    std::optional<double> scale_w, bool /*deterministic*/) {
+  check_upsample_bilinear2d_backward(grad_output, input_size, coordinate_mode, scale_h, scale_w);
+  return at::empty_symint(input_size, grad_output.options());
 }
 
 template <typename Launcher>
@@ -50,22 +115,14 @@ struct Entry {
   static at::Tensor forward(const at::Tensor& x, at::IntArrayRef output_size,
                             c10::string_view coordinate_mode, std::optional<double> scale_h,
                             std::optional<double> scale_w) {
-    constexpr const char* op = "upsample_bilinear2d";
-    check_floating(x, op, "x");
-    check_4d(x, op, "x");
-    LABOPS_CHECK(output_size.size() == 2 && output_size[0] > 0 && output_size[1] > 0, "labops.", op,
-                      ": output_size must be two positive integers (out_h, out_w), got ", shape_str(output_size));
-    check_spatial(x.size(2), op, "x's height");
-    check_spatial(x.size(3), op, "x's width");
-    check_spatial(output_size[0], op, "output_size[0]");
-    check_spatial(output_size[1], op, "output_size[1]");
-    check_scale(scale_h, op, "scale_h");
-    check_scale(scale_w, op, "scale_w");
-    CoordMode mode = parse_coordinate_mode(coordinate_mode, op);
+    // output_size is SymInt[]: this kernel gets concrete ints from the dispatcher, SymInts as they are (no copy).
+    const std::array<c10::SymInt, 4> out_size = upsample_bilinear2d_output_size(
+        x, c10::fromIntArrayRefSlow(output_size), coordinate_mode, scale_h, scale_w);
+    const CoordMode mode = parse_coordinate_mode(coordinate_mode, "upsample_bilinear2d");
 
     c10::OptionalDeviceGuard guard(x.device());
     at::Tensor input = x.contiguous();
-    at::Tensor out = at::empty({x.size(0), x.size(1), output_size[0], output_size[1]}, x.options());
+    at::Tensor out = at::empty(C10_AS_INTARRAYREF_SLOW(out_size), x.options());
     const int64_t planes = x.size(0) * x.size(1);
     if (out.numel() == 0) return out;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_upsample_fwd", [&] {
@@ -81,23 +138,9 @@ struct Entry {
   static at::Tensor backward(const at::Tensor& grad_output, at::IntArrayRef input_size,
                              c10::string_view coordinate_mode, std::optional<double> scale_h,
                              std::optional<double> scale_w, bool deterministic) {
-    constexpr const char* op = "upsample_bilinear2d_backward";
-    check_floating(grad_output, op, "grad_output");
-    check_4d(grad_output, op, "grad_output");
-    LABOPS_CHECK(input_size.size() == 4, "labops.", op,
-                      ": input_size must have 4 entries (N, C, H, W), got ", shape_str(input_size));
-    LABOPS_CHECK(input_size[0] >= 0 && input_size[1] >= 0, "labops.", op,
-                      ": input_size must not be negative, got ", shape_str(input_size));
-    LABOPS_CHECK(grad_output.size(0) == input_size[0] && grad_output.size(1) == input_size[1],
-                      "labops.", op, ": grad_output must have input_size's N and C (", input_size[0], ", ",
-                      input_size[1], "), got shape ", shape_str(grad_output.sizes()));
-    check_spatial(input_size[2], op, "input_size[2]");
-    check_spatial(input_size[3], op, "input_size[3]");
-    check_spatial(grad_output.size(2), op, "grad_output's height");
-    check_spatial(grad_output.size(3), op, "grad_output's width");
-    check_scale(scale_h, op, "scale_h");
-    check_scale(scale_w, op, "scale_w");
-    CoordMode mode = parse_coordinate_mode(coordinate_mode, op);
+    check_upsample_bilinear2d_backward(grad_output, c10::fromIntArrayRefSlow(input_size), coordinate_mode,
+                                       scale_h, scale_w);
+    const CoordMode mode = parse_coordinate_mode(coordinate_mode, "upsample_bilinear2d_backward");
 
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor g = grad_output.contiguous();

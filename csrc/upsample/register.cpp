@@ -1,7 +1,8 @@
-// upsample: what the dispatcher knows of this layer — its schemas, and its Autograd kernels.
+// upsample: what the dispatcher knows of this layer — its schemas, its Autograd kernels and its Meta kernels.
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
   // ---- upsample_bilinear2d ----
@@ -60,9 +61,7 @@ at::Tensor upsample_autograd(const at::Tensor& x, SymIntArrayRef output_size, st
   auto node = new_node<UpsampleBilinear2dBackward>(x);
   node->input_size = x.sym_sizes().vec();
   node->r = {std::string(mode), scale_h, scale_w};
-  auto y = below_autograd(upsample_op(), x, output_size, mode, scale_h, scale_w);
-  torch::autograd::set_history(y, node);
-  return y;
+  return output_of(node, upsample_op(), x, output_size, mode, scale_h, scale_w);
 }
 at::Tensor upsample_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size, string_view mode,
                                       OptDouble scale_h, OptDouble scale_w, bool deterministic) {
@@ -72,9 +71,7 @@ at::Tensor upsample_backward_autograd(const at::Tensor& grad_output, SymIntArray
   auto node = new_node<UpsampleBilinear2dBackwardBackward>(grad_output);
   node->output_size = last2(grad_output.sym_sizes()).vec();
   node->r = {std::string(mode), scale_h, scale_w};
-  auto y = below_autograd(upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
-  torch::autograd::set_history(y, node);
-  return y;
+  return output_of(node, upsample_backward_op(), grad_output, input_size, mode, scale_h, scale_w, deterministic);
 }
 
 }  // namespace
@@ -83,4 +80,10 @@ at::Tensor upsample_backward_autograd(const at::Tensor& grad_output, SymIntArray
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("upsample_bilinear2d", &labops::upsample::upsample_autograd);
   m.impl("upsample_bilinear2d_backward", &labops::upsample::upsample_backward_autograd);
+}
+
+// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
+TORCH_LIBRARY_IMPL(labops, Meta, m) {
+  m.impl("upsample_bilinear2d", &labops::upsample::upsample_bilinear2d_meta);
+  m.impl("upsample_bilinear2d_backward", &labops::upsample::upsample_bilinear2d_backward_meta);
 }

@@ -26,7 +26,7 @@ import numbers
 
 import torch
 
-from .._checks import check_choice, check_enum, check_floating, check_tensor, shape_str
+from .._checks import check_choice, check_floating, check_tensor, shape_str
 from ..reference.upsample import COORDINATE_MODES  # the three modes, named once
 
 __all__ = ["upsample_bilinear2d", "upsample_bilinear2d_output_size"]
@@ -37,6 +37,15 @@ _OP = "upsample_bilinear2d"
 # and resolve the overload on every call, a measurable share of a tiny call's host time
 # (tools/host_time.py).
 _upsample_bilinear2d = torch.ops.labops.upsample_bilinear2d.default
+
+
+def _check_x(t, op, arg):
+    """x is a floating 4-D tensor: the op's rule (check_4d in csrc/upsample/entry.h), checked here before
+    resolve_arguments reads x's height and width."""
+    check_floating(t, op, arg)
+    if t.dim() != 4:
+        raise ValueError(f"labops.{op}: {arg} must be a 4-D (N, C, H, W) tensor, got {t.dim()}-D with shape "
+                         f"{shape_str(t.shape)}")
 
 
 def _positive_pair(value, arg, kind):
@@ -144,63 +153,8 @@ def upsample_bilinear2d(x: torch.Tensor, size=None, scale_factor=None, align_cor
     return _upsample_bilinear2d(x, *resolve_arguments(x, size, scale_factor, align_corners, coordinate_mode))
 
 
-# ---- the rules of csrc/upsample/entry.h, in its words, for the fakes (torch.compile) ----
-
-def _check_x(t, op, arg):
-    check_floating(t, op, arg)
-    if t.dim() != 4:
-        raise ValueError(f"labops.{op}: {arg} must be a 4-D (N, C, H, W) tensor, got {t.dim()}-D with shape "
-                         f"{shape_str(t.shape)}")
-
-
-def _check_spatial(size, op, what):
-    # Sizes go through float coordinates: kept where a float still counts every integer.
-    if not 0 < size <= 2**24:
-        raise ValueError(f"labops.{op}: {what} must be between 1 and 2^24, got {size}")
-
-
-def _check_scale(scale, op, arg):
-    if scale is not None and not (scale > 0 and math.isfinite(scale)):
-        # {:f}: std::to_string's format, which the C++ message uses.
-        raise ValueError(f"labops.{op}: {arg} must be a positive finite number or None, got {scale:f}")
-
-
-@torch.library.register_fake("labops::upsample_bilinear2d")
-def _upsample_fake(x, output_size, coordinate_mode, scale_h, scale_w):
-    _check_x(x, _OP, "x")
-    if len(output_size) != 2 or not all(s > 0 for s in output_size):
-        raise ValueError(f"labops.{_OP}: output_size must be two positive integers (out_h, out_w), "
-                         f"got {shape_str(output_size)}")
-    _check_spatial(x.shape[2], _OP, "x's height")
-    _check_spatial(x.shape[3], _OP, "x's width")
-    _check_spatial(output_size[0], _OP, "output_size[0]")
-    _check_spatial(output_size[1], _OP, "output_size[1]")
-    _check_scale(scale_h, _OP, "scale_h")
-    _check_scale(scale_w, _OP, "scale_w")
-    check_enum(coordinate_mode, COORDINATE_MODES, _OP, "coordinate_mode")
-    return x.new_empty((x.shape[0], x.shape[1], *output_size))
-
-
-@torch.library.register_fake("labops::upsample_bilinear2d_backward")
-def _upsample_backward_fake(grad_output, input_size, coordinate_mode, scale_h, scale_w, deterministic=True):
-    op = "upsample_bilinear2d_backward"
-    _check_x(grad_output, op, "grad_output")
-    if len(input_size) != 4:
-        raise ValueError(f"labops.{op}: input_size must have 4 entries (N, C, H, W), got {shape_str(input_size)}")
-    if input_size[0] < 0 or input_size[1] < 0:
-        raise ValueError(f"labops.{op}: input_size must not be negative, got {shape_str(input_size)}")
-    if grad_output.shape[0] != input_size[0] or grad_output.shape[1] != input_size[1]:
-        raise ValueError(f"labops.{op}: grad_output must have input_size's N and C ({input_size[0]}, "
-                         f"{input_size[1]}), got shape {shape_str(grad_output.shape)}")
-    _check_spatial(input_size[2], op, "input_size[2]")
-    _check_spatial(input_size[3], op, "input_size[3]")
-    _check_spatial(grad_output.shape[2], op, "grad_output's height")
-    _check_spatial(grad_output.shape[3], op, "grad_output's width")
-    _check_scale(scale_h, op, "scale_h")
-    _check_scale(scale_w, op, "scale_w")
-    check_enum(coordinate_mode, COORDINATE_MODES, op, "coordinate_mode")
-    return grad_output.new_empty(tuple(input_size))
-
+# Fake tensors (torch.compile): no Python fake. The Meta kernels of csrc/upsample/register.cpp run the
+# C++ rules and shapes of csrc/upsample/entry.h, so a bad argument raises the same error compiled or not.
 
 # Autograd: a graph node built in csrc/upsample/register.cpp (the backward is the compiled deterministic
 # gather; the backward op's own gradient is the forward, so double backward works).

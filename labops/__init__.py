@@ -18,7 +18,7 @@ import sys as _sys
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("ops", "nn", "reference", "torch7", "testing", "bench", "simt", "viz", "exercises", "rtc",
+_SUBMODULES = ("ops", "nn", "reference", "torch7", "ladder", "testing", "bench", "simt", "viz", "exercises", "rtc",
                "rtc_layers", "source")
 
 # Helpers that are not ops but that the notebooks call as labops.<name>: name -> the submodule defining it.

@@ -83,9 +83,10 @@ def find_nvcc() -> str | None:
 
 
 def layer_names(root: Path | None = None) -> list[str]:
-    """The layers: every folder of csrc/ with a register.cpp (csrc/common holds what they share)."""
+    """The layers: every folder of csrc/ with a register.cpp, except csrc/common, which holds what they
+    share (its register.cpp defines the ladder's ops, Note [the ladder] in csrc/common/ladder.h)."""
     root = root or csrc_dir()
-    return sorted(path.parent.name for path in root.glob("*/register.cpp"))
+    return sorted(path.parent.name for path in root.glob("*/register.cpp") if path.parent.name != "common")
 
 
 @dataclass
@@ -122,7 +123,9 @@ def plan() -> BuildPlan:
         with_cuda = False
 
     layers = layer_names(root)
-    sources = [path for layer in layers for path in sorted((root / layer).glob("*.cpp"))]
+    # csrc/common's own .cpp files (the ladder's ops) and every layer's
+    sources = sorted((root / "common").glob("*.cpp")) + [
+        path for layer in layers for path in sorted((root / layer).glob("*.cpp"))]
     if with_cuda:
         sources += [path for layer in layers for path in sorted((root / layer).glob("*.cu"))]
 
@@ -181,7 +184,7 @@ def _build_locked(p: BuildPlan, verbose: bool) -> str:
 def _compile(p: BuildPlan, verbose: bool) -> str:
     _check_toolchain(p)
     what = "CPU" + (" and CUDA" if p.with_cuda else "")
-    layers = sorted({s.parent.name for s in p.sources})
+    layers = sorted({s.parent.name for s in p.sources} - {"common"})
     names = ", ".join(layers)
     # Our own progress lines go to stdout: they are news, not errors (Jupyter colours stderr red).
     # What the compiler and ninja say goes to stderr (_run_builder).

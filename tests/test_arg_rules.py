@@ -1,9 +1,10 @@
 """Every argument rule of every op, fed to the eager op and to its fake: the same exception, word for word.
 
-The rules are written once per language: in C++ (csrc/*/entry.h, which raise in eager mode) and in
-the fakes of labops/ops/*.py (which raise under torch.compile, where no C++ kernel runs). This file
-is what keeps the two the same: each bad case goes to ``torch.ops.labops.<op>`` with real CPU tensors
-and with fake ones (``FakeTensorMode``), and both must raise the same type with the same message.
+The rules are written once, in C++: csrc/<layer>/entry.h's rule functions run first in every eager call
+and are the op's Meta kernel, which fake tensors run under torch.compile (registered in
+csrc/<layer>/register.cpp). This file shows the two paths agree: each bad case goes to
+``torch.ops.labops.<op>`` with real CPU tensors and with fake ones (``FakeTensorMode``), and both must
+raise the same type with the same message. Layers that still have a Python fake are held to it the same way.
 """
 
 import re

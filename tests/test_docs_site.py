@@ -21,7 +21,7 @@ SITE = ROOT / "docs" / "_build" / "html"
 pytestmark = pytest.mark.skipif(not (SITE / "index.html").exists(), reason="docs/_build/html is not built")
 
 API_MODULES = ["labops.ops", "labops.nn", "labops.reference", "labops.testing", "labops.simt", "labops.viz",
-               "labops.source", "labops.exercises"] + (["labops.rtc", "labops.rtc_layers"]
+               "labops.source", "labops.exercises", "labops.ladder"] + (["labops.rtc", "labops.rtc_layers"]
                                                         if (ROOT / "labops" / "rtc.py").exists() else [])
 
 

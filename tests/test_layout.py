@@ -26,7 +26,12 @@ def _schemas(layer):
 
 
 def _fakes(layer):
-    return re.findall(r'register_fake\(\s*"labops::(\w+)"', (ROOT / "labops" / "ops" / f"{layer}.py").read_text())
+    """The ops with a fake: a Python register_fake in labops/ops/<layer>.py, or a Meta kernel in
+    csrc/<layer>/register.cpp (TORCH_LIBRARY_IMPL(labops, Meta, m): the C++ rules and shapes run on fakes)."""
+    python = re.findall(r'register_fake\(\s*"labops::(\w+)"', (ROOT / "labops" / "ops" / f"{layer}.py").read_text())
+    meta_blocks = re.findall(r"TORCH_LIBRARY_IMPL\(labops, Meta, m\) \{(.*?)\n\}",
+                             (ROOT / "csrc" / layer / "register.cpp").read_text(), re.S)
+    return python + [name for block in meta_blocks for name in re.findall(r'm\.impl\("(\w+)"', block)]
 
 
 def test_python_and_csrc_have_the_same_layers():
@@ -53,6 +58,16 @@ def test_csrc_holds_only_layer_folders_and_common():
     assert not list((ROOT / "csrc").glob("*.cpp")), "a file at the top of csrc/ is a hub: put it in its layer's folder"
 
 
+def _global_scope_declarations(text):
+    """`using`, `static` and namespace aliases outside every brace: what two files of one unit would share."""
+    depth, outside = 0, []
+    for line in re.sub(r"//.*", "", text).splitlines():
+        if depth == 0 and re.match(r"\s*(using |static |namespace \w+ =)", line):
+            outside.append(line.strip())
+        depth += line.count("{") - line.count("}")
+    return outside
+
+
 @pytest.mark.parametrize("layer", CSRC_LAYERS)
 def test_layer_code_lives_in_its_namespace(layer):
     """Several layers' .cpp files share one translation unit (Note [translation units] in labops/_build.py),
@@ -60,10 +75,14 @@ def test_layer_code_lives_in_its_namespace(layer):
     for name in ("cpu.cpp", "register.cpp"):
         text = (ROOT / "csrc" / layer / name).read_text()
         assert f"namespace labops::{layer} {{" in text, f"csrc/{layer}/{name} has no namespace labops::{layer}"
-        code = re.sub(r"//.*", "", text)
-        depth, outside = 0, []
-        for line in code.splitlines():
-            if depth == 0 and re.match(r"\s*(using |static |namespace \w+ =)", line):
-                outside.append(line.strip())
-            depth += line.count("{") - line.count("}")
-        assert outside == [], f"csrc/{layer}/{name}: declarations at global scope"
+        assert _global_scope_declarations(text) == [], f"csrc/{layer}/{name}: declarations at global scope"
+
+
+def test_common_is_compiled_but_is_not_a_layer():
+    """csrc/common/register.cpp holds ops no layer owns (the ladder's, Note [the ladder] in csrc/common/ladder.h):
+    compiled with the layers, in a unit with them, yet not a layer (no file set, no Python faces)."""
+    assert "common" not in CSRC_LAYERS
+    assert _build.plan().sources[:1] == [ROOT / "csrc" / "common" / "register.cpp"]
+    assert all(name.startswith("_") for name in _schemas("common")), "csrc/common defines private ops only"
+    text = (ROOT / "csrc" / "common" / "register.cpp").read_text()
+    assert "namespace labops::ladder {" in text and _global_scope_declarations(text) == []

@@ -3,17 +3,20 @@
 //   * DepthwiseLauncher, the kernel of labops::depthwise_conv2d and its
 //     backward ops: whole planes in zero-bordered buffers, SIMD rows. Every
 //     position and offset comes from a helper of depthwise/depthwise.h, see
-//     Note [zero-bordered planes] and Note [flipped-kernel identity].
-//   * DepthwiseTextbookLauncher, the kernel of the private
-//     labops::_depthwise_conv2d_textbook: the per-element bodies of
-//     depthwise/depthwise.h under at::parallel_for, one call per element, as the
-//     generic CUDA kernels run them. tests/test_depthwise.py holds the fast
-//     path to it.
+//     Note [zero-bordered planes] and Note [flipped-kernel identity]. Its
+//     forward is rung 2 (bordered_simd) of the forward's ladder, and runs
+//     rung 1 when that is forced (forward_ladder, entry.h).
+//   * DepthwiseTextbookLauncher, rung 1 (textbook) of the forward's ladder and
+//     the kernel of the private labops::_depthwise_conv2d_textbook (forward and
+//     gradients): the per-element bodies of depthwise/depthwise.h under
+//     at::parallel_for, one call per element, as the generic CUDA kernels run
+//     them. tests/test_depthwise.py and tests/test_ladder.py hold the fast path to it.
 // Both split the work so that no two threads write the same element (outputs
 // and input gradients by plane or element, weight and bias gradients by
 // channel): deterministic, no locks.
 
 #include <algorithm>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -130,15 +133,69 @@ void correlate_plane(T* acc, int64_t pitch, const T* buf, const BorderedPlane b,
   }
 }
 
+// One body call per element (the bodies of depthwise/depthwise.h), as the generic
+// CUDA kernels do: the readable path the fast one is tested against, and the
+// forward's rung 1 (textbook) on the CPU.
+struct DepthwiseTextbookLauncher {
+  static bool has_nhwc_kernels(const Geometry&, at::ArrayRef<at::Tensor>) { return false; }
+  static bool forward_has_nhwc_kernels(const Geometry&, at::ArrayRef<at::Tensor>, int) { return false; }
+
+  // Rung 1 of the forward's ladder (forward_ladder, entry.h); `forced` is unused: this is the rung.
+  template <typename scalar_t>
+  static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
+                      const Geometry& g, int /*forced*/ = 1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    at::parallel_for(0, g.batch * g.out_channels * g.out_plane(), grain_for(g.taps()), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(forward_at<acc_t>(i, x, w, bias, g));
+    });
+  }
+
+  template <typename scalar_t>
+  static void backward_input(const scalar_t* grad_out, const scalar_t* w, scalar_t* grad_in,
+                             const Geometry& g) {
+    using acc_t = at::opmath_type<scalar_t>;
+    at::parallel_for(0, g.batch * g.in_channels * g.in_plane(), grain_for(g.taps() * g.multiplier),
+                     [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        grad_in[i] = static_cast<scalar_t>(backward_input_at<acc_t>(i, grad_out, w, g));
+    });
+  }
+
+  template <typename scalar_t>
+  static void backward_weight(const scalar_t* grad_out, const scalar_t* x, scalar_t* grad_w,
+                              const Geometry& g) {
+    using acc_t = at::opmath_type<scalar_t>;
+    at::parallel_for(0, g.out_channels * g.taps(), grain_for(g.batch * g.out_plane()), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        grad_w[i] = static_cast<scalar_t>(backward_weight_at<acc_t>(i, grad_out, x, g));
+    });
+  }
+
+  template <typename scalar_t>
+  static void backward_bias(const scalar_t* grad_out, scalar_t* grad_b, int64_t batch,
+                            int64_t channels, int64_t plane) {
+    using acc_t = at::opmath_type<scalar_t>;
+    at::parallel_for(0, channels, grain_for(batch * plane), [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c)
+        grad_b[c] = static_cast<scalar_t>(backward_bias_at<acc_t>(c, grad_out, batch, channels, plane));
+    });
+  }
+};
+
 struct DepthwiseLauncher {
   // No NHWC kernels: channels_last tensors are computed in NCHW, through
   // copies (Note [channels_last]).
   static bool has_nhwc_kernels(const Geometry&, at::ArrayRef<at::Tensor>) { return false; }
+  static bool forward_has_nhwc_kernels(const Geometry&, at::ArrayRef<at::Tensor>, int) { return false; }
 
-  // updateOutput: one output plane (n, oc) per task item.
+  // updateOutput. Rung 2 (bordered_simd), the default for every input: one output plane
+  // (n, oc) per task item. Rung 1 (textbook) when forced: DepthwiseTextbookLauncher.
   template <typename scalar_t>
   static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
-                      const Geometry& g) {
+                      const Geometry& g, int forced) {
+    if (forward_ladder().run(c10::DeviceType::CPU, forced, 2, [](int) { return std::string(); }) == 1) {
+      return DepthwiseTextbookLauncher::forward(x, w, bias, out, g);
+    }
     using acc_t = at::opmath_type<scalar_t>;
     const BorderedPlane xb = padded_input_plane(g);
     const std::vector<int64_t> off = tap_offsets(xb, g.taps());
@@ -259,52 +316,6 @@ struct DepthwiseLauncher {
         }
         grad_b[c] = static_cast<scalar_t>(lane_sum(sum));
       }
-    });
-  }
-};
-
-// One body call per element (the bodies of depthwise/depthwise.h), as the generic
-// CUDA kernels do: the readable path the fast one is tested against.
-struct DepthwiseTextbookLauncher {
-  static bool has_nhwc_kernels(const Geometry&, at::ArrayRef<at::Tensor>) { return false; }
-
-  template <typename scalar_t>
-  static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
-                      const Geometry& g) {
-    using acc_t = at::opmath_type<scalar_t>;
-    at::parallel_for(0, g.batch * g.out_channels * g.out_plane(), grain_for(g.taps()), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(forward_at<acc_t>(i, x, w, bias, g));
-    });
-  }
-
-  template <typename scalar_t>
-  static void backward_input(const scalar_t* grad_out, const scalar_t* w, scalar_t* grad_in,
-                             const Geometry& g) {
-    using acc_t = at::opmath_type<scalar_t>;
-    at::parallel_for(0, g.batch * g.in_channels * g.in_plane(), grain_for(g.taps() * g.multiplier),
-                     [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        grad_in[i] = static_cast<scalar_t>(backward_input_at<acc_t>(i, grad_out, w, g));
-    });
-  }
-
-  template <typename scalar_t>
-  static void backward_weight(const scalar_t* grad_out, const scalar_t* x, scalar_t* grad_w,
-                              const Geometry& g) {
-    using acc_t = at::opmath_type<scalar_t>;
-    at::parallel_for(0, g.out_channels * g.taps(), grain_for(g.batch * g.out_plane()), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        grad_w[i] = static_cast<scalar_t>(backward_weight_at<acc_t>(i, grad_out, x, g));
-    });
-  }
-
-  template <typename scalar_t>
-  static void backward_bias(const scalar_t* grad_out, scalar_t* grad_b, int64_t batch,
-                            int64_t channels, int64_t plane) {
-    using acc_t = at::opmath_type<scalar_t>;
-    at::parallel_for(0, channels, grain_for(batch * plane), [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c)
-        grad_b[c] = static_cast<scalar_t>(backward_bias_at<acc_t>(c, grad_out, batch, channels, plane));
     });
   }
 };

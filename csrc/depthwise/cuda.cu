@@ -1,5 +1,7 @@
 // CUDA kernels of depthwise_conv2d: the shared entry points (depthwise/entry.h)
-// with a CUDA launcher. Two kinds of kernel:
+// with a CUDA launcher. Two kinds of kernel, which are also the forward's
+// rungs (forward_ladder in entry.h): 1 textbook = generic, 2 tiled, 3 tiled
+// with vector row loads.
 //  * generic: the grid-stride loop (LABOPS_KERNEL_LOOP) over the per-element
 //    bodies of depthwise/depthwise.h (forward_at, backward_input_at,
 //    backward_weight_term), any kernel size, stride and dilation;
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
@@ -652,21 +655,47 @@ struct DepthwiseLauncher {
     return true;
   }
 
+  // The forward reads channels_last in place only in its tiled rung (2). Rungs 1 and 3 read NCHW: a
+  // forced 1 or 3 has channels_last tensors copied, as the default does for geometries without NHWC kernels.
+  static bool forward_has_nhwc_kernels(const Geometry& g, at::ArrayRef<at::Tensor> data, int forced) {
+    return (forced == 0 || forced == 2) && has_nhwc_kernels(g, data);
+  }
+
+  // updateOutput, the forward's ladder (forward_ladder, entry.h): rung 1 (textbook) the generic
+  // kernel, rung 2 (tiled) the tiled kernels, rung 3 (tiled_vector_rows) the same reading rows in
+  // vectors. The fastest that can take g runs unless `forced` names one.
   template <typename scalar_t>
   static void forward(const scalar_t* x, const scalar_t* w, const scalar_t* bias, scalar_t* out,
-                      const Geometry& g) {
+                      const Geometry& g, int forced) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const bool tiled = dispatch_tiled(g, [](auto...) {});
     const int vector = row_vector(g, {x, out}, sizeof(scalar_t), kForwardRowVector<scalar_t>);
-    const bool tiled = with_layout<ForwardNhwc, kForwardRowVector<scalar_t>>(g, vector, [&](auto layout) {
-      return launch_forward_tiled<false, decltype(layout)>(x, w, bias, out, g, stream);
+    const int rung = forward_ladder().run(c10::DeviceType::CUDA, forced, !tiled ? 1 : vector > 1 ? 3 : 2, [&](int r) {
+      if (r >= 2 && !tiled) {
+        return "the tiled kernels take 3x3 and 5x5 kernels, stride 1 or 2 (the same on both axes), dilation 1, "
+               "tensors under 2^31 elements; got a " + std::to_string(g.k_h) + "x" + std::to_string(g.k_w) +
+               " kernel, stride (" + std::to_string(g.stride_h) + ", " + std::to_string(g.stride_w) +
+               "), dilation (" + std::to_string(g.dil_h) + ", " + std::to_string(g.dil_w) + ")";
+      }
+      if (r == 3 && vector == 1) {
+        return std::string("rows are read in vectors only from NCHW tensors with padding_w = kW / 2, even input and "
+                           "output widths, and x aligned to two elements; got width ") +
+               std::to_string(g.in_w) + " -> " + std::to_string(g.out_w) + ", padding_w " + std::to_string(g.pad_w) +
+               (g.channels_last ? ", channels_last" : "");
+      }
+      return std::string();
     });
-    if (!tiled) {
-      TORCH_INTERNAL_ASSERT(!g.channels_last, "depthwise: no NHWC kernel for this geometry");
+    if (rung == 1) {
+      TORCH_INTERNAL_ASSERT(!g.channels_last, "depthwise: the generic kernel reads NCHW");
       const int64_t total = g.batch * g.out_channels * g.out_plane();
       forward_generic_kernel<scalar_t>
           <<<get_blocks(total, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(x, w, bias, out, g, total);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
     }
+    with_layout<ForwardNhwc, kForwardRowVector<scalar_t>>(g, rung == 3 ? vector : 1, [&](auto layout) {
+      return launch_forward_tiled<false, decltype(layout)>(x, w, bias, out, g, stream);
+    });
   }
 
   template <typename scalar_t>

@@ -4,7 +4,9 @@
 // for the private textbook op), depthwise/cuda.cu uses
 // Entry<cuda::DepthwiseLauncher>. Here live the argument checks, the
 // shapes, contiguity, allocation and the dtype dispatch; the launchers only
-// receive raw pointers and a checked Geometry.
+// receive raw pointers and a checked Geometry. The forward reads its forced
+// rung (forward_ladder below) once and hands it to the launcher, which picks
+// the rung and its layout from it.
 #pragma once
 
 #include <array>
@@ -16,9 +18,27 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../common/check.h"
+#include "../common/ladder.h"
 #include "depthwise.h"
 
 namespace labops::depthwise {
+
+// The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body forward_at.
+// Which rung runs by default: labops/ladder.py DEFAULTS, docs/layers/depthwise.md "The ladder".
+// The backward ops have no rungs: forcing one changes the forward only.
+inline ladder::Ladder& forward_ladder() {
+  static ladder::Ladder rungs(
+      "depthwise", "depthwise_conv2d",
+      {{"textbook", "forward_at per output element (DepthwiseTextbookLauncher), elements shared among the threads"},
+       {"bordered_simd", "a zero-bordered copy of each plane, every tap one SIMD multiply-add over a row "
+                         "(Note [zero-bordered planes])"}},
+      {{"textbook", "forward_generic_kernel: forward_at per output element, grid-stride loop; any geometry, NCHW"},
+       {"tiled", "a thread computes a 4x2 tile of outputs from registers (Note [tiled kernels]); 3x3 and 5x5, "
+                 "stride 1 or 2, dilation 1; NCHW, or channels_last in packs of channels"},
+       {"tiled_vector_rows", "the tiled kernels reading rows 2 or 4 columns per load (Note [vector row loads]); "
+                             "NCHW, 'same' padding in W, even widths"}});
+  return rungs;
+}
 
 // Checks every size rule and returns the geometry. x_size is (N, C_in, H, W),
 // w_size is (C_out, 1, kH, kW); the *_arg names say where each came from so the
@@ -109,11 +129,19 @@ struct Entry {
   // channels_last, with g.channels_last set, when the caller's tensors are
   // (`keep_cl`) and the launcher has NHWC kernels for g and these tensors;
   // otherwise NCHW-contiguous. Each tensor is copied at most once.
-  template <size_t K>
-  static std::array<at::Tensor, K> in_launcher_layout(Geometry& g, bool keep_cl, std::array<at::Tensor, K> ts) {
-    g.channels_last = keep_cl && Launcher::has_nhwc_kernels(g, ts);
+  // `nhwc_kernels(g, ts)`: whether the kernel to run has NHWC kernels for g and ts.
+  template <size_t K, typename HasNhwc>
+  static std::array<at::Tensor, K> in_launcher_layout(Geometry& g, bool keep_cl, std::array<at::Tensor, K> ts,
+                                                      HasNhwc&& nhwc_kernels) {
+    g.channels_last = keep_cl && nhwc_kernels(g, ts);
     for (auto& t : ts) t = t.contiguous(memory_format(g.channels_last));
     return ts;
+  }
+  template <size_t K>
+  static std::array<at::Tensor, K> in_launcher_layout(Geometry& g, bool keep_cl, std::array<at::Tensor, K> ts) {
+    return in_launcher_layout<K>(g, keep_cl, ts, [](const Geometry& lg, at::ArrayRef<at::Tensor> data) {
+      return Launcher::has_nhwc_kernels(lg, data);
+    });
   }
 
   // A result in the caller's layout: channels_last when keep_cl (a no-op when
@@ -144,14 +172,18 @@ struct Entry {
       return at::empty(out_size, x.options().memory_format(memory_format(keep_cl)));
     }
     Geometry lg = g;
-    const at::Tensor xc = in_launcher_layout<1>(lg, keep_cl, {x})[0];
+    const int forced = forward_ladder().forced();  // read once: the layout and the kernel agree
+    const auto forward_nhwc = [&](const Geometry& geometry, at::ArrayRef<at::Tensor> data) {
+      return Launcher::forward_has_nhwc_kernels(geometry, data, forced);
+    };
+    const at::Tensor xc = in_launcher_layout<1>(lg, keep_cl, {x}, forward_nhwc)[0];
     at::Tensor out = at::empty(out_size, x.options().memory_format(memory_format(lg.channels_last)));
     const at::Tensor wc = weight.contiguous();
     const at::Tensor bc = has_bias ? bias->contiguous() : at::Tensor();
     LABOPS_DEPTHWISE_DISPATCH(x.scalar_type(), [&] {
       Launcher::template forward<scalar_t>(
           xc.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(),
-          has_bias ? bc.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), lg);
+          has_bias ? bc.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(), lg, forced);
     });
     return in_caller_layout(out, keep_cl);
   }

@@ -3,6 +3,7 @@
 
 #include "../common/autograd.h"
 #include "../common/conv_autograd.h"
+#include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
   // ---- depthwise_conv2d ----
@@ -18,8 +19,9 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   // accGradParameters: grad_weight += scale * dE/dW, grad_bias += scale * dE/db, in place (as conv2d_mm's).
   m.def("depthwise_conv2d_acc_grad_parameters(Tensor grad_output, Tensor x, Tensor(a!) grad_weight, "
         "Tensor(b!)? grad_bias, int[2] stride, int[2] padding, int[2] dilation, float scale=1) -> ()");
-  // Private, CPU only, for tests/test_depthwise.py: forward and the three gradients through the
-  // textbook launcher (the per-element bodies of ops/depthwise.h), to hold the fast CPU path to them.
+  // Private, CPU only, for tests/test_depthwise.py and notebook 06: forward and the three gradients through
+  // the textbook launcher (the per-element bodies of depthwise/depthwise.h), to hold the fast CPU path to
+  // them. The forward alone is also rung 1 of the ladder (labops.ladder.use("depthwise", "textbook")).
   m.def("_depthwise_conv2d_textbook(Tensor x, Tensor weight, Tensor? bias, Tensor grad_output, int[2] stride, "
         "int[2] padding, int[2] dilation) -> (Tensor, Tensor, Tensor, Tensor)");
 }
@@ -27,6 +29,9 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
 namespace labops::depthwise {
 namespace {
 using namespace labops::autograd;
+
+// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
+const ladder::Registration registered_ladder(forward_ladder());
 
 // The gradient is three compiled ops, each called only when its gradient is wanted.
 struct Depthwise {

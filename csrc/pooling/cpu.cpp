@@ -1,12 +1,15 @@
 // CPU kernels for global average pooling: at::parallel_for over planes, the
 // bodies of pooling/pooling.h inside, the entry points of pooling/entry.h.
 //
-// Forward: float and double planes are summed with four SIMD accumulators
-// (at::vec::Vectorized, several independent adds in flight), then the lanes
-// and the leftover elements are added; half and bfloat16 are summed one
-// element at a time in float. Backward: each plane is one value repeated,
-// a fill the compiler vectorizes.
+// Forward, two rungs (forward_ladder in entry.h):
+//   1 textbook: each plane summed one element at a time (gap_sum_strided), in
+//     float for half and bfloat16; the default for half and bfloat16.
+//   2 simd4: float and double planes summed with four SIMD accumulators
+//     (at::vec::Vectorized, several independent adds in flight), then the lanes
+//     and the leftover elements are added; the default for float and double.
+// Backward: each plane is one value repeated, a fill the compiler vectorizes.
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
@@ -29,12 +32,17 @@ void for_each_plane(int64_t planes, int64_t hw, const F& f) {
   });
 }
 
+// Whether rung 2 (simd4) sums this type: it adds in the data's own type, so not half or bfloat16.
 template <typename scalar_t>
-at::opmath_type<scalar_t> plane_sum(const scalar_t* plane, int64_t hw) {
+constexpr bool kSimdSum = std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>;
+
+// Rung 2's plane sum: four SIMD accumulators, then the lanes and the tail.
+template <typename scalar_t>
+at::opmath_type<scalar_t> plane_sum_simd4(const scalar_t* plane, int64_t hw) {
   using acc_t = at::opmath_type<scalar_t>;
   int64_t k = 0;
   acc_t sum = acc_t(0);
-  if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, double>) {
+  if constexpr (kSimdSum<scalar_t>) {
     using Vec = at::vec::Vectorized<scalar_t>;
     constexpr int64_t kLanes = Vec::size();
     if (hw >= kLanes) {
@@ -56,10 +64,22 @@ at::opmath_type<scalar_t> plane_sum(const scalar_t* plane, int64_t hw) {
 
 struct PoolingLauncher {
   template <typename scalar_t>
-  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw) {
+  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, int forced) {
     using acc_t = at::opmath_type<scalar_t>;
+    const int rung = forward_ladder().run(c10::DeviceType::CPU, forced, kSimdSum<scalar_t> ? 2 : 1, [](int r) {
+      return r == 2 && !kSimdSum<scalar_t> ? std::string("it sums float32 and float64 only, got ") +
+                                                 c10::toString(c10::CppTypeToScalarType<scalar_t>::value)
+                                           : std::string();
+    });
+    if (rung == 1) {  // the textbook: pooling.h's loop, as written
+      for_each_plane(planes, hw, [&](int64_t p) {
+        const acc_t sum = pooling::gap_sum_strided<acc_t>(x + p * hw, 0, hw, 1);
+        y[p] = static_cast<scalar_t>(pooling::gap_mean<acc_t>(sum, hw));
+      });
+      return;
+    }
     for_each_plane(planes, hw, [&](int64_t p) {
-      y[p] = static_cast<scalar_t>(pooling::gap_mean<acc_t>(plane_sum(x + p * hw, hw), hw));
+      y[p] = static_cast<scalar_t>(pooling::gap_mean<acc_t>(plane_sum_simd4(x + p * hw, hw), hw));
     });
   }
 

@@ -1,9 +1,15 @@
 // CUDA kernels for global average pooling: the bodies of pooling/pooling.h, the
-// entry points of pooling/entry.h. See Note [plane groups] for the forward
-// and Note [broadcast backward] for the backward.
+// entry points of pooling/entry.h. The forward's rungs (forward_ladder in
+// entry.h, Note [the ladder] in common/ladder.h):
+//   1 textbook      gap_forward_textbook_kernel: one thread per plane;
+//   2 plane_groups  gap_forward_kernel, one element per load (x not 16-byte aligned);
+//   3 vector_loads  gap_forward_kernel, 16-byte packs, masked (x aligned);
+//   4 whole_packs   gap_forward_kernel, 16-byte packs, no masks (x aligned, H*W % pack == 0).
+// See Note [plane groups] for rungs 2-4 and Note [broadcast backward] for the backward.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
@@ -41,6 +47,19 @@ constexpr int kLoadsInFlight = 4;
 // 8-element packs, 56x56 but not 14x14) no pack is shared and
 // lane_sum_whole_packs skips the masks: on an H100 that took
 // 256x512x14x14 float32 from 82 % to 96 % of copy bandwidth (graph timing).
+
+// Rung 1, the textbook: thread p sums plane p with pooling.h's loop, as the CPU's
+// rung 1 does; a grid-stride loop covers any number of planes. Lanes of a warp
+// read addresses H*W elements apart, so each load of a warp touches 32 cache
+// lines: what Note [plane groups] fixes.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    gap_forward_textbook_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, int64_t planes, int64_t hw) {
+  using acc_t = at::opmath_type<scalar_t>;
+  LABOPS_KERNEL_LOOP(p, planes) {
+    y[p] = static_cast<scalar_t>(pooling::gap_mean(pooling::gap_sum_strided<acc_t>(x + p * hw, 0, hw, 1), hw));
+  }
+}
 
 // Lane `lane`'s share of plane `plane`'s sum, in general: the packs that cover
 // the plane, elements of neighbouring planes masked.
@@ -167,13 +186,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
+// whole_packs: lane_sum_whole_packs (needs kVec > 1 and hw % kVec == 0), else lane_sum_masked.
 template <typename scalar_t, int kVec, int G>
-void launch_forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, cudaStream_t stream) {
+void launch_forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, bool whole_packs,
+                    cudaStream_t stream) {
   constexpr int kThreads = G > kThreadsPerBlock ? G : kThreadsPerBlock;
   constexpr int kPlanesPerBlock = kThreads / G;
   const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(planes, kPlanesPerBlock),
                                            std::numeric_limits<int32_t>::max());
-  if (kVec > 1 && hw % kVec == 0) {
+  if (kVec > 1 && whole_packs) {
     const int64_t packs_per_plane = hw / kVec;
     // The grid loop's last step may pass the plane count by one grid of planes.
     if (fits_int32((planes + blocks * kPlanesPerBlock) * packs_per_plane)) {
@@ -190,19 +211,20 @@ void launch_forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, 
 }
 
 template <typename scalar_t, int kVec>
-void forward_with_vec(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, cudaStream_t stream) {
+void forward_with_vec(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, bool whole_packs,
+                      cudaStream_t stream) {
   // Packs touched per plane (one more when the plane straddles pack edges),
   // shared by the smallest group that gives each lane about four of them.
   const int64_t packs = ceil_div<int64_t>(hw, kVec) + (kVec > 1 ? 1 : 0);
   const int64_t want = ceil_div<int64_t>(packs, kLoadsInFlight);
-  if (want <= 4) return launch_forward<scalar_t, kVec, 4>(x, y, planes, hw, stream);
-  if (want <= 8) return launch_forward<scalar_t, kVec, 8>(x, y, planes, hw, stream);
-  if (want <= 16) return launch_forward<scalar_t, kVec, 16>(x, y, planes, hw, stream);
-  if (want <= 32) return launch_forward<scalar_t, kVec, 32>(x, y, planes, hw, stream);
-  if (want <= 64) return launch_forward<scalar_t, kVec, 64>(x, y, planes, hw, stream);
-  if (want <= 128) return launch_forward<scalar_t, kVec, 128>(x, y, planes, hw, stream);
-  if (want <= 256) return launch_forward<scalar_t, kVec, 256>(x, y, planes, hw, stream);
-  return launch_forward<scalar_t, kVec, 512>(x, y, planes, hw, stream);
+  if (want <= 4) return launch_forward<scalar_t, kVec, 4>(x, y, planes, hw, whole_packs, stream);
+  if (want <= 8) return launch_forward<scalar_t, kVec, 8>(x, y, planes, hw, whole_packs, stream);
+  if (want <= 16) return launch_forward<scalar_t, kVec, 16>(x, y, planes, hw, whole_packs, stream);
+  if (want <= 32) return launch_forward<scalar_t, kVec, 32>(x, y, planes, hw, whole_packs, stream);
+  if (want <= 64) return launch_forward<scalar_t, kVec, 64>(x, y, planes, hw, whole_packs, stream);
+  if (want <= 128) return launch_forward<scalar_t, kVec, 128>(x, y, planes, hw, whole_packs, stream);
+  if (want <= 256) return launch_forward<scalar_t, kVec, 256>(x, y, planes, hw, whole_packs, stream);
+  return launch_forward<scalar_t, kVec, 512>(x, y, planes, hw, whole_packs, stream);
 }
 
 template <typename scalar_t, typename index_t>
@@ -218,12 +240,30 @@ void launch_backward(const scalar_t* go, scalar_t* gi, int64_t planes, int64_t h
 
 struct PoolingLauncher {
   template <typename scalar_t>
-  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw) {
+  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, int forced) {
+    constexpr int kVec = vec_width<scalar_t>();
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    if (is_aligned(x, kPackBytes)) {
-      forward_with_vec<scalar_t, vec_width<scalar_t>()>(x, y, planes, hw, stream);
-    } else {
-      forward_with_vec<scalar_t, 1>(x, y, planes, hw, stream);
+    // The fastest rung that can take x (forward_ladder, entry.h), unless one is forced.
+    const bool aligned = is_aligned(x, kPackBytes), whole = aligned && hw % kVec == 0;
+    const int rung = pooling::forward_ladder().run(
+        c10::DeviceType::CUDA, forced, whole ? 4 : aligned ? 3 : 2, [&](int r) {
+          if (r >= 3 && !aligned) return std::string("x is not 16-byte aligned (a view into its storage)");
+          if (r == 4 && !whole) {
+            return "H*W = " + std::to_string(hw) + " is not a multiple of the " + std::to_string(kVec) +
+                   "-element pack";
+          }
+          return std::string();
+        });
+    switch (rung) {
+      case 1:
+        gap_forward_textbook_kernel<scalar_t>
+            <<<get_blocks(planes, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(x, y, planes, hw);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        return;
+      case 2:
+        return forward_with_vec<scalar_t, 1>(x, y, planes, hw, false, stream);
+      default:  // 3 and 4
+        return forward_with_vec<scalar_t, kVec>(x, y, planes, hw, rung == 4, stream);
     }
   }
 

@@ -2,9 +2,10 @@
 // both devices (pooling/cpu.cpp, pooling/cuda.cu); the math is pooling.h's.
 //
 // Launcher provides
-//   forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw)
+//   forward(const scalar_t* x, scalar_t* y, int64_t planes, int64_t hw, int forced)
 //   backward(const scalar_t* grad_output, scalar_t* grad_input, int64_t planes, int64_t hw)
-// for hw >= 1 and planes >= 1.
+// for hw >= 1 and planes >= 1; `forced` is the forward's forced rung (0: the launcher picks),
+// see forward_ladder below.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,25 @@
 #include <c10/util/Exception.h>
 
 #include "../common/check.h"
+#include "../common/ladder.h"
 #include "pooling.h"
 
 namespace labops::pooling {
+
+// The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body. Which rung
+// runs by default: labops/ladder.py DEFAULTS, docs/layers/pooling.md "The ladder".
+inline ladder::Ladder& forward_ladder() {
+  static ladder::Ladder rungs(
+      "pooling", "global_avg_pool2d",
+      {{"textbook", "gap_sum_strided over each plane, one element at a time; planes shared among the threads"},
+       {"simd4", "four at::vec accumulators per plane, several adds in flight (float32 and float64 only)"}},
+      {{"textbook", "one thread per plane, grid-stride loop over planes: a warp's loads lie H*W elements apart"},
+       {"plane_groups", "G threads per plane (Note [plane groups]), one element per load, then group_sum"},
+       {"vector_loads", "plane groups loading 16-byte packs, neighbouring planes' elements masked (x 16-byte aligned)"},
+       {"whole_packs", "plane groups on planes of whole packs: no masks, 32-bit indices (x aligned, H*W a multiple "
+                       "of the pack)"}});
+  return rungs;
+}
 
 inline void check_gap_input_rank(int64_t dim, const char* op, const char* arg) {
   LABOPS_CHECK(dim == 3 || dim == 4, "labops.", op, ": ", arg,
@@ -42,8 +59,9 @@ struct Entry {
     if (planes == 0) return out;
     if (hw == 0) return out.fill_(std::numeric_limits<double>::quiet_NaN());  // mean of nothing, as torch.mean
     at::Tensor xc = x.contiguous();
+    const int forced = forward_ladder().forced();
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_gap_forward", [&] {
-      Launcher::forward(xc.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), planes, hw);
+      Launcher::forward(xc.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), planes, hw, forced);
     });
     return out;
   }

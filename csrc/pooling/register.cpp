@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
   // ---- global_avg_pool2d ----
@@ -13,6 +14,9 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
 namespace labops::pooling {
 namespace {
 using namespace labops::autograd;
+
+// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
+const ladder::Registration registered_ladder(forward_ladder());
 
 using PoolSig = at::Tensor(const at::Tensor&);
 using PoolBackwardSig = at::Tensor(const at::Tensor&, SymIntArrayRef);

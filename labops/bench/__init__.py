@@ -20,6 +20,10 @@ byte, under the measured copy bandwidth and matmul peaks.
 Each layer has a suite module in this package whose ``cases(device, size)``
 yields ``Case`` objects; ``run()`` times them and prints one table.
     python -m labops bench --device cuda --suite activation
+
+A layer with a ladder (``labops.ladder``) also has ``ladder_cases(device)``: ``ladder_run()`` times every
+rung of its forward beside native PyTorch and the copy bandwidth, in one run.
+    python -m labops bench --ladder pooling --device cpu --json cpu_pooling.json
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ import torch
 from labops._layers import LAYERS
 
 SUITES = [layer for layer in LAYERS if (Path(__file__).parent / f"{layer}.py").is_file()]  # one suite per layer
+# The layers whose suite also times their forward's ladder (``ladder_cases``, ``ladder_run``), read without
+# importing the suites (that would import their layer's ops).
+LADDERS = [layer for layer in SUITES if "\ndef ladder_cases(" in (Path(__file__).parent / f"{layer}.py").read_text()]
 
 
 @dataclass
@@ -429,6 +436,107 @@ def run(device="cuda", suites=None, size=None, json_path=None, print_table=True,
     return header, results
 
 
+def ladder_run(layer, device="cuda", json_path=None, print_table=True, min_time=0.2, progress=False) -> dict:
+    """Time every rung of ``layer``'s forward (``labops.ladder``: rung 1 the textbook, then each faster kernel)
+    on the representative shapes of its suite's ``ladder_cases(device)``, with native PyTorch and the copy
+    bandwidth measured in the same run, as ``run()`` does: eager times, and on CUDA the CUDA-graph replay too
+    (each rung is forced while its graph is captured, so the graph holds that rung's kernel).
+
+    A rung that cannot take a case (ValueError when forced) gets its reason instead of a time. Returns the
+    result (what ``--json`` writes, what ``viz.ladder_bars`` draws): device, torch, date, copy_GBps, layer,
+    rungs and their ``about``, and one row per case with native's figures, the rung that runs by default,
+    and one entry per rung (ms, pct_copy, speedup over native; graph_* on CUDA)."""
+    from labops import ladder
+
+    module = importlib.import_module(f"labops.bench.{layer}")
+    if not hasattr(module, "ladder_cases"):
+        raise ValueError(f"labops bench --ladder: layer '{layer}' has no ladder cases (its suite, labops/bench/"
+                         f"{layer}.py, defines no ladder_cases); layers with a ladder: {', '.join(ladder.layers())}")
+    busy = busy_cpu() if device == "cpu" else None  # measured before the run adds its own threads
+    bandwidth = copy_bandwidth(device)
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    names = ladder.rungs(layer, device)
+    rows = []
+    for case in module.ladder_cases(device):
+        pct = lambda ms: None if ms is None else 100 * case.nbytes / (ms * 1e-3) / bandwidth  # noqa: E731
+        case.labops()  # nothing forced: the rung the layer picks for this case
+        default = ladder.last_rung(layer)
+        nat = time_ms(case.native, device, min_time)
+        nat_graph = graph_ms(case.native) if device == "cuda" else None
+        row = {"op": case.op, "shape": case.shape, "dtype": str(case.dtype).replace("torch.", ""),
+               "nbytes": case.nbytes, "flops": case.flops, "native_name": case.native_name,
+               "native_ms": float(nat), "native_pct_copy": pct(nat), "native_graph_ms": nat_graph,
+               "native_graph_pct_copy": pct(nat_graph), "native_spread": nat.spread(),
+               "noise": [f"{case.native_name}: {why}" for why in nat.noise()],
+               "default_rung": default, "rungs": []}
+        for number, rung in enumerate(names, start=1):
+            entry = {"rung": number, "name": rung}
+            with ladder.use(layer, number):
+                try:
+                    case.labops()
+                except ValueError as exc:  # this rung cannot take this case: say why, time nothing
+                    entry["error"] = str(exc).splitlines()[0]
+                    row["rungs"].append(entry)
+                    continue
+                ms = time_ms(case.labops, device, min_time)
+                graph = graph_ms(case.labops) if device == "cuda" else None
+            entry.update(ms=float(ms), pct_copy=pct(ms), speedup=nat / ms, graph_ms=graph, graph_pct_copy=pct(graph),
+                         graph_speedup=nat_graph / graph if graph and nat_graph else None, spread=ms.spread())
+            row["noise"] += [f"rung {number} ({rung}): {why}" for why in ms.noise()]
+            row["rungs"].append(entry)
+            if progress:
+                print(f"  {case.op} {case.shape} {row['dtype']}: rung {number} ({rung}) {float(ms):.4g} ms, "
+                      f"native {float(nat):.4g} ms", file=sys.stderr, flush=True)
+        rows.append(row)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    result = {"kind": "ladder", "layer": layer, "device": name, "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%d"), "copy_GBps": bandwidth / 1e9, "busy": busy, "rungs": names,
+              "about": ladder.about(layer, device), "rows": rows}
+    if print_table:
+        print(f"device: {name}; torch {torch.__version__}; copy bandwidth (read+write) {bandwidth / 1e9:.0f} GB/s")
+        print(format_ladder(result))
+        if busy:
+            print(f"WARNING: {busy}.")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+def refusal_reason(error: str) -> str:
+    """Why a forced rung refused a case, from its ValueError: the part after "cannot take this input: "."""
+    reason = error.split("cannot take this input: ", 1)[-1]
+    return reason.split("; force another rung", 1)[0]
+
+
+def format_ladder(result: dict) -> str:
+    """A markdown table of a ``ladder_run`` result: one line per case and rung, then native; ``*`` marks
+    the rung the layer runs by default, ``!`` a timing that is noise. % copy and speedup over native are
+    eager, then graph (CUDA)."""
+    graphs = any(r.get("native_graph_ms") is not None for r in result["rows"])
+    lines = ["| case | dtype | rung | ms | % copy | speedup vs native |" + (" % copy (graph) | speedup (graph) |"
+                                                                            if graphs else ""),
+             "|---|---|---|---:|---:|---:|" + ("---:|---:|" if graphs else "")]
+    cell = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
+    for r in result["rows"]:
+        for e in r["rungs"]:
+            mark = "*" if e["rung"] == r["default_rung"] else ""
+            if "error" in e:
+                lines.append(f"| {r['op']} {r['shape']} | {r['dtype']} | {e['rung']} {e['name']}{mark} | n/a: "
+                             f"{refusal_reason(e['error'])} | | |" + (" | |" if graphs else ""))
+                continue
+            noisy = "!" if any(n.startswith(f"rung {e['rung']} ") for n in r.get("noise", [])) else ""
+            graph = f" {cell(e.get('graph_pct_copy'), '{:.0f} %')} | {cell(e.get('graph_speedup'), '{:.2f}x')} |"
+            lines.append(f"| {r['op']} {r['shape']} | {r['dtype']} | {e['rung']} {e['name']}{mark}{noisy} | "
+                         f"{e['ms']:.4g} | {cell(e['pct_copy'], '{:.0f} %')} | {e['speedup']:.2f}x |"
+                         + (graph if graphs else ""))
+        lines.append(f"| {r['op']} {r['shape']} | {r['dtype']} | {r['native_name']} | {r['native_ms']:.4g} | "
+                     f"{cell(r['native_pct_copy'], '{:.0f} %')} | 1.00x |"
+                     + (f" {cell(r.get('native_graph_pct_copy'), '{:.0f} %')} | 1.00x |" if graphs else ""))
+    return "\n".join(lines)
+
+
 def print_rows(result: dict, dtype: str | None = None, op: str | None = None) -> None:
     """One line per row of a benchmark result (``viz.load_bench``): % of copy and speedup, eager / graph.
 
@@ -533,12 +641,17 @@ def main(argv=None):
     parser.add_argument("--progress", action="store_true", help="one line per row on stderr as it finishes")
     parser.add_argument("--roofline", action="store_true",
                         help="time every case for a roofline (FLOP/s vs FLOPs per byte) instead of the table")
+    parser.add_argument("--ladder", metavar="LAYER", choices=LADDERS,
+                        help="time every rung of LAYER's forward (labops.ladder), native and the copy bandwidth "
+                             f"in one run, instead of the table; one of: {', '.join(LADDERS)}")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("labops bench: --device cuda, but PyTorch sees no GPU here (torch.cuda.is_available() is False); "
               "use --device cpu", file=sys.stderr)
         return 2
-    if args.roofline:
+    if args.ladder:
+        ladder_run(args.ladder, args.device, args.json, min_time=args.min_time, progress=args.progress)
+    elif args.roofline:
         roofline(args.device, args.suite, args.size, args.json)
     else:
         run(args.device, args.suite, args.size, args.json, progress=args.progress, min_time=args.min_time)

@@ -59,3 +59,32 @@ def cases(device, size=None):
                 yield Case("depthwise3x3 fwd+bwd cl", shape, dtype, fwd_bytes + bwd_bytes,
                            fwd_bwd(mine, (x_cl, w_cl), g_cl), fwd_bwd(native, (x_cl, w_cl), g_cl), cl_name,
                            3 * macs)
+
+
+# The ladder (labops.ladder, `labops bench --ladder depthwise`): every rung of the forward on the same
+# MobileNetV2 layers, plus a 5x5 one (MobileNetV3, EfficientNet) and, on CUDA, the first layer in
+# channels_last (rung 2 reads it in place; rungs 1 and 3 read NCHW copies).
+# (C, H, stride, kernel, channels_last)
+LADDER_SHAPES = [(c, h, s, 3, False) for c, h, s in SHAPES] + [(240, 14, 1, 5, False)]
+LADDER_SHAPES_CUDA = LADDER_SHAPES + [(144, 56, 1, 3, True)]
+
+
+def ladder_cases(device):
+    batch = 32 if device == "cuda" else 2
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        for c, h, s, k, cl in LADDER_SHAPES_CUDA if device == "cuda" else LADDER_SHAPES:
+            gen = torch.Generator(device=device).manual_seed(0)
+            x = torch.randn(batch, c, h, h, device=device, dtype=dtype, generator=gen)
+            w = torch.randn(c, 1, k, k, device=device, dtype=dtype, generator=gen)
+            if cl:
+                x = x.contiguous(memory_format=torch.channels_last)
+            pad = k // 2
+            out_h = (h + 2 * pad - k) // s + 1
+            e = x.element_size()
+            nbytes = (x.numel() + w.numel() + batch * c * out_h * out_h) * e
+            macs = 2 * k * k * batch * c * out_h * out_h
+            yield Case(f"depthwise{k}x{k} fwd", f"{batch}x{c}x{h}x{h} s{s}" + (" cl" if cl else ""), dtype, nbytes,
+                       lambda x=x, w=w, s=s, pad=pad: labops.depthwise_conv2d(x, w, None, s, pad),
+                       lambda x=x, w=w, s=s, pad=pad, c=c: F.conv2d(x, w, None, s, pad, 1, c),
+                       "F.conv2d(groups=C)" + (" channels_last" if cl else ""), macs)

@@ -34,3 +34,17 @@ def cases(device, size=None):
             yield Case("global_avg_pool2d fwd+bwd", label, dtype, fwd_bytes + bwd_bytes,
                        fwd_bwd(labops.global_avg_pool2d, (xg,), g), fwd_bwd(_native, (xg,), g), name, 2 * n + planes,
                        {"torch.compile": fwd_bwd(compiled(_native), (xg,), g)})
+
+
+# The ladder (labops.ladder, `labops bench --ladder pooling`): every rung of the forward on the same head
+# shapes. On the CPU float32 only: float16 has one CPU rung (the textbook); on CUDA both dtypes.
+def ladder_cases(device):
+    shapes = SHAPES_CUDA if device == "cuda" else SHAPES_CPU
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        for shape in shapes:
+            x = torch.randn(shape, device=device, dtype=dtype)
+            n, planes = x.numel(), shape[0] * shape[1]
+            yield Case("global_avg_pool2d fwd", "x".join(map(str, shape)), dtype, (n + planes) * x.element_size(),
+                       lambda x=x: labops.global_avg_pool2d(x), lambda x=x: _native(x),
+                       "x.mean((-2,-1), keepdim=True)", n + planes)

@@ -21,6 +21,8 @@ One module per topic, every name re-exported here (``viz.thread_map``):
 - ``depthwise``: depthwise backward as scatter or gather, a tiled thread's input span
   (``depthwise_scatter_gather``, ``depthwise_tile``)
 - ``rtc_kernel``: one ``labops.rtc`` body, its CPU and CUDA sources (``rtc_two_paths``)
+- ``ladder``: every rung of a layer's forward beside native PyTorch, from ``labops bench --ladder``
+  (``ladder_bars``)
 
 Adding a figure for a new layer: write a function in that layer's module
 (a new ``labops/viz/<layer>.py`` if it has none), build the axes with
@@ -36,6 +38,7 @@ from labops.viz.bench import bandwidth_by_size, bench_bars, load_bench, roofline
 from labops.viz.contract import contract_call, layer_contract
 from labops.viz.conv import im2col_figure, im2col_numpy
 from labops.viz.depthwise import depthwise_scatter_gather, depthwise_tile
+from labops.viz.ladder import ladder_bars
 from labops.viz.race import race_figure
 from labops.viz.reorg import reorg_channel_maps
 from labops.viz.rtc_kernel import rtc_two_paths
@@ -53,6 +56,7 @@ __all__ = [
     "gelu_forms",
     "im2col_figure",
     "im2col_numpy",
+    "ladder_bars",
     "layer_contract",
     "load_bench",
     "new_figure",

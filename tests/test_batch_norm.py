@@ -530,8 +530,8 @@ def test_cuda_matches_cpu_on_a_resnet_shape(dtype):
     g = torch.randn_like(x)
     outs = []
     for device in ("cpu", "cuda"):
-        xs, ws, bs = (t.to(device).requires_grad_() for t in (x, w, b))
-        rms, rvs = rm.to(device), rv.to(device)
+        xs, ws, bs = (t.detach().to(device).requires_grad_() for t in (x, w, b))  # a leaf on each device
+        rms, rvs = rm.clone().to(device), rv.clone().to(device)  # each device updates its own copy
         y = labops.batch_norm(xs, rms, rvs, ws, bs, training=True)
         y.backward(g.to(device))
         outs.append([t.cpu().double() for t in (y.detach(), xs.grad, ws.grad, bs.grad, rms, rvs)])

@@ -98,16 +98,6 @@ def check_floating(t, op: str, arg: str) -> None:
         )
 
 
-def check_like(t, ref, op: str, arg: str, ref_arg: str) -> None:
-    """``t`` has the dtype and the device of ``ref`` (``check_like`` in csrc/common/check.h)."""
-    check_tensor(t, op, arg)
-    if t.dtype != ref.dtype:
-        raise ValueError(f"labops.{op}: {arg} must have the dtype of {ref_arg} ({dtype_name(ref.dtype)}), "
-                         f"got {dtype_name(t.dtype)}")
-    if t.device != ref.device:
-        raise ValueError(f"labops.{op}: {arg} must be on the device of {ref_arg} ({ref.device}), got {t.device}")
-
-
 def check_choice(value, choices, op: str, arg: str) -> None:
     """``value`` is one of ``choices``, checked by a Python face before the call.
 

@@ -16,6 +16,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/SymIntArrayRef.h>
+#include <c10/util/DimVector.h>
 
 #include "../common/check.h"
 #include "../common/ladder.h"
@@ -40,12 +42,19 @@ inline ladder::Ladder& forward_ladder() {
   return rungs;
 }
 
-// Checks every size rule and returns the geometry. x_size is (N, C_in, H, W),
-// w_size is (C_out, 1, kH, kW); the *_arg names say where each came from so the
+// ---- the rules and the output's shape, stated once ----
+// Every call checks its arguments here first; the Meta kernels (below, registered in register.cpp), which
+// fake tensors run under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes
+// they are symbols, and a comparison becomes a guard on them. stride, padding and dilation are int[2] in
+// every schema: always plain ints.
+
+// Checks every size rule and returns the forward output's shape (N, C_out, out_h, out_w). x_size is
+// (N, C_in, H, W), w_size is (C_out, 1, kH, kW); the *_arg names say where each came from so the
 // message names the argument the caller actually passed.
-inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char* x_arg,
-                              at::IntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
-                              at::IntArrayRef padding, at::IntArrayRef dilation) {
+inline std::array<c10::SymInt, 4> check_geometry(const char* op, c10::SymIntArrayRef x_size, const char* x_arg,
+                                                 c10::SymIntArrayRef w_size, const char* w_arg,
+                                                 at::IntArrayRef stride, at::IntArrayRef padding,
+                                                 at::IntArrayRef dilation) {
   LABOPS_CHECK(x_size.size() == 4, "labops.", op, ": ", x_arg,
                     " must be 4-D (N, C_in, H, W), got ", x_size.size(), "-D");
   LABOPS_CHECK(w_size.size() == 4, "labops.", op, ": ", w_arg,
@@ -53,23 +62,163 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   check_pair(stride, op, "stride", 1);
   check_pair(padding, op, "padding", 0);
   check_pair(dilation, op, "dilation", 1);
-  for (auto v : x_size) {
-    LABOPS_CHECK(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", shape_str(x_size));
+  for (const c10::SymInt& v : x_size) {
+    LABOPS_CHECK(v >= 0, "labops.", op, ": ", x_arg, " sizes must be non-negative, got ", x_size);
   }
-  const int64_t c_in = x_size[1], c_out = w_size[0];
-  LABOPS_CHECK(c_in >= 1, "labops.", op, ": ", x_arg, " must have at least one channel, got ",
-                    shape_str(x_size));
+  const c10::SymInt &c_in = x_size[1], &c_out = w_size[0];
+  LABOPS_CHECK(c_in >= 1, "labops.", op, ": ", x_arg, " must have at least one channel, got ", x_size);
   LABOPS_CHECK(w_size[1] == 1, "labops.", op, ": ", w_arg,
                     ".size(1) must be 1 (one input channel per group), got ", w_size[1]);
   LABOPS_CHECK(c_out >= 1 && c_out % c_in == 0, "labops.", op, ": ", w_arg,
                     ".size(0) (C_out) must be a positive multiple of C_in = ", c_in, ", got ", c_out);
   LABOPS_CHECK(w_size[2] >= 1 && w_size[3] >= 1, "labops.", op, ": ", w_arg,
                     " must have a kernel of at least 1x1, got ", w_size[2], "x", w_size[3]);
+  const c10::SymInt out_h = conv::output_size<c10::SymInt>(x_size[2], w_size[2], stride[0], padding[0], dilation[0]);
+  const c10::SymInt out_w = conv::output_size<c10::SymInt>(x_size[3], w_size[3], stride[1], padding[1], dilation[1]);
+  LABOPS_CHECK(out_h >= 1 && out_w >= 1, "labops.", op,
+                    ": the dilated kernel must fit in the padded input: kernel ", w_size[2], "x", w_size[3],
+                    ", dilation ", dilation, ", input ", x_size[2], "x", x_size[3], ", padding ", padding,
+                    " give an output of ", out_h, "x", out_w);
+  return {x_size[0], c_out, out_h, out_w};
+}
+
+inline void check_grad_output(const at::Tensor& grad_output, c10::SymIntArrayRef want, const char* op) {
+  LABOPS_CHECK(grad_output.sym_sizes() == want, "labops.", op, ": grad_output must have the forward output's shape ",
+                    want, ", got ", grad_output.sym_sizes());
+}
+
+// The checks both gradient ops share: grad_output floating, `other` (the
+// weight or x) of its dtype and device, the geometry, and grad_output of the
+// forward output's shape.
+inline void check_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& other,
+                           const char* other_arg, c10::SymIntArrayRef x_size, const char* x_arg,
+                           c10::SymIntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
+                           at::IntArrayRef padding, at::IntArrayRef dilation) {
+  check_floating(grad_output, op, "grad_output");
+  check_like(other, grad_output, op, other_arg, "grad_output");
+  check_grad_output(grad_output, check_geometry(op, x_size, x_arg, w_size, w_arg, stride, padding, dilation), op);
+}
+
+// depthwise_conv2d: (N, C_in, H, W) -> (N, C_out, out_h, out_w).
+inline std::array<c10::SymInt, 4> depthwise_conv2d_output_size(const at::Tensor& x, const at::Tensor& weight,
+                                                               const std::optional<at::Tensor>& bias,
+                                                               at::IntArrayRef stride, at::IntArrayRef padding,
+                                                               at::IntArrayRef dilation) {
+  constexpr const char* op = "depthwise_conv2d";
+  check_floating(x, op, "x");
+  check_like(weight, x, op, "weight", "x");
+  const std::array<c10::SymInt, 4> out =
+      check_geometry(op, x.sym_sizes(), "x", weight.sym_sizes(), "weight", stride, padding, dilation);
+  if (bias.has_value() && bias->defined()) {
+    check_like(*bias, x, op, "bias", "x");
+    LABOPS_CHECK(bias->dim() == 1 && bias->sym_size(0) == out[1], "labops.", op,
+                      ": bias must have shape (C_out,) = (", out[1], ",), got ", bias->sym_sizes());
+  }
+  return out;
+}
+
+// depthwise_conv2d_backward_input: the gradient of an input of input_size.
+inline void check_depthwise_conv2d_backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
+                                                  c10::SymIntArrayRef input_size, at::IntArrayRef stride,
+                                                  at::IntArrayRef padding, at::IntArrayRef dilation) {
+  check_backward("depthwise_conv2d_backward_input", grad_output, weight, "weight", input_size, "input_size",
+                 weight.sym_sizes(), "weight", stride, padding, dilation);
+}
+
+// depthwise_conv2d_backward_weight, and acc_grad_parameters' weight: a gradient of weight_size.
+inline void check_weight_gradient(const char* op, const at::Tensor& grad_output, const at::Tensor& x,
+                                  c10::SymIntArrayRef weight_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                  at::IntArrayRef dilation) {
+  check_backward(op, grad_output, x, "x", x.sym_sizes(), "x", weight_size, "weight_size", stride, padding, dilation);
+}
+
+// depthwise_conv2d_backward_bias: (N, C_out, outH, outW) -> (C_out,).
+inline c10::SymInt depthwise_conv2d_backward_bias_size(const at::Tensor& grad_output) {
+  constexpr const char* op = "depthwise_conv2d_backward_bias";
+  check_floating(grad_output, op, "grad_output");
+  LABOPS_CHECK(grad_output.dim() == 4, "labops.", op,
+                    ": grad_output must be 4-D (N, C_out, outH, outW), got ", grad_output.dim(),
+                    "-D");
+  return grad_output.sym_size(1);
+}
+
+// depthwise_conv2d_acc_grad_parameters: in place, nothing returned.
+inline void check_depthwise_conv2d_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                                       const at::Tensor& grad_weight,
+                                                       const std::optional<at::Tensor>& grad_bias,
+                                                       at::IntArrayRef stride, at::IntArrayRef padding,
+                                                       at::IntArrayRef dilation) {
+  constexpr const char* op = "depthwise_conv2d_acc_grad_parameters";
+  check_like(grad_weight, x, op, "grad_weight", "x");
+  check_weight_gradient(op, grad_output, x, grad_weight.sym_sizes(), stride, padding, dilation);
+  if (grad_bias.has_value()) {
+    check_like(*grad_bias, x, op, "grad_bias", "x");
+    LABOPS_CHECK(grad_bias->dim() == 1 && grad_bias->sym_size(0) == grad_weight.sym_size(0), "labops.", op,
+                 ": grad_bias must have shape (", grad_weight.sym_size(0), ",) (grad_weight.size(0)), got ",
+                 grad_bias->sym_sizes());
+  }
+}
+
+// Whether t is stored channels_last and not also NCHW-contiguous (a tensor with
+// C == 1 or H*W == 1 is both, and stays NCHW). See Note [channels_last].
+inline bool is_channels_last(const at::Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+inline at::MemoryFormat memory_format(bool channels_last) {
+  return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
+// An int[] size argument (input_size, weight_size) as the rules read it: a kernel gets ints, copied
+// into SymInts here (SymInt(v) keeps any int64, even one too negative for a SymInt's inline range).
+inline c10::SymDimVector as_sym_sizes(at::IntArrayRef sizes) { return c10::SymDimVector(sizes.begin(), sizes.end()); }
+
+// ---- the Meta kernels: the rules, and an output of the eager op's shape, dtype and memory format ----
+inline at::Tensor depthwise_conv2d_meta(const at::Tensor& x, const at::Tensor& weight,
+                                        const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                        at::IntArrayRef padding, at::IntArrayRef dilation) {
+  const std::array<c10::SymInt, 4> out_size = depthwise_conv2d_output_size(x, weight, bias, stride, padding, dilation);
+  return at::empty_symint(out_size, x.options().memory_format(memory_format(is_channels_last(x))));
+}
+
+inline at::Tensor depthwise_conv2d_backward_input_meta(const at::Tensor& grad_output, const at::Tensor& weight,
+                                                       at::IntArrayRef input_size, at::IntArrayRef stride,
+                                                       at::IntArrayRef padding, at::IntArrayRef dilation) {
+  const c10::SymDimVector sizes = as_sym_sizes(input_size);
+  check_depthwise_conv2d_backward_input(grad_output, weight, sizes, stride, padding, dilation);
+  return at::empty_symint(sizes, grad_output.options().memory_format(memory_format(is_channels_last(grad_output))));
+}
+
+inline at::Tensor depthwise_conv2d_backward_weight_meta(const at::Tensor& grad_output, const at::Tensor& x,
+                                                        at::IntArrayRef weight_size, at::IntArrayRef stride,
+                                                        at::IntArrayRef padding, at::IntArrayRef dilation) {
+  const c10::SymDimVector sizes = as_sym_sizes(weight_size);
+  check_weight_gradient("depthwise_conv2d_backward_weight", grad_output, x, sizes, stride, padding, dilation);
+  return at::empty_symint(sizes, grad_output.options());
+}
+
+inline at::Tensor depthwise_conv2d_backward_bias_meta(const at::Tensor& grad_output) {
+  return at::empty_symint(c10::SymIntArrayRef(depthwise_conv2d_backward_bias_size(grad_output)),
+                          grad_output.options());
+}
+
+inline void depthwise_conv2d_acc_grad_parameters_meta(const at::Tensor& grad_output, const at::Tensor& x,
+                                                      const at::Tensor& grad_weight,
+                                                      const std::optional<at::Tensor>& grad_bias,
+                                                      at::IntArrayRef stride, at::IntArrayRef padding,
+                                                      at::IntArrayRef dilation, double /*scale*/) {
+  check_depthwise_conv2d_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, stride, padding, dilation);
+}
+
+// ---- the geometry the eager kernels run, from the checked, concrete sizes ----
+// x_size is (N, C_in, H, W), w_size is (C_out, 1, kH, kW), both already through check_geometry.
+inline Geometry make_geometry(at::IntArrayRef x_size, at::IntArrayRef w_size, at::IntArrayRef stride,
+                              at::IntArrayRef padding, at::IntArrayRef dilation) {
   Geometry g;
   g.batch = x_size[0];
-  g.in_channels = c_in;
-  g.out_channels = c_out;
-  g.multiplier = c_out / c_in;
+  g.in_channels = x_size[1];
+  g.out_channels = w_size[0];
+  g.multiplier = g.out_channels / g.in_channels;
   g.in_h = x_size[2];
   g.in_w = x_size[3];
   g.k_h = w_size[2];
@@ -82,42 +231,7 @@ inline Geometry make_geometry(const char* op, at::IntArrayRef x_size, const char
   g.dil_w = dilation[1];
   g.out_h = conv::output_size(g.in_h, g.k_h, g.stride_h, g.pad_h, g.dil_h);
   g.out_w = conv::output_size(g.in_w, g.k_w, g.stride_w, g.pad_w, g.dil_w);
-  LABOPS_CHECK(g.out_h >= 1 && g.out_w >= 1, "labops.", op,
-                    ": the dilated kernel must fit in the padded input: kernel ", g.k_h, "x", g.k_w,
-                    ", dilation ", shape_str(dilation), ", input ", g.in_h, "x", g.in_w, ", padding ", shape_str(padding),
-                    " give an output of ", g.out_h, "x", g.out_w);
   return g;
-}
-
-inline void check_grad_output(const at::Tensor& grad_output, const Geometry& g, const char* op) {
-  const std::array<int64_t, 4> want{g.batch, g.out_channels, g.out_h, g.out_w};
-  LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(want), "labops.", op,
-                    ": grad_output must have the forward output's shape ", shape_str(want),
-                    ", got ", shape_str(grad_output.sizes()));
-}
-
-// The checks both gradient ops share: grad_output floating, `other` (the
-// weight or x) of its dtype and device, the geometry, and grad_output of the
-// forward output's shape.
-inline Geometry check_backward(const char* op, const at::Tensor& grad_output, const at::Tensor& other,
-                               const char* other_arg, at::IntArrayRef x_size, const char* x_arg,
-                               at::IntArrayRef w_size, const char* w_arg, at::IntArrayRef stride,
-                               at::IntArrayRef padding, at::IntArrayRef dilation) {
-  check_floating(grad_output, op, "grad_output");
-  check_like(other, grad_output, op, other_arg, "grad_output");
-  const Geometry g = make_geometry(op, x_size, x_arg, w_size, w_arg, stride, padding, dilation);
-  check_grad_output(grad_output, g, op);
-  return g;
-}
-
-// Whether t is stored channels_last and not also NCHW-contiguous (a tensor with
-// C == 1 or H*W == 1 is both, and stays NCHW). See Note [channels_last].
-inline bool is_channels_last(const at::Tensor& t) {
-  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(at::MemoryFormat::ChannelsLast);
-}
-
-inline at::MemoryFormat memory_format(bool channels_last) {
-  return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
 #define LABOPS_DEPTHWISE_DISPATCH(TYPE, ...) \
@@ -153,18 +267,9 @@ struct Entry {
   static at::Tensor forward(const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                             at::IntArrayRef padding, at::IntArrayRef dilation) {
-    constexpr const char* op = "depthwise_conv2d";
-    check_floating(x, op, "x");
-    check_like(weight, x, op, "weight", "x");
-    const Geometry g = make_geometry(op, x.sizes(), "x", weight.sizes(), "weight", stride, padding,
-                                     dilation);
+    depthwise_conv2d_output_size(x, weight, bias, stride, padding, dilation);
+    const Geometry g = make_geometry(x.sizes(), weight.sizes(), stride, padding, dilation);
     const bool has_bias = bias.has_value() && bias->defined();
-    if (has_bias) {
-      check_like(*bias, x, op, "bias", "x");
-      LABOPS_CHECK(bias->dim() == 1 && bias->size(0) == g.out_channels, "labops.", op,
-                        ": bias must have shape (C_out,) = (", g.out_channels, ",), got ",
-                        shape_str(bias->sizes()));
-    }
     c10::OptionalDeviceGuard guard(x.device());
     const bool keep_cl = is_channels_last(x);
     const std::array<int64_t, 4> out_size{g.batch, g.out_channels, g.out_h, g.out_w};
@@ -191,9 +296,8 @@ struct Entry {
   static at::Tensor backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
                                    at::IntArrayRef input_size, at::IntArrayRef stride,
                                    at::IntArrayRef padding, at::IntArrayRef dilation) {
-    const Geometry g = check_backward("depthwise_conv2d_backward_input", grad_output, weight, "weight",
-                                      input_size, "input_size", weight.sizes(), "weight", stride,
-                                      padding, dilation);
+    check_depthwise_conv2d_backward_input(grad_output, weight, as_sym_sizes(input_size), stride, padding, dilation);
+    const Geometry g = make_geometry(input_size, weight.sizes(), stride, padding, dilation);
     c10::OptionalDeviceGuard guard(grad_output.device());
     const bool keep_cl = is_channels_last(grad_output);
     if (g.batch * g.in_channels * g.in_h * g.in_w == 0) {
@@ -215,11 +319,14 @@ struct Entry {
   static at::Tensor backward_weight(const at::Tensor& grad_output, const at::Tensor& x,
                                     at::IntArrayRef weight_size, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef dilation) {
-    return weight_gradient("depthwise_conv2d_backward_weight", grad_output, x, weight_size, stride, padding, dilation);
+    check_weight_gradient("depthwise_conv2d_backward_weight", grad_output, x, as_sym_sizes(weight_size), stride,
+                          padding, dilation);
+    return weight_gradient(grad_output, x, weight_size, stride, padding, dilation);
   }
 
   static at::Tensor backward_bias(const at::Tensor& grad_output) {
-    return bias_gradient("depthwise_conv2d_backward_bias", grad_output);
+    depthwise_conv2d_backward_bias_size(grad_output);
+    return bias_gradient(grad_output);
   }
 
   // ---- accGradParameters: grad_weight += scale * dE/dW, grad_bias += scale * dE/db, in place ----
@@ -228,25 +335,17 @@ struct Entry {
   static void acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x, const at::Tensor& grad_weight,
                                   const std::optional<at::Tensor>& grad_bias, at::IntArrayRef stride,
                                   at::IntArrayRef padding, at::IntArrayRef dilation, double scale) {
-    constexpr const char* op = "depthwise_conv2d_acc_grad_parameters";
-    check_like(grad_weight, x, op, "grad_weight", "x");
-    const at::Tensor dw = weight_gradient(op, grad_output, x, grad_weight.sizes(), stride, padding, dilation);
-    if (grad_bias.has_value()) {
-      check_like(*grad_bias, x, op, "grad_bias", "x");
-      LABOPS_CHECK(grad_bias->dim() == 1 && grad_bias->size(0) == grad_weight.size(0), "labops.", op,
-                   ": grad_bias must have shape (", grad_weight.size(0), ",) (grad_weight.size(0)), got ",
-                   shape_str(grad_bias->sizes()));
-      grad_bias->add_(bias_gradient(op, grad_output), scale);
-    }
+    check_depthwise_conv2d_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, stride, padding, dilation);
+    const at::Tensor dw = weight_gradient(grad_output, x, grad_weight.sizes(), stride, padding, dilation);
+    if (grad_bias.has_value()) grad_bias->add_(bias_gradient(grad_output), scale);
     grad_weight.add_(dw, scale);
   }
 
  private:
-  static at::Tensor weight_gradient(const char* op, const at::Tensor& grad_output, const at::Tensor& x,
-                                    at::IntArrayRef weight_size, at::IntArrayRef stride,
-                                    at::IntArrayRef padding, at::IntArrayRef dilation) {
-    const Geometry g = check_backward(op, grad_output, x, "x", x.sizes(),
-                                      "x", weight_size, "weight_size", stride, padding, dilation);
+  // The two gradients of the parameters, from arguments already through the rules above.
+  static at::Tensor weight_gradient(const at::Tensor& grad_output, const at::Tensor& x, at::IntArrayRef weight_size,
+                                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+    const Geometry g = make_geometry(x.sizes(), weight_size, stride, padding, dilation);
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
     if (g.batch == 0) return grad_weight.zero_();  // a sum over nothing
@@ -261,11 +360,7 @@ struct Entry {
     return grad_weight;
   }
 
-  static at::Tensor bias_gradient(const char* op, const at::Tensor& grad_output) {
-    check_floating(grad_output, op, "grad_output");
-    LABOPS_CHECK(grad_output.dim() == 4, "labops.", op,
-                      ": grad_output must be 4-D (N, C_out, outH, outW), got ", grad_output.dim(),
-                      "-D");
+  static at::Tensor bias_gradient(const at::Tensor& grad_output) {
     c10::OptionalDeviceGuard guard(grad_output.device());
     const int64_t batch = grad_output.size(0), channels = grad_output.size(1);
     const int64_t plane = grad_output.size(2) * grad_output.size(3);

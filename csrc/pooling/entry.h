@@ -10,12 +10,13 @@
 
 #include <cstdint>
 #include <limits>
-#include <vector>
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/SymIntArrayRef.h>
+#include <c10/util/DimVector.h>
 #include <c10/util/Exception.h>
 
 #include "../common/check.h"
@@ -44,16 +45,55 @@ inline void check_gap_input_rank(int64_t dim, const char* op, const char* arg) {
                     " must be a 3-D (C, H, W) or 4-D (N, C, H, W) tensor, got ", dim, "-D");
 }
 
+// ---- the rules and the output's shape, stated once ----
+// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes they are
+// symbols, and a comparison becomes a guard on them.
+
+// `sizes` with H and W (the last two) set to 1: the forward's output, the backward's grad_output.
+inline c10::SymDimVector gap_pooled_size(c10::SymIntArrayRef sizes) {
+  c10::SymDimVector out(sizes.begin(), sizes.end() - 2);
+  out.append({c10::SymInt(1), c10::SymInt(1)});
+  return out;
+}
+
+// global_avg_pool2d: ([N,] C, H, W) -> ([N,] C, 1, 1).
+inline c10::SymDimVector global_avg_pool2d_output_size(const at::Tensor& x) {
+  check_floating(x, "global_avg_pool2d", "x");
+  check_gap_input_rank(x.dim(), "global_avg_pool2d", "x");
+  return gap_pooled_size(x.sym_sizes());
+}
+
+// global_avg_pool2d_backward: grad_output ([N,] C, 1, 1) -> a gradient of input_size ([N,] C, H, W).
+inline void check_global_avg_pool2d_backward(const at::Tensor& grad_output, c10::SymIntArrayRef input_size) {
+  const char* op = "global_avg_pool2d_backward";
+  check_floating(grad_output, op, "grad_output");
+  check_gap_input_rank(static_cast<int64_t>(input_size.size()), op, "input_size");
+  for (const c10::SymInt& s : input_size) {
+    LABOPS_CHECK(s >= 0, "labops.", op, ": input_size must not be negative, got ", input_size);
+  }
+  const c10::SymDimVector expected = gap_pooled_size(input_size);
+  LABOPS_CHECK(grad_output.sym_sizes() == c10::SymIntArrayRef(expected), "labops.", op,
+                    ": grad_output must have shape ", c10::SymIntArrayRef(expected),
+                    " (input_size with H and W set to 1), got ", grad_output.sym_sizes());
+}
+
+// ---- the Meta kernels ----
+inline at::Tensor global_avg_pool2d_meta(const at::Tensor& x) {
+  return at::empty_symint(global_avg_pool2d_output_size(x), x.options());
+}
+
+inline at::Tensor global_avg_pool2d_backward_meta(const at::Tensor& grad_output, c10::SymIntArrayRef input_size) {
+  check_global_avg_pool2d_backward(grad_output, input_size);
+  return at::empty_symint(input_size, grad_output.options());
+}
+
 template <typename Launcher>
 struct Entry {
   static at::Tensor global_avg_pool2d(const at::Tensor& x) {
-    check_floating(x, "global_avg_pool2d", "x");
-    check_gap_input_rank(x.dim(), "global_avg_pool2d", "x");
-    std::vector<int64_t> out_size(x.sizes().begin(), x.sizes().end() - 2);
-    out_size.push_back(1);
-    out_size.push_back(1);
+    const c10::SymDimVector out_size = global_avg_pool2d_output_size(x);
     c10::OptionalDeviceGuard guard(x.device());
-    at::Tensor out = at::empty(out_size, x.options());
+    at::Tensor out = at::empty(C10_AS_INTARRAYREF_SLOW(out_size), x.options());
     const int64_t hw = x.size(-2) * x.size(-1);
     const int64_t planes = out.numel();
     if (planes == 0) return out;
@@ -67,18 +107,8 @@ struct Entry {
   }
 
   static at::Tensor global_avg_pool2d_backward(const at::Tensor& grad_output, at::IntArrayRef input_size) {
-    const char* op = "global_avg_pool2d_backward";
-    check_floating(grad_output, op, "grad_output");
-    check_gap_input_rank(static_cast<int64_t>(input_size.size()), op, "input_size");
-    for (int64_t s : input_size) {
-      LABOPS_CHECK(s >= 0, "labops.", op, ": input_size must not be negative, got ", shape_str(input_size));
-    }
-    std::vector<int64_t> expected(input_size.begin(), input_size.end() - 2);
-    expected.push_back(1);
-    expected.push_back(1);
-    LABOPS_CHECK(grad_output.sizes() == at::IntArrayRef(expected), "labops.", op,
-                      ": grad_output must have shape ", shape_str(expected),
-                      " (input_size with H and W set to 1), got ", shape_str(grad_output.sizes()));
+    // input_size is SymInt[]: this kernel gets concrete ints from the dispatcher, SymInts as they are (no copy).
+    check_global_avg_pool2d_backward(grad_output, c10::fromIntArrayRefSlow(input_size));
     c10::OptionalDeviceGuard guard(grad_output.device());
     at::Tensor grad_input = at::empty(input_size, grad_output.options());
     const int64_t hw = input_size[input_size.size() - 2] * input_size[input_size.size() - 1];

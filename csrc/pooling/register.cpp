@@ -67,3 +67,9 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("global_avg_pool2d", &labops::pooling::pool_autograd);
   m.impl("global_avg_pool2d_backward", &labops::pooling::pool_backward_autograd);
 }
+
+// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
+TORCH_LIBRARY_IMPL(labops, Meta, m) {
+  m.impl("global_avg_pool2d", &labops::pooling::global_avg_pool2d_meta);
+  m.impl("global_avg_pool2d_backward", &labops::pooling::global_avg_pool2d_backward_meta);
+}

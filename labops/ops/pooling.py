@@ -8,7 +8,7 @@ launchers); the gradient: csrc/pooling/register.cpp.
 
 import torch
 
-from .._checks import check_floating, check_tensor, shape_str
+from .._checks import check_tensor
 
 __all__ = ["global_avg_pool2d"]
 
@@ -36,32 +36,8 @@ def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
     return torch.ops.labops.global_avg_pool2d(x)
 
 
-# ---- the rules of csrc/pooling/entry.h, in its words, for the fakes (torch.compile) ----
-
-def _check_rank(dim: int, op: str, arg: str) -> None:
-    if dim not in (3, 4):
-        raise ValueError(f"labops.{op}: {arg} must be a 3-D (C, H, W) or 4-D (N, C, H, W) tensor, got {dim}-D")
-
-
-@torch.library.register_fake("labops::global_avg_pool2d")
-def _global_avg_pool2d_fake(x):
-    check_floating(x, "global_avg_pool2d", "x")
-    _check_rank(x.dim(), "global_avg_pool2d", "x")
-    return x.new_empty((*x.shape[:-2], 1, 1))
-
-
-@torch.library.register_fake("labops::global_avg_pool2d_backward")
-def _global_avg_pool2d_backward_fake(grad_output, input_size):
-    check_floating(grad_output, "global_avg_pool2d_backward", "grad_output")
-    _check_rank(len(input_size), "global_avg_pool2d_backward", "input_size")
-    if any(s < 0 for s in input_size):
-        raise ValueError(f"labops.global_avg_pool2d_backward: input_size must not be negative, got "
-                         f"{shape_str(input_size)}")
-    expected = (*input_size[:-2], 1, 1)
-    if tuple(grad_output.shape) != tuple(expected):
-        raise ValueError(f"labops.global_avg_pool2d_backward: grad_output must have shape {shape_str(expected)} "
-                         f"(input_size with H and W set to 1), got {shape_str(grad_output.shape)}")
-    return grad_output.new_empty(input_size)
+# The rules and the output shapes for fake tensors (torch.compile): the Meta kernels of
+# csrc/pooling/register.cpp (entry.h's rule functions, the ones every eager call runs first).
 
 
 # Autograd: a graph node built in csrc/pooling/register.cpp (backward: global_avg_pool2d_backward; its own

@@ -1,14 +1,11 @@
 """The argument vocabulary of labops's Python side, written once.
 
 Pure Python (it does not load the compiled library), so ``labops.viz`` and
-the references can use it too. Two kinds of caller:
-
-* the Python faces in ``labops.ops`` turn what the operator schema cannot
-  take into what it can (``pair``: an int or an (h, w) pair -> ``[h, w]``)
-  and raise Python's ``TypeError`` for a value of the wrong type;
-* the fake (shape-only) kernels that ``torch.compile`` runs state the C++
-  rules (``csrc/*/entry.h``) with the C++ messages, word for word, so a
-  bad argument raises the same ``ValueError`` compiled or not.
+the references can use it too. The Python faces in ``labops.ops`` turn what
+the operator schema cannot take into what it can (``pair``: an int or an
+(h, w) pair -> ``[h, w]``) and raise Python's ``TypeError`` for a value of
+the wrong type. Every other rule is the C++ entry's (``csrc/<layer>/entry.h``),
+which fake tensors run too, as the op's Meta kernel.
 
 Messages are the C++ ones (``csrc/common/check.h``): dtypes by their C++
 names (``Float``, ``Long``), shapes as ``[2, 3]``.

@@ -62,24 +62,46 @@ struct Shape {
 
 inline bool given(const OptTensor& t) { return t.has_value() && t->defined(); }
 
-// x: floating, (N, C, ...) with at least 2 dims.
-inline Shape check_input(const at::Tensor& x, const char* op) {
+// ---- the rules and the outputs' shapes, stated once ----
+// Every call checks its arguments here first; the Meta kernels below, which fake tensors run under
+// torch.compile (registered in register.cpp), are these functions alone. Sizes are SymInts: under
+// dynamic shapes they are symbols, and a comparison becomes a guard on them.
+
+// a == b for two sizes. An eager call's sizes are plain numbers, compared inline, at the host cost
+// of an int64_t comparison (SymInt's == is a call); symbols (dynamic shapes) go through SymInt's ==,
+// which guards on them.
+C10_NOINLINE inline bool same_symbolic_size(const c10::SymInt& a, const c10::SymInt& b) { return a == b; }
+C10_ALWAYS_INLINE bool same_size(const c10::SymInt& a, const c10::SymInt& b) {
+  if (C10_LIKELY(!a.is_heap_allocated() && !b.is_heap_allocated())) {
+    return a.as_int_unchecked() == b.as_int_unchecked();
+  }
+  return same_symbolic_size(a, b);
+}
+
+// x: floating, (N, C, ...) with at least 2 dims. Returns C.
+inline c10::SymInt check_input(const at::Tensor& x, const char* op) {
   check_floating(x, op, "x");
   LABOPS_CHECK(x.dim() >= 2, "labops.", op, ": x must be (N, C, ...) with at least 2 dims, got ", x.dim(),
-               "-D of shape ", shape_str(x.sizes()));
-  int64_t plane = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) plane *= x.size(d);
-  return {x.size(0), x.size(1), plane};
+               "-D of shape ", x.sym_sizes());
+  return x.sym_sizes()[1];
+}
+
+// The values per channel of a checked x: N times the sizes of the dims after C.
+inline c10::SymInt values_per_channel(const at::Tensor& x) {
+  const c10::SymIntArrayRef sizes = x.sym_sizes();
+  c10::SymInt count = sizes[0];
+  for (size_t d = 2; d < sizes.size(); ++d) count *= sizes[d];
+  return count;
 }
 
 // The statistics' dtype for x: float32 for float16/bfloat16, else x's own.
 inline c10::ScalarType statistics_dtype(const at::Tensor& x) { return at::toOpMathType(x.scalar_type()); }
 
 // A per-channel tensor `t` (named `arg`): 1-D of C values, on x's device.
-inline void check_per_channel(const at::Tensor& t, const at::Tensor& x, int64_t channels, const char* op,
-                              const char* arg) {
-  LABOPS_CHECK(t.dim() == 1 && t.size(0) == channels, "labops.", op, ": ", arg, " must have shape (", channels,
-               ",) (the channels of x, x.size(1)), got ", shape_str(t.sizes()));
+inline void check_per_channel(const at::Tensor& t, const at::Tensor& x, const c10::SymInt& channels,
+                              const char* op, const char* arg) {
+  LABOPS_CHECK(t.dim() == 1 && same_size(t.sym_sizes()[0], channels), "labops.", op, ": ", arg, " must have shape (",
+               channels, ",) (the channels of x, x.size(1)), got ", t.sym_sizes());
   LABOPS_CHECK(t.device() == x.device(), "labops.", op, ": ", arg, " must be on the device of x (", x.device(),
                "), got ", t.device());
 }
@@ -112,7 +134,7 @@ class ParameterDtype {
 };
 
 // save_mean / save_invstd (or the sums a backward op takes): (C,), the statistics' dtype, x's device.
-inline void check_statistic(const at::Tensor& t, const at::Tensor& x, int64_t channels, const char* op,
+inline void check_statistic(const at::Tensor& t, const at::Tensor& x, const c10::SymInt& channels, const char* op,
                             const char* arg) {
   check_per_channel(t, x, channels, op, arg);
   LABOPS_CHECK(t.scalar_type() == statistics_dtype(x), "labops.", op, ": ", arg, " must have the dtype ",
@@ -120,15 +142,138 @@ inline void check_statistic(const at::Tensor& t, const at::Tensor& x, int64_t ch
                t.scalar_type());
 }
 
-// What every backward op checks: x, grad_output like x, save_mean and save_invstd.
-inline Shape check_backward(const at::Tensor& grad_output, const at::Tensor& x, const at::Tensor& save_mean,
-                            const at::Tensor& save_invstd, const char* op) {
-  const Shape s = check_input(x, op);
+// What every backward op checks: x, grad_output like x, save_mean and save_invstd. Returns C.
+inline c10::SymInt check_backward(const at::Tensor& grad_output, const at::Tensor& x, const at::Tensor& save_mean,
+                                  const at::Tensor& save_invstd, const char* op) {
+  c10::SymInt channels = check_input(x, op);
   check_floating(grad_output, op, "grad_output");
   check_same_meta(grad_output, x, op, "grad_output", "x");
-  check_statistic(save_mean, x, s.channels, op, "save_mean");
-  check_statistic(save_invstd, x, s.channels, op, "save_invstd");
-  return s;
+  check_statistic(save_mean, x, channels, op, "save_mean");
+  check_statistic(save_invstd, x, channels, op, "save_invstd");
+  return channels;
+}
+
+// ---- each op's rules ----
+
+// batch_norm. Returns the parameters' dtype.
+inline c10::ScalarType check_batch_norm(const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
+                                        const OptTensor& running_mean, const OptTensor& running_var, bool training,
+                                        double momentum, double eps) {
+  const char* op = "batch_norm";
+  const c10::SymInt channels = check_input(x, op);
+  ParameterDtype params(x, op);
+  const OptTensor* per_channel[] = {&weight, &bias, &running_mean, &running_var};
+  const char* names[] = {"weight", "bias", "running_mean", "running_var"};
+  for (int i = 0; i < 4; ++i) {
+    if (!given(*per_channel[i])) continue;
+    check_per_channel(**per_channel[i], x, channels, op, names[i]);
+    params.check(**per_channel[i], names[i]);
+  }
+  LABOPS_CHECK(given(running_mean) == given(running_var), "labops.", op,
+               ": running_mean and running_var must be given together, got ",
+               given(running_mean) ? "running_mean only" : "running_var only");
+  LABOPS_CHECK(training || given(running_mean), "labops.", op,
+               ": running_mean and running_var must be given when training is false (evaluation normalizes "
+               "with them)");
+  LABOPS_CHECK(momentum >= 0.0 && momentum <= 1.0, "labops.", op, ": momentum must be in [0, 1], got ", momentum);
+  LABOPS_CHECK(eps > 0.0 && std::isfinite(eps), "labops.", op, ": eps must be a finite number > 0, got ", eps);
+  LABOPS_CHECK(!training || !same_size(values_per_channel(x), 1), "labops.", op,
+               ": x must have more than 1 value per channel when training (the variance of one value is 0), "
+               "got x of shape ", x.sym_sizes());
+  return params.dtype();
+}
+
+// batch_norm_backward_input. Returns the parameters' dtype (the weight's, x's without one).
+inline c10::ScalarType check_batch_norm_backward_input(const at::Tensor& grad_output, const at::Tensor& x,
+                                                       const OptTensor& weight, const at::Tensor& save_mean,
+                                                       const at::Tensor& save_invstd, const OptTensor& sum_grad_xhat,
+                                                       const OptTensor& sum_grad) {
+  const char* op = "batch_norm_backward_input";
+  const c10::SymInt channels = check_backward(grad_output, x, save_mean, save_invstd, op);
+  ParameterDtype params(x, op);
+  if (given(weight)) {
+    check_per_channel(*weight, x, channels, op, "weight");
+    params.check(*weight, "weight");
+  }
+  LABOPS_CHECK(given(sum_grad_xhat) == given(sum_grad), "labops.", op,
+               ": sum_grad_xhat and sum_grad must be given together, got ",
+               given(sum_grad_xhat) ? "sum_grad_xhat only" : "sum_grad only");
+  if (given(sum_grad_xhat)) {
+    check_statistic(*sum_grad_xhat, x, channels, op, "sum_grad_xhat");
+    check_statistic(*sum_grad, x, channels, op, "sum_grad");
+  }
+  return params.dtype();
+}
+
+// batch_norm_acc_grad_parameters: grad_weight and grad_bias are per channel, of the parameters' dtype.
+inline void check_batch_norm_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                                 const at::Tensor& save_mean, const at::Tensor& save_invstd,
+                                                 const at::Tensor& grad_weight, const OptTensor& grad_bias) {
+  const char* op = "batch_norm_acc_grad_parameters";
+  const c10::SymInt channels = check_backward(grad_output, x, save_mean, save_invstd, op);
+  ParameterDtype params(x, op);
+  check_per_channel(grad_weight, x, channels, op, "grad_weight");
+  params.check(grad_weight, "grad_weight");
+  if (given(grad_bias)) {
+    check_per_channel(*grad_bias, x, channels, op, "grad_bias");
+    params.check(*grad_bias, "grad_bias");
+  }
+}
+
+// batch_norm_backward_parameters: the backward ops' common rules alone. Returns C.
+inline c10::SymInt check_batch_norm_backward_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                                        const at::Tensor& save_mean, const at::Tensor& save_invstd) {
+  return check_backward(grad_output, x, save_mean, save_invstd, "batch_norm_backward_parameters");
+}
+
+// ---- the Meta kernels: the rules, then empty outputs of the right shapes and dtypes ----
+// They never write an argument: batch_norm's running statistics and accGradParameters's gradients
+// are only checked (their shape and dtype are the caller's, which an in-place update keeps).
+
+// A per-channel statistic, (C,) in the statistics' dtype (save_mean, save_invstd, the parameter sums).
+inline at::Tensor empty_statistic(const at::Tensor& x, const c10::SymInt& channels) {
+  return at::empty_symint({channels}, x.options().dtype(statistics_dtype(x)));
+}
+
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_meta(const at::Tensor& x, const OptTensor& weight,
+                                                                      const OptTensor& bias,
+                                                                      const OptTensor& running_mean,
+                                                                      const OptTensor& running_var, bool training,
+                                                                      double momentum, double eps) {
+  check_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  const c10::SymInt channels = x.sym_size(1);
+  return {at::empty_symint(x.sym_sizes(), x.options()), empty_statistic(x, channels), empty_statistic(x, channels)};
+}
+
+inline at::Tensor batch_norm_backward_input_meta(const at::Tensor& grad_output, const at::Tensor& x,
+                                                 const OptTensor& weight, const at::Tensor& save_mean,
+                                                 const at::Tensor& save_invstd, bool /*training*/,
+                                                 const OptTensor& sum_grad_xhat, const OptTensor& sum_grad) {
+  check_batch_norm_backward_input(grad_output, x, weight, save_mean, save_invstd, sum_grad_xhat, sum_grad);
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+inline void batch_norm_acc_grad_parameters_meta(const at::Tensor& grad_output, const at::Tensor& x,
+                                                const at::Tensor& save_mean, const at::Tensor& save_invstd,
+                                                const at::Tensor& grad_weight, const OptTensor& grad_bias,
+                                                double /*scale*/) {
+  check_batch_norm_acc_grad_parameters(grad_output, x, save_mean, save_invstd, grad_weight, grad_bias);
+}
+
+inline std::tuple<at::Tensor, at::Tensor> batch_norm_backward_parameters_meta(const at::Tensor& grad_output,
+                                                                             const at::Tensor& x,
+                                                                             const at::Tensor& save_mean,
+                                                                             const at::Tensor& save_invstd) {
+  const c10::SymInt channels = check_batch_norm_backward_parameters(grad_output, x, save_mean, save_invstd);
+  return {empty_statistic(x, channels), empty_statistic(x, channels)};
+}
+
+// ---- the eager kernels' geometry, from the checked, concrete sizes ----
+
+inline Shape shape_of(const at::Tensor& x) {
+  int64_t plane = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) plane *= x.size(d);
+  return {x.size(0), x.size(1), plane};
 }
 
 template <typename T>
@@ -151,29 +296,9 @@ struct Entry {
                                                                    const OptTensor& running_mean,
                                                                    const OptTensor& running_var, bool training,
                                                                    double momentum, double eps) {
-    const char* op = "batch_norm";
-    const Shape s = check_input(x, op);
-    ParameterDtype params(x, op);
-    const OptTensor* per_channel[] = {&weight, &bias, &running_mean, &running_var};
-    const char* names[] = {"weight", "bias", "running_mean", "running_var"};
-    for (int i = 0; i < 4; ++i) {
-      if (!given(*per_channel[i])) continue;
-      check_per_channel(**per_channel[i], x, s.channels, op, names[i]);
-      params.check(**per_channel[i], names[i]);
-    }
-    LABOPS_CHECK(given(running_mean) == given(running_var), "labops.", op,
-                 ": running_mean and running_var must be given together, got ",
-                 given(running_mean) ? "running_mean only" : "running_var only");
-    LABOPS_CHECK(training || given(running_mean), "labops.", op,
-                 ": running_mean and running_var must be given when training is false (evaluation normalizes "
-                 "with them)");
-    LABOPS_CHECK(momentum >= 0.0 && momentum <= 1.0, "labops.", op, ": momentum must be in [0, 1], got ",
-                 momentum);
-    LABOPS_CHECK(eps > 0.0 && std::isfinite(eps), "labops.", op, ": eps must be a finite number > 0, got ", eps);
-    LABOPS_CHECK(!training || s.count() != 1, "labops.", op,
-                 ": x must have more than 1 value per channel when training (the variance of one value is 0), "
-                 "got x of shape ", shape_str(x.sizes()));
-
+    const c10::ScalarType param_dtype =
+        check_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    const Shape s = shape_of(x);
     c10::OptionalDeviceGuard guard(x.device());
     const at::Tensor xc = x.contiguous();
     at::Tensor y = at::empty(x.sizes(), x.options());  // contiguous
@@ -190,7 +315,7 @@ struct Entry {
     at::Tensor rm = contiguous_or_undefined(running_mean), rv = contiguous_or_undefined(running_var);
     // The parameters are x's dtype or the statistics' (float for a half x): opmath_type<scalar_t> is both
     // for float and double, so each x dtype instantiates two launchers at most.
-    const bool stats_dtype_params = params.dtype() == statistics_dtype(x);
+    const bool stats_dtype_params = param_dtype == statistics_dtype(x);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_batch_norm", [&] {
       if (stats_dtype_params) {
         forward<scalar_t, at::opmath_type<scalar_t>>(s, xc, w, b, rm, rv, training, momentum, eps, save_mean,
@@ -212,20 +337,9 @@ struct Entry {
                                               const OptTensor& weight, const at::Tensor& save_mean,
                                               const at::Tensor& save_invstd, bool training,
                                               const OptTensor& sum_grad_xhat, const OptTensor& sum_grad) {
-    const char* op = "batch_norm_backward_input";
-    const Shape s = check_backward(grad_output, x, save_mean, save_invstd, op);
-    ParameterDtype params(x, op);
-    if (given(weight)) {
-      check_per_channel(*weight, x, s.channels, op, "weight");
-      params.check(*weight, "weight");
-    }
-    LABOPS_CHECK(given(sum_grad_xhat) == given(sum_grad), "labops.", op,
-                 ": sum_grad_xhat and sum_grad must be given together, got ",
-                 given(sum_grad_xhat) ? "sum_grad_xhat only" : "sum_grad only");
-    if (given(sum_grad_xhat)) {
-      check_statistic(*sum_grad_xhat, x, s.channels, op, "sum_grad_xhat");
-      check_statistic(*sum_grad, x, s.channels, op, "sum_grad");
-    }
+    const c10::ScalarType param_dtype =
+        check_batch_norm_backward_input(grad_output, x, weight, save_mean, save_invstd, sum_grad_xhat, sum_grad);
+    const Shape s = shape_of(x);
 
     c10::OptionalDeviceGuard guard(x.device());
     at::Tensor grad_input = at::empty(x.sizes(), x.options());
@@ -241,7 +355,7 @@ struct Entry {
         std::tie(sums_xhat, sums) = parameter_gradients(s, g, xc, mean, invstd);
       }
     }
-    const bool stats_dtype_params = params.dtype() == statistics_dtype(x);
+    const bool stats_dtype_params = param_dtype == statistics_dtype(x);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_batch_norm_backward_input", [&] {
       if (stats_dtype_params) {
         backward_input<scalar_t, at::opmath_type<scalar_t>>(s, g, xc, w, mean, invstd, sums_xhat, sums, training,
@@ -258,15 +372,8 @@ struct Entry {
                                              const at::Tensor& save_mean, const at::Tensor& save_invstd,
                                              const at::Tensor& grad_weight, const OptTensor& grad_bias,
                                              double scale) {
-    const char* op = "batch_norm_acc_grad_parameters";
-    const Shape s = check_backward(grad_output, x, save_mean, save_invstd, op);
-    ParameterDtype params(x, op);
-    check_per_channel(grad_weight, x, s.channels, op, "grad_weight");
-    params.check(grad_weight, "grad_weight");
-    if (given(grad_bias)) {
-      check_per_channel(*grad_bias, x, s.channels, op, "grad_bias");
-      params.check(*grad_bias, "grad_bias");
-    }
+    check_batch_norm_acc_grad_parameters(grad_output, x, save_mean, save_invstd, grad_weight, grad_bias);
+    const Shape s = shape_of(x);
     c10::OptionalDeviceGuard guard(x.device());
     if (s.count() == 0 || s.channels == 0) return;  // sums over nothing add nothing
     auto [sums_xhat, sums] = parameter_gradients(s, grad_output.contiguous(), x.contiguous(),
@@ -280,8 +387,8 @@ struct Entry {
                                                                           const at::Tensor& x,
                                                                           const at::Tensor& save_mean,
                                                                           const at::Tensor& save_invstd) {
-    const char* op = "batch_norm_backward_parameters";
-    const Shape s = check_backward(grad_output, x, save_mean, save_invstd, op);
+    check_batch_norm_backward_parameters(grad_output, x, save_mean, save_invstd);
+    const Shape s = shape_of(x);
     c10::OptionalDeviceGuard guard(x.device());
     return parameter_gradients(s, grad_output.contiguous(), x.contiguous(), save_mean.contiguous(),
                                save_invstd.contiguous());

@@ -1,8 +1,9 @@
-// batch_norm: what the dispatcher knows of this layer — its schemas, and its Autograd kernel.
+// batch_norm: what the dispatcher knows of this layer — its schemas, its Autograd kernel and its Meta kernels.
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
   // ---- batch_norm ----
@@ -103,15 +104,12 @@ struct BatchNormBackward : Node {
   }
 };
 
-// A tensor argument that is there (entry.h's given(), which this file does not include).
-bool is_given(const OptTensor& t) { return t.has_value() && t->defined(); }
-
 // The op writes the running statistics below autograd, where nothing bumps their version counters:
 // bump them here, so autograd sees that a saved running statistic has changed.
 void bump_versions(const OptTensor& running_mean, const OptTensor& running_var, bool training) {
   if (!training) return;
-  if (is_given(running_mean)) torch::autograd::impl::bump_version(*running_mean);
-  if (is_given(running_var)) torch::autograd::impl::bump_version(*running_var);
+  if (given(running_mean)) torch::autograd::impl::bump_version(*running_mean);
+  if (given(running_var)) torch::autograd::impl::bump_version(*running_var);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_autograd(const at::Tensor& x, const OptTensor& weight,
@@ -129,16 +127,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_autograd(const at::Ten
   bump_versions(running_mean, running_var, training);
   auto& [y, save_mean, save_invstd] = out;
   node->x = SavedVariable(x, /*is_output=*/false);
-  if (x.requires_grad() && is_given(weight)) node->weight = SavedVariable(*weight, /*is_output=*/false);
+  if (x.requires_grad() && given(weight)) node->weight = SavedVariable(*weight, /*is_output=*/false);
   // save_mean and save_invstd are outputs without a gradient (the graph holds only y): saved as plain tensors.
   node->save_mean = SavedVariable(save_mean, /*is_output=*/false);
   node->save_invstd = SavedVariable(save_invstd, /*is_output=*/false);
   node->training = training;
-  node->has_weight = is_given(weight);
-  node->has_bias = is_given(bias);
-  node->parameter_dtype = is_given(weight) ? weight->scalar_type()
-                          : is_given(bias) ? bias->scalar_type()
-                                           : x.scalar_type();
+  node->has_weight = given(weight);
+  node->has_bias = given(bias);
+  node->parameter_dtype = given(weight) ? weight->scalar_type()
+                          : given(bias) ? bias->scalar_type()
+                                        : x.scalar_type();
   torch::autograd::set_history(y, node);
   return out;
 }
@@ -148,4 +146,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_autograd(const at::Ten
 
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("batch_norm", &labops::batch_norm::batch_norm_autograd);
+}
+
+// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
+TORCH_LIBRARY_IMPL(labops, Meta, m) {
+  m.impl("batch_norm", &labops::batch_norm::batch_norm_meta);
+  m.impl("batch_norm_backward_input", &labops::batch_norm::batch_norm_backward_input_meta);
+  m.impl("batch_norm_acc_grad_parameters", &labops::batch_norm::batch_norm_acc_grad_parameters_meta);
+  m.impl("batch_norm_backward_parameters", &labops::batch_norm::batch_norm_backward_parameters_meta);
 }

@@ -21,11 +21,9 @@ csrc/batch_norm/batch_norm.h (the math: one value, one channel), csrc/batch_norm
 csrc/batch_norm/cuda.cu (the launchers); the schemas and the gradient: csrc/batch_norm/register.cpp.
 """
 
-import math
-
 import torch
 
-from .._checks import check_floating, check_tensor, dtype_name, shape_str
+from .._checks import check_tensor
 
 __all__ = ["batch_norm"]
 
@@ -83,141 +81,8 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, t
     return y
 
 
-# ---- the rules of csrc/batch_norm/entry.h, in its words, for the fakes (torch.compile) ----
-
-def _check_input(x, op):
-    """check_input: x floating, (N, C, ...) with at least 2 dims. Returns C."""
-    check_floating(x, op, "x")
-    if x.dim() < 2:
-        raise ValueError(f"labops.{op}: x must be (N, C, ...) with at least 2 dims, got {x.dim()}-D of shape "
-                         f"{shape_str(x.shape)}")
-    return x.shape[1]
-
-
-def _statistics_dtype(x):
-    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-
-
-def _check_per_channel(t, x, channels, op, arg):
-    if t.dim() != 1 or t.shape[0] != channels:
-        raise ValueError(f"labops.{op}: {arg} must have shape ({channels},) (the channels of x, x.size(1)), got "
-                         f"{shape_str(t.shape)}")
-    if t.device != x.device:
-        raise ValueError(f"labops.{op}: {arg} must be on the device of x ({x.device}), got {t.device}")
-
-
-class _ParameterDtype:
-    """ParameterDtype: the parameters given share the first one's dtype, x's or (x half) float32."""
-
-    def __init__(self, x, op):
-        self.x, self.op, self.first, self.dtype = x, op, None, x.dtype
-
-    def check(self, t, arg):
-        if self.first is None:
-            reduced = self.x.dtype in (torch.float16, torch.bfloat16)
-            if not (t.dtype == self.x.dtype or (reduced and t.dtype == torch.float32)):
-                raise ValueError(f"labops.{self.op}: {arg} must have the dtype of x ({dtype_name(self.x.dtype)}), "
-                                 f"or Float when x is Half or BFloat16, got {dtype_name(t.dtype)}")
-            self.first, self.dtype = arg, t.dtype
-        elif t.dtype != self.dtype:
-            raise ValueError(f"labops.{self.op}: {arg} must have the dtype of {self.first} "
-                             f"({dtype_name(self.dtype)}), got {dtype_name(t.dtype)}")
-
-
-def _check_statistic(t, x, channels, op, arg):
-    _check_per_channel(t, x, channels, op, arg)
-    want = _statistics_dtype(x)
-    if t.dtype != want:
-        raise ValueError(f"labops.{op}: {arg} must have the dtype {dtype_name(want)} (the statistics' dtype for x "
-                         f"of dtype {dtype_name(x.dtype)}), got {dtype_name(t.dtype)}")
-
-
-def _check_backward(grad_output, x, save_mean, save_invstd, op):
-    channels = _check_input(x, op)
-    check_floating(grad_output, op, "grad_output")
-    if tuple(grad_output.shape) != tuple(x.shape):
-        raise ValueError(f"labops.{op}: grad_output must have the shape of x {shape_str(x.shape)}, got "
-                         f"{shape_str(grad_output.shape)}")
-    if grad_output.dtype != x.dtype:
-        raise ValueError(f"labops.{op}: grad_output must have the dtype of x ({dtype_name(x.dtype)}), got "
-                         f"{dtype_name(grad_output.dtype)}")
-    if grad_output.device != x.device:
-        raise ValueError(f"labops.{op}: grad_output must be on the device of x ({x.device}), got {grad_output.device}")
-    _check_statistic(save_mean, x, channels, op, "save_mean")
-    _check_statistic(save_invstd, x, channels, op, "save_invstd")
-    return channels
-
-
-def _values_per_channel(x):
-    return math.prod(x.shape[:1] + x.shape[2:])
-
-
-def _statistics(x, channels):
-    return (x.new_empty((channels,), dtype=_statistics_dtype(x)),
-            x.new_empty((channels,), dtype=_statistics_dtype(x)))
-
-
-@torch.library.register_fake("labops::batch_norm")
-def _batch_norm_fake(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    op = "batch_norm"
-    channels = _check_input(x, op)
-    params = _ParameterDtype(x, op)
-    for arg, t in (("weight", weight), ("bias", bias), ("running_mean", running_mean),
-                   ("running_var", running_var)):
-        if t is not None:
-            _check_per_channel(t, x, channels, op, arg)
-            params.check(t, arg)
-    if (running_mean is None) != (running_var is None):
-        given = "running_mean only" if running_mean is not None else "running_var only"
-        raise ValueError(f"labops.{op}: running_mean and running_var must be given together, got {given}")
-    if not training and running_mean is None:
-        raise ValueError(f"labops.{op}: running_mean and running_var must be given when training is false "
-                         "(evaluation normalizes with them)")
-    if not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"labops.{op}: momentum must be in [0, 1], got {momentum:f}")
-    if not (eps > 0.0 and math.isfinite(eps)):
-        raise ValueError(f"labops.{op}: eps must be a finite number > 0, got {eps:f}")
-    if training and _values_per_channel(x) == 1:
-        raise ValueError(f"labops.{op}: x must have more than 1 value per channel when training (the variance of "
-                         f"one value is 0), got x of shape {shape_str(x.shape)}")
-    return (x.new_empty(x.shape), *_statistics(x, channels))
-
-
-@torch.library.register_fake("labops::batch_norm_backward_input")
-def _batch_norm_backward_input_fake(grad_output, x, weight, save_mean, save_invstd, training, sum_grad_xhat=None,
-                                    sum_grad=None):
-    op = "batch_norm_backward_input"
-    channels = _check_backward(grad_output, x, save_mean, save_invstd, op)
-    if weight is not None:
-        _check_per_channel(weight, x, channels, op, "weight")
-        _ParameterDtype(x, op).check(weight, "weight")
-    if (sum_grad_xhat is None) != (sum_grad is None):
-        given = "sum_grad_xhat only" if sum_grad_xhat is not None else "sum_grad only"
-        raise ValueError(f"labops.{op}: sum_grad_xhat and sum_grad must be given together, got {given}")
-    if sum_grad_xhat is not None:
-        _check_statistic(sum_grad_xhat, x, channels, op, "sum_grad_xhat")
-        _check_statistic(sum_grad, x, channels, op, "sum_grad")
-    return x.new_empty(x.shape)
-
-
-@torch.library.register_fake("labops::batch_norm_acc_grad_parameters")
-def _batch_norm_acc_grad_parameters_fake(grad_output, x, save_mean, save_invstd, grad_weight, grad_bias, scale=1.0):
-    op = "batch_norm_acc_grad_parameters"
-    channels = _check_backward(grad_output, x, save_mean, save_invstd, op)
-    params = _ParameterDtype(x, op)
-    _check_per_channel(grad_weight, x, channels, op, "grad_weight")
-    params.check(grad_weight, "grad_weight")
-    if grad_bias is not None:
-        _check_per_channel(grad_bias, x, channels, op, "grad_bias")
-        params.check(grad_bias, "grad_bias")
-    return None
-
-
-@torch.library.register_fake("labops::batch_norm_backward_parameters")
-def _batch_norm_backward_parameters_fake(grad_output, x, save_mean, save_invstd):
-    channels = _check_backward(grad_output, x, save_mean, save_invstd, "batch_norm_backward_parameters")
-    return _statistics(x, channels)
-
+# Fake tensors (torch.compile): no Python fake. The Meta kernels of csrc/batch_norm/register.cpp run the
+# C++ rules and shapes of csrc/batch_norm/entry.h, so a bad argument raises the same error compiled or not.
 
 # Autograd: csrc/batch_norm/register.cpp (one graph node; its backward is batch_norm_backward_parameters, then
 # batch_norm_backward_input given those sums; the parameter gradients in the parameters' dtype). Double backward

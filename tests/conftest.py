@@ -94,7 +94,7 @@ def tolerances(dtype):
 # the tests of the bilinear upsampling op. The notebooks themselves get the mark of their number.
 NOTEBOOK_OF_TEST_FILE = {
     "test_torch7": "nb01", "test_activation": "nb02", "test_build": "nb02", "test_simt": "nb03",
-    "test_pooling": "nb04", "test_conv2d_mm": "nb05", "test_depthwise": "nb06", "test_upsample": "nb07",
+    "test_pooling": "nb04", "test_batch_norm": "nb04", "test_ladder": "nb04", "test_conv2d_mm": "nb05", "test_depthwise": "nb06", "test_upsample": "nb07",
     "test_softmax": "nb08", "test_reorg": "nb08", "test_capstone": "nb10", "test_rtc": "nb11",
     "test_rtc_layers": "nb11",
     "test_viz_race": "nb03",  # notebook 03b's figure: 03b is part of 03's mark

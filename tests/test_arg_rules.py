@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import labops  # noqa: F401  (loads the ops and registers the fakes)
+import labops.ops  # noqa: F401  (builds the ops the first time, and loads them)
 
 L = torch.ops.labops
 ROOT = Path(__file__).resolve().parents[1]

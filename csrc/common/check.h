@@ -11,6 +11,7 @@
 #include <c10/core/SymInt.h>
 #include <c10/core/SymIntArrayRef.h>
 #include <c10/core/SymNodeImpl.h>
+#include <c10/util/DimVector.h>
 #include <c10/util/Exception.h>
 
 namespace labops {
@@ -37,6 +38,12 @@ inline std::string shape_str(c10::SymIntArrayRef sizes) {
   for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + sym_str(sizes[i]);
   return out + "]";
 }
+
+// An int[] size argument (input_size, weight_size) as the SymInt rules read it: a kernel gets ints,
+// copied into SymInts here, on the stack up to 5 entries (SymInt(v) keeps any int64, even one too
+// negative for a SymInt's inline range). A Meta kernel takes int[] as IntArrayRef too: the
+// dispatcher refuses SymIntArrayRef for an int[] argument.
+inline c10::SymDimVector as_sym_sizes(at::IntArrayRef sizes) { return c10::SymDimVector(sizes.begin(), sizes.end()); }
 
 namespace detail {
 // Error messages are assembled here, as strings, instead of by streaming

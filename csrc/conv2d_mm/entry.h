@@ -232,11 +232,6 @@ inline void check_conv2d_mm_backward_weight(const at::Tensor& grad_output, const
   check_grad_output(grad_output, conv_output_shape(x.sym_sizes(), weight_size[0], out_hw), op);
 }
 
-// An int[] size argument (input_size, weight_size) as the rules read it: a kernel gets ints, copied
-// into SymInts here, on the stack up to 5 entries (SymInt(v) keeps any int64, even one too negative for
-// a SymInt's inline range).
-inline c10::SymDimVector as_sym_sizes(at::IntArrayRef sizes) { return c10::SymDimVector(sizes.begin(), sizes.end()); }
-
 // ---- the Meta kernels ----
 inline at::Tensor im2col_meta(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
                               at::IntArrayRef padding, at::IntArrayRef dilation) {

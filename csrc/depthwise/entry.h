@@ -169,10 +169,6 @@ inline at::MemoryFormat memory_format(bool channels_last) {
   return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
-// An int[] size argument (input_size, weight_size) as the rules read it: a kernel gets ints, copied
-// into SymInts here (SymInt(v) keeps any int64, even one too negative for a SymInt's inline range).
-inline c10::SymDimVector as_sym_sizes(at::IntArrayRef sizes) { return c10::SymDimVector(sizes.begin(), sizes.end()); }
-
 // ---- the Meta kernels: the rules, and an output of the eager op's shape, dtype and memory format ----
 inline at::Tensor depthwise_conv2d_meta(const at::Tensor& x, const at::Tensor& weight,
                                         const std::optional<at::Tensor>& bias, at::IntArrayRef stride,

@@ -6,14 +6,13 @@ registered with PyTorch as ``torch.ops.labops.*``).
 
 ``import labops`` loads the compiled ops when they are already built for this
 torch (milliseconds), so ``torch.ops.labops.<op>`` works at once; otherwise
-they are built (one to five minutes, once) when an op is first called.
-``dir(labops)`` and ``help(labops)`` never build anything.
+the first use of an op (``labops.gelu``) builds them (about half a minute on
+two cores, once). ``dir(labops)`` never builds: it lists the submodules, and
+the ops once they are loaded.
 """
 
-import ast as _ast
 import importlib as _importlib
 import importlib.util as _importlib_util
-import pathlib as _pathlib
 import sys as _sys
 
 __version__ = "0.1.0"
@@ -25,53 +24,9 @@ _SUBMODULES = ("ops", "nn", "reference", "torch7", "ladder", "testing", "bench",
 _HELPERS = {"show_source": "labops.source"}
 
 
-def _public_ops() -> dict:
-    """name -> literal value (constants) or docstring (functions), read from labops/ops/*.py without importing."""
-    found = {}
-    for path in sorted((_pathlib.Path(__file__).parent / "ops").glob("[!_]*.py")):
-        tree = _ast.parse(path.read_text())
-        exported, values = [], {}
-        for node in tree.body:
-            if isinstance(node, _ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], _ast.Name):
-                if node.targets[0].id == "__all__":
-                    exported = _ast.literal_eval(node.value)
-                else:
-                    try:
-                        values[node.targets[0].id] = ("constant", _ast.literal_eval(node.value))
-                    except ValueError:
-                        pass
-            elif isinstance(node, _ast.FunctionDef):
-                values[node.name] = ("function", _ast.get_docstring(node) or "")
-        found.update({name: values.get(name, ("function", "")) for name in exported})
-    return found
-
-
-_OPS = _public_ops()
-
-
-def _lazy_op(name: str, doc: str):
-    """A stand-in for labops.<name> that builds and imports the ops on its first call.
-
-    It carries the op's docstring up to its examples: doctest would otherwise collect them as
-    examples of this module (the stand-in belongs to it), where the names the op's own module
-    imports (torch) are missing. The op itself, once loaded, has them all.
-    """
-
-    def op(*args, **kwargs):
-        return _resolve(name)(*args, **kwargs)
-
-    lines = doc.splitlines()
-    examples = next((i for i, line in enumerate(lines) if line.strip().startswith(("Example", ">>>"))), len(lines))
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = "\n".join(lines[:examples]).rstrip()
-    op.__module__ = __name__
-    return op
-
-
-def _resolve(name):
-    ops = _importlib.import_module("labops.ops")  # builds the library the first time
-    globals().update({op: getattr(ops, op) for op in ops.__all__})
-    return getattr(ops, name)
+def _ops_module():
+    """labops.ops, imported: it builds the library the first time, then loads it."""
+    return _importlib.import_module("labops.ops")
 
 
 def __getattr__(name):
@@ -83,15 +38,12 @@ def __getattr__(name):
         value = _importlib.import_module(f"labops.{name}")
     elif name in _HELPERS:
         value = getattr(_importlib.import_module(_HELPERS[name]), name)
-    elif name in _OPS:
-        kind, payload = _OPS[name]
-        if "labops.ops" in _sys.modules:
-            value = getattr(_sys.modules["labops.ops"], name)
-        else:  # constants are literals; functions get a stand-in until the first call
-            value = payload if kind == "constant" else _lazy_op(name, payload)
-    elif name.startswith("_") and _importlib_util.find_spec(f"labops.{name}") is not None:
-        # Private submodules (`from labops import _build` asks here first).
-        value = _importlib.import_module(f"labops.{name}")
+    elif name.startswith("_"):
+        if _importlib_util.find_spec(f"labops.{name}") is None:
+            raise AttributeError(f"module 'labops' has no attribute {name!r}")
+        value = _importlib.import_module(f"labops.{name}")  # private submodules (`from labops import _build`)
+    elif name in _ops_module().__all__:  # an op, or a constant beside it (GELU_APPROXIMATIONS)
+        value = getattr(_ops_module(), name)
     else:
         raise AttributeError(f"module 'labops' has no attribute {name!r}")
     globals()[name] = value
@@ -99,9 +51,10 @@ def __getattr__(name):
 
 
 def __dir__():
-    # The ops and what is loaded already; not the submodules, whose import would build
-    # the ops (help() lists them under PACKAGE CONTENTS anyway).
-    return sorted({n for n in globals() if not n.startswith("_")} | set(_OPS) | set(_HELPERS))
+    # What is loaded already (the ops, once built) and the helpers; never a build, so not the submodules,
+    # whose import would build the ops (help() lists them under PACKAGE CONTENTS anyway).
+    ops = _sys.modules.get("labops.ops")
+    return sorted({n for n in globals() if not n.startswith("_")} | set(getattr(ops, "__all__", ())) | set(_HELPERS))
 
 
 def _load_if_built() -> None:

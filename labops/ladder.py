@@ -30,9 +30,11 @@ What forcing means:
     naming the layer and the rung;
   * a call that runs no kernel (an empty tensor) checks and records nothing.
 
-Which rung runs when nothing is forced: ``DEFAULTS`` (one table per layer and device, the dtypes and the
-condition in words), ``default_rung(layer, device, *inputs)`` (the same table applied to an op's inputs;
-tests/test_ladder.py holds the kernels to it) and ``describe(layer, device)`` (both, printed).
+Which rung runs when nothing is forced: each layer states it beside its Python face, as the table
+``LADDER_DEFAULTS`` of ``labops/ops/<layer>.py`` (per device, the dtypes and the condition in words);
+``DEFAULTS`` gathers those tables by ``(layer, device)``; ``default_rung(layer, device, *inputs)`` applies one to
+an op's inputs (tests/test_ladder.py holds the kernels to it) and ``describe(layer, device)`` prints the rungs and
+the table.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ from typing import Callable
 
 import torch
 
-__all__ = ["DEFAULTS", "Default", "default_rung", "describe", "forced", "last_rung", "layers", "rung_number",
-           "rungs", "about", "use"]
+__all__ = ["ALL_DTYPES", "DEFAULTS", "Default", "about", "default_rung", "describe", "forced", "kernel_address",
+           "last_rung", "layers", "rung_number", "rungs", "use"]
 
 ALL_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
@@ -130,102 +132,39 @@ class Default:
     holds: Callable[..., bool] = lambda *inputs: True
 
 
-def _contiguous_ptr(x: torch.Tensor) -> int:
-    """The address the kernel reads: x's own when contiguous, else a fresh copy's (aligned: we say 256)."""
+def kernel_address(x: torch.Tensor) -> int:
+    """The address a kernel reads: x's own when contiguous, else a fresh copy's (aligned: we say 256).
+    For the default tables' alignment conditions."""
     return x.data_ptr() if x.is_contiguous() else 256
 
 
-def _pooling_whole_packs(x):
-    pack = 16 // x.element_size()
-    return _contiguous_ptr(x) % 16 == 0 and (x.shape[-2] * x.shape[-1]) % pack == 0
+def _layer_face(layer: str):
+    """The layer's Python face, labops/ops/<layer>.py: where its LADDER_DEFAULTS table lives."""
+    return importlib.import_module(f"labops.ops.{layer}")
 
 
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
+def __getattr__(name):
+    # DEFAULTS is read from the layers' own modules (PEP 562: on first use, since that loads the library).
+    if name == "DEFAULTS":
+        return {(layer, device): table for layer in layers()
+                for device, table in _layer_face(layer).LADDER_DEFAULTS.items()}
+    raise AttributeError(f"module 'labops.ladder' has no attribute {name!r}")
 
 
-def _depthwise_tiled(x, weight, stride, dilation):
-    """dispatch_tiled (csrc/depthwise/cuda.cu): 3x3 or 5x5, the same stride 1 or 2 on both axes, dilation 1."""
-    kh, kw = weight.shape[2:]
-    sh, sw = _pair(stride)
-    return kh == kw and kh in (3, 5) and sh == sw and sh in (1, 2) and _pair(dilation) == (1, 1)
-
-
-def _depthwise_nhwc(x, weight, stride, dilation):
-    """Whether the CUDA forward reads a channels_last x in place (DepthwiseLauncher::has_nhwc_kernels)."""
-    if not (x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()):
-        return False
-    pack = min(4, 16 // x.element_size())
-    return (weight.shape[0] == x.shape[1] and weight.shape[0] % pack == 0
-            and _depthwise_tiled(x, weight, stride, dilation) and x.data_ptr() % (pack * x.element_size()) == 0)
-
-
-def _depthwise_vector_rows(x, weight, bias=None, stride=1, padding=0, dilation=1):
-    """row_vector > 1 (Note [vector row loads]): NCHW as read, 'same' padding in W, even widths, x aligned."""
-    if not _depthwise_tiled(x, weight, stride, dilation) or _depthwise_nhwc(x, weight, stride, dilation):
-        return False
-    kw, pw, (sw, dw) = weight.shape[3], _pair(padding)[1], (_pair(stride)[1], _pair(dilation)[1])
-    out_w = (x.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    return pw == kw // 2 and x.shape[3] % 2 == 0 and out_w % 2 == 0 and _contiguous_ptr(x) % (2 * x.element_size()) == 0
-
-
-# (layer, device) -> its default table, first line that holds wins. The rungs are named as the C++
-# declares them (tests/test_ladder.py checks every name), and tests/test_ladder.py runs every sample
-# input through the op and holds last_rung() to this table.
-DEFAULTS = {
-    ("pooling", "cpu"): (
-        Default("simd4", ("float32", "float64"), "always"),
-        Default("textbook", ("float16", "bfloat16"),
-                "always: simd4 adds in the data's own type, so not in 2-byte ones"),
-    ),
-    ("pooling", "cuda"): (
-        Default("whole_packs", ALL_DTYPES, "x 16-byte aligned and H*W a multiple of the 16-byte pack "
-                "(4 float32, 2 float64, 8 float16 or bfloat16 elements)", _pooling_whole_packs),
-        Default("vector_loads", ALL_DTYPES, "x 16-byte aligned, H*W not a multiple of the pack",
-                lambda x: _contiguous_ptr(x) % 16 == 0),
-        Default("plane_groups", ALL_DTYPES, "x not 16-byte aligned (a contiguous view that starts inside its storage; "
-                "a non-contiguous x is copied into fresh, aligned memory first)"),
-    ),
-    ("depthwise", "cpu"): (
-        Default("bordered_simd", ALL_DTYPES, "always (channels_last is computed through NCHW copies)"),
-    ),
-    ("depthwise", "cuda"): (
-        Default("tiled_vector_rows", ALL_DTYPES,
-                "3x3 or 5x5 kernel, stride 1 or 2 (both axes), dilation 1; read as NCHW; padding_w = kW // 2; "
-                "input and output widths even; x aligned to two elements", _depthwise_vector_rows),
-        Default("tiled", ALL_DTYPES, "3x3 or 5x5 kernel, stride 1 or 2 (both axes), dilation 1, otherwise "
-                "(channels_last with multiplier 1 and whole packs of channels read in place); tensors under 2^31 "
-                "elements",
-                lambda x, weight, bias=None, stride=1, padding=0, dilation=1: _depthwise_tiled(x, weight, stride,
-                                                                                              dilation)),
-        Default("textbook", ALL_DTYPES, "any other kernel size, stride or dilation"),
-    ),
-}
-
-
-def default_rung(layer: str, device: str, *inputs, **kwargs) -> int | None:
-    """The rung ``layer``'s forward runs by default on ``device`` for these inputs (the op's own arguments:
-    ``x`` for pooling; ``x, weight, bias, stride, padding, dilation`` for depthwise), as ``DEFAULTS`` says;
-    None when the call runs no kernel (an empty output)."""
-    x = inputs[0]
-    if layer == "pooling" and x.numel() == 0:
+def default_rung(layer: str, device: str, *inputs) -> int | None:
+    """The rung ``layer``'s forward runs by default on ``device`` for these inputs (the forward op's own
+    positional arguments), as the layer's table in ``DEFAULTS`` says; None when the call runs no kernel (an
+    empty tensor: the layer's ``ladder_runs_kernel(*inputs)`` where it has one, else ``inputs[0]`` empty)."""
+    face = _layer_face(layer)
+    runs_kernel = getattr(face, "ladder_runs_kernel", lambda x, *rest: x.numel() > 0)
+    if not runs_kernel(*inputs):
         return None
-    if layer == "depthwise":
-        weight = inputs[1]
-        args = dict(zip(("bias", "stride", "padding", "dilation"), inputs[2:]), **kwargs)
-        kh, kw = weight.shape[2:]
-        (sh, sw), (ph, pw), (dh, dw) = (_pair(args.get(k, default))
-                                        for k, default in (("stride", 1), ("padding", 0), ("dilation", 1)))
-        out_h = (x.shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        out_w = (x.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-        if x.shape[0] * weight.shape[0] * out_h * out_w == 0:
-            return None
-    dtype = str(x.dtype).removeprefix("torch.")
+    dtype = str(inputs[0].dtype).removeprefix("torch.")
     names = rungs(layer, device)
-    for line in DEFAULTS[(layer, device)]:
-        if dtype in line.dtypes and line.holds(*inputs, **kwargs):
+    for line in face.LADDER_DEFAULTS[device]:
+        if dtype in line.dtypes and line.holds(*inputs):
             return names.index(line.rung) + 1
-    raise AssertionError(f"labops.ladder.DEFAULTS[{layer!r}, {device!r}] has no line for {dtype}")
+    raise AssertionError(f"labops.ops.{layer}.LADDER_DEFAULTS[{device!r}] has no line for {dtype}")
 
 
 def describe(layer: str, device: str) -> str:
@@ -235,7 +174,7 @@ def describe(layer: str, device: str) -> str:
     for n, (name, what) in enumerate(zip(rungs(layer, device), about(layer, device)), start=1):
         lines.append(f"  {n} {name:18s} {what}")
     lines.append("by default (the first line that holds):")
-    for d in DEFAULTS[(layer, device)]:
+    for d in _layer_face(layer).LADDER_DEFAULTS[device]:
         dtypes = "every dtype" if d.dtypes == ALL_DTYPES else ", ".join(d.dtypes)
         lines.append(f"  {d.rung:18s} {dtypes}: {d.when}")
     return "\n".join(lines)

@@ -219,35 +219,35 @@ def _python(code, **env):
                           env={**os.environ, **env}, timeout=300)
 
 
-def test_dir_and_help_list_the_ops_without_building(tmp_path):
+def test_dir_and_help_never_build(tmp_path):
     run = _python("""
         import contextlib, io, sys
         import labops
         names = dir(labops)
         with contextlib.redirect_stdout(io.StringIO()) as page:
             help(labops)
-        print(sorted(set(["gelu", "conv2d_mm", "reorg", "GELU_APPROXIMATIONS"]) - set(names)),
-              "upsample_bilinear2d(" in page.getvalue(), "labops.ops" in sys.modules, labops.GELU_APPROXIMATIONS)
+        print("show_source" in names, "gelu" in names, "labops.ops" in sys.modules, "PACKAGE CONTENTS" in page.getvalue())
         """, LABOPS_CACHE_DIR=str(tmp_path))
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "[] True False ('none', 'tanh', 'sigmoid')"
+    assert run.stdout.strip() == "True False False True"
     assert "compiling" not in run.stdout + run.stderr and not list(tmp_path.rglob("*.so"))
 
 
-def test_stand_ins_are_not_doctests_of_labops(tmp_path):
-    """Before the build, labops.tanh is a stand-in carrying tanh's docstring. A test module that
-    reads labops.tanh at import (CI's fresh build cache) must not make doctest collect that
-    docstring as labops's, where its examples lack the names labops.ops.activation imports."""
+def test_import_loads_built_ops_and_dir_lists_them():
+    from labops import ops  # noqa: F401 (builds here if this run has not yet)
+
     run = _python("""
-        import doctest, sys
+        import sys
         import labops
-        stand_in = labops.tanh, labops.global_avg_pool2d
-        found = [t.name for t in doctest.DocTestFinder().find(labops) if t.examples]
-        print(labops._OPS["tanh"][1].startswith(stand_in[0].__doc__), ">>>" in stand_in[0].__doc__, found,
-              "labops.ops" in sys.modules)
-        """, LABOPS_CACHE_DIR=str(tmp_path))
+        print(labops.GELU_APPROXIMATIONS, "labops.ops" in sys.modules, "gelu" in dir(labops))
+        try:
+            labops.no_such_op
+        except AttributeError as exc:
+            print(exc)
+        """)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "True False [] False"
+    assert run.stdout.splitlines() == ["('none', 'tanh', 'sigmoid') True True",
+                                       "module 'labops' has no attribute 'no_such_op'"]
 
 
 def test_import_labops_loads_built_ops_for_torch_ops():

@@ -427,3 +427,42 @@ def test_acc_grad_parameters_adds_scale_times_the_gradient(device, with_bias):
     torch.testing.assert_close(gw, gw0 + 0.25 * wr.grad, rtol=1e-10, atol=1e-12)
     if with_bias:
         torch.testing.assert_close(gb, gb0 + 0.25 * br.grad, rtol=1e-10, atol=1e-12)
+
+
+# ---- the ladder (tests/test_ladder.py runs these on every rung) ----
+
+def ladder_cases(device, dtype):
+    """(name, op, inputs, float64 oracle, products per output)."""
+    for name, x, w, b, s, p, d in sample_inputs(device, dtype):
+        expected = F.conv2d(x.double(), w.double(), None if b is None else b.double(), s, p, d, groups=x.shape[1])
+        yield name, labops.depthwise_conv2d, (x, w, b, s, p, d), expected, w.shape[2] * w.shape[3]
+
+
+def ladder_refusals(device):
+    """(rung, op, inputs, message) for inputs a forced rung cannot take on `device`."""
+    x = torch.randn(2, 3, 7, 7, device=device)
+    w, w7 = torch.randn(3, 1, 3, 3, device=device), torch.randn(3, 1, 7, 7, device=device)
+    if device == "cpu":
+        yield 3, labops.depthwise_conv2d, (x, w, None, 1, 1), r"has no rung 3 on CPU \(rungs 1..2\)"
+        return
+    for rung, name in ((2, "tiled"), (3, "tiled_vector_rows")):
+        yield rung, labops.depthwise_conv2d, (x, w7, None, 1, 3), rf"rung {rung} \({name}\) .*7x7 kernel"
+        yield rung, labops.depthwise_conv2d, (x, w, None, 1, 2, 2), rf"rung {rung} \({name}\) .*dilation \(2, 2\)"
+    yield 3, labops.depthwise_conv2d, (x, w, None, 1, 1), r"rung 3 \(tiled_vector_rows\) .*got width 7 -> 7"
+
+
+def test_ladder_defaults_on_inputs_whose_rung_is_known():
+    from labops import ladder
+
+    x = torch.randn(2, 3, 8, 8)
+    w3, w7 = torch.randn(3, 1, 3, 3), torch.randn(3, 1, 7, 7)
+    assert ladder.default_rung("depthwise", "cpu", x, w7, None, 1, 3, 1) == 2
+    assert ladder.default_rung("depthwise", "cuda", x, w3, None, 1, 1, 1) == 3  # 'same', widths 8 -> 8
+    assert ladder.default_rung("depthwise", "cuda", torch.randn(2, 3, 8, 9), w3, None, 1, 1, 1) == 2  # odd width
+    assert ladder.default_rung("depthwise", "cuda", x, w3, None, 1, 0, 1) == 2  # padding 0: not 'same'
+    assert ladder.default_rung("depthwise", "cuda", x, w3, None, 1, 1, 2) == 1  # dilation 2
+    assert ladder.default_rung("depthwise", "cuda", x, w7, None, 1, 3, 1) == 1
+    assert ladder.default_rung("depthwise", "cuda", torch.randn(2, 3, 0, 8), w3, None, 1, 1, 1) is None  # empty
+    cl = torch.randn(2, 8, 8, 8).contiguous(memory_format=torch.channels_last)
+    assert ladder.default_rung("depthwise", "cuda", cl, torch.randn(8, 1, 3, 3), None, 1, 1, 1) == 2  # NHWC, in place
+    assert ladder.default_rung("depthwise", "cuda", cl, torch.randn(16, 1, 3, 3), None, 1, 1, 1) == 3  # m2: NCHW copy

@@ -4,45 +4,36 @@ the layer's own tests (odd sizes, strides, padding, dilation, channels_last, sli
 last_rung names the rung that ran; with nothing forced the rung is the documented default
 (ladder.DEFAULTS); a rung that cannot take an input raises ValueError, and forcing restores itself."""
 
+import importlib
 import json
 import math
 import pathlib
 
 import pytest
 import torch
-import torch.nn.functional as F
 from conftest import Seeded, poison_allocator, tolerances
-from test_depthwise import sample_inputs as depthwise_samples
-from test_pooling import sample_inputs as pooling_samples
 
 import labops
 from labops import bench, ladder, viz
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-LADDER_LAYERS = ["depthwise", "pooling"]
+# Each layer with a ladder states its own cases beside its other tests: tests/test_<layer>.py defines
+# ladder_cases(device, dtype) -> (name, op, inputs, float64 oracle, products per output) and
+# ladder_refusals(device) -> (rung, op, inputs, message) for inputs a forced rung cannot take.
+LADDER_LAYERS = sorted(ladder.layers())
 
 
-def pooling_cases(device, dtype):
-    """(name, inputs, oracle, terms): the op's arguments, the float64 result it must give, and how many
-    products each output sums (the absolute tolerance grows like its square root, as in test_depthwise.py;
-    a mean's error does not grow)."""
-    for name, x in pooling_samples(device, dtype):
-        yield name, (x,), x.double().mean((-2, -1), keepdim=True), 1
+def layer_tests(layer):
+    return importlib.import_module(f"test_{layer}")
 
 
-def depthwise_cases(device, dtype):
-    for name, x, w, b, s, p, d in depthwise_samples(device, dtype):
-        expected = F.conv2d(x.double(), w.double(), None if b is None else b.double(), s, p, d, groups=x.shape[1])
-        yield name, (x, w, b, s, p, d), expected, w.shape[2] * w.shape[3]
-
-
-CASES = {"pooling": (pooling_cases, labops.global_avg_pool2d), "depthwise": (depthwise_cases, labops.depthwise_conv2d)}
-
-
-def test_the_layers_with_a_ladder():
-    assert sorted(ladder.layers()) == LADDER_LAYERS
+def test_every_layer_with_a_ladder_has_its_defaults_cases_and_bench():
+    assert {"depthwise", "pooling"} <= set(LADDER_LAYERS)
     assert sorted(bench.LADDERS) == LADDER_LAYERS
+    for layer in LADDER_LAYERS:
+        assert hasattr(layer_tests(layer), "ladder_cases") and hasattr(layer_tests(layer), "ladder_refusals"), layer
+        assert set(importlib.import_module(f"labops.ops.{layer}").LADDER_DEFAULTS) == {"cpu", "cuda"}, layer
 
 
 @pytest.mark.parametrize("layer", LADDER_LAYERS)
@@ -65,10 +56,9 @@ def test_every_rung_matches_the_textbook_and_the_oracle(device, layer, dtype):
     """Rung 1 against the float64 oracle, every other rung against rung 1 and the oracle; each forced rung is
     the one last_rung reports. A rung may refuse an input only with ValueError, never when it is that input's
     default, and every rung must run on some input."""
-    make_cases, op = CASES[layer]
     names = ladder.rungs(layer, device)
     ran = {n: 0 for n in range(1, len(names) + 1)}
-    for case, inputs, expected, terms in make_cases(device, dtype):
+    for case, op, inputs, expected, terms in layer_tests(layer).ladder_cases(device, dtype):
         if expected.numel() == 0:
             continue
         rtol, atol = tolerances(dtype)
@@ -95,71 +85,30 @@ def test_every_rung_matches_the_textbook_and_the_oracle(device, layer, dtype):
             torch.testing.assert_close(out.double(), textbook.double(), rtol=rtol, atol=atol, msg=f"{what} vs textbook")
             torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol, msg=f"{what} vs oracle")
             ran[rung] += 1
-    if not (device == "cpu" and layer == "pooling" and dtype in (torch.float16, torch.bfloat16)):  # simd4: 4-byte+
-        assert all(ran.values()), f"rungs that never ran: {[names[n - 1] for n, k in ran.items() if not k]}"
+    # Every rung runs on some case, but for a rung that its layer's default table gives other dtypes only
+    # (pooling's CPU simd4 adds in the data's own type: float32 and float64, never float16).
+    table = ladder.DEFAULTS[(layer, device)]
+    dtype_name = str(dtype).removeprefix("torch.")
+    other_dtypes_only = {d.rung for d in table} - {d.rung for d in table if dtype_name in d.dtypes}
+    never = [names[n - 1] for n, k in ran.items() if not k and names[n - 1] not in other_dtypes_only]
+    assert not never, f"rungs that never ran: {never}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layer", LADDER_LAYERS)
 def test_the_default_rung_is_the_documented_one(device, layer, dtype):
-    make_cases, op = CASES[layer]
     assert ladder.forced(layer) == 0
-    for case, inputs, *_ in make_cases(device, dtype):
+    for case, op, inputs, *_ in layer_tests(layer).ladder_cases(device, dtype):
         before = ladder.last_rung(layer)
         op(*inputs)
         want = ladder.default_rung(layer, device, *inputs)
         assert ladder.last_rung(layer) == (before if want is None else want), case
 
 
-def test_the_documented_defaults_cover_each_case_kind():
-    """The table's conditions, on inputs whose rung is known by construction."""
-    x = torch.randn(2, 3, 8, 8)
-    assert ladder.default_rung("pooling", "cpu", x) == 2
-    assert ladder.default_rung("pooling", "cpu", x.half()) == 1
-    assert ladder.default_rung("pooling", "cuda", x) == 4  # 64 % 4 == 0, fresh memory
-    assert ladder.default_rung("pooling", "cuda", torch.randn(2, 3, 7, 7)) == 3
-    assert ladder.default_rung("pooling", "cuda", torch.randn(1 + 2 * 3 * 64)[1:].view(2, 3, 8, 8)) == 2
-    assert ladder.default_rung("pooling", "cuda", torch.randn(2, 3, 0, 8)) is None
-    w3, w7 = torch.randn(3, 1, 3, 3), torch.randn(3, 1, 7, 7)
-    assert ladder.default_rung("depthwise", "cpu", x, w7, None, 1, 3, 1) == 2
-    assert ladder.default_rung("depthwise", "cuda", x, w3, None, 1, 1, 1) == 3  # 'same', widths 8 -> 8
-    assert ladder.default_rung("depthwise", "cuda", torch.randn(2, 3, 8, 9), w3, None, 1, 1, 1) == 2  # odd width
-    assert ladder.default_rung("depthwise", "cuda", x, w3, None, 1, 0, 1) == 2  # padding 0: not 'same'
-    assert ladder.default_rung("depthwise", "cuda", x, w3, None, 1, 1, 2) == 1  # dilation 2
-    assert ladder.default_rung("depthwise", "cuda", x, w7, None, 1, 3, 1) == 1
-    cl = torch.randn(2, 8, 8, 8).contiguous(memory_format=torch.channels_last)
-    assert ladder.default_rung("depthwise", "cuda", cl, torch.randn(8, 1, 3, 3), None, 1, 1, 1) == 2  # NHWC, in place
-    assert ladder.default_rung("depthwise", "cuda", cl, torch.randn(16, 1, 3, 3), None, 1, 1, 1) == 3  # m2: NCHW copy
-
-
-def _refusals(device):
-    """(layer, rung, op, inputs, message) for inputs a forced rung cannot take on `device`."""
-    x = torch.randn(2, 3, 7, 7, device=device)
-    w = torch.randn(3, 1, 3, 3, device=device)
-    if device == "cpu":
-        yield "pooling", 2, labops.global_avg_pool2d, (x.half(),), r"rung 2 \(simd4\) cannot take this input: .*Half"
-        yield "pooling", 2, labops.global_avg_pool2d, (x.bfloat16(),), r"rung 2 \(simd4\) cannot take this input"
-        yield "pooling", 3, labops.global_avg_pool2d, (x,), r"has no rung 3 on CPU \(rungs 1..2\)"
-        yield "depthwise", 3, labops.depthwise_conv2d, (x, w, None, 1, 1), r"has no rung 3 on CPU \(rungs 1..2\)"
-    else:
-        misaligned = torch.randn(1 + 2 * 3 * 64, device=device)[1:].view(2, 3, 8, 8)
-        yield "pooling", 3, labops.global_avg_pool2d, (misaligned,), r"rung 3 \(vector_loads\) .*not 16-byte aligned"
-        yield "pooling", 4, labops.global_avg_pool2d, (misaligned,), r"rung 4 \(whole_packs\) .*not 16-byte aligned"
-        yield "pooling", 4, labops.global_avg_pool2d, (x,), r"rung 4 \(whole_packs\) .*H\*W = 49 is not a multiple"
-        w7 = torch.randn(3, 1, 7, 7, device=device)
-        for rung, name in ((2, "tiled"), (3, "tiled_vector_rows")):
-            yield ("depthwise", rung, labops.depthwise_conv2d, (x, w7, None, 1, 3),
-                   rf"rung {rung} \({name}\) .*7x7 kernel")
-            yield ("depthwise", rung, labops.depthwise_conv2d, (x, w, None, 1, 2, 2),
-                   rf"rung {rung} \({name}\) .*dilation \(2, 2\)")
-        yield ("depthwise", 3, labops.depthwise_conv2d, (x, w, None, 1, 1),
-               r"rung 3 \(tiled_vector_rows\) .*got width 7 -> 7")
-
-
-def test_a_rung_that_cannot_take_an_input_raises(device):
-    cases = list(_refusals(device))
-    assert cases
-    for layer, rung, op, inputs, message in cases:
+@pytest.mark.parametrize("layer", LADDER_LAYERS)
+def test_a_rung_that_cannot_take_an_input_raises(device, layer):
+    cases = list(layer_tests(layer).ladder_refusals(device))
+    for rung, op, inputs, message in cases:
         last = ladder.last_rung(layer)
         with ladder.use(layer, rung), pytest.raises(ValueError, match=message) as info:
             op(*inputs)
@@ -183,8 +132,8 @@ def test_use_refuses_a_rung_that_no_device_has(rung, message):
 
 
 def test_a_layer_without_a_ladder_is_named():
-    with pytest.raises(ValueError, match="no layer 'softmax' has a ladder; these do: depthwise, pooling"):
-        ladder.rungs("softmax", "cpu")
+    with pytest.raises(ValueError, match="no layer 'nope' has a ladder; these do: " + ", ".join(LADDER_LAYERS)):
+        ladder.rungs("nope", "cpu")
     with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda', got 'tpu'"):
         ladder.rungs("pooling", "tpu")
 

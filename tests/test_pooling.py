@@ -179,3 +179,37 @@ def test_cuda_index_beyond_int32():
     g = torch.randn(planes, 1, 1, 1, dtype=torch.float16, device="cuda")
     gi = torch.ops.labops.global_avg_pool2d_backward(g, [planes, 1, 7, 7])
     torch.testing.assert_close(gi[idx].float(), (g[idx].float() / hw).expand(-1, -1, 7, 7), rtol=2e-3, atol=1e-5)
+
+
+# ---- the ladder (tests/test_ladder.py runs these on every rung) ----
+
+def ladder_cases(device, dtype):
+    """(name, op, inputs, float64 oracle, products per output): a mean's error does not grow with H*W."""
+    for name, x in sample_inputs(device, dtype):
+        yield name, labops.global_avg_pool2d, (x,), x.double().mean((-2, -1), keepdim=True), 1
+
+
+def ladder_refusals(device):
+    """(rung, op, inputs, message) for inputs a forced rung cannot take on `device`."""
+    x = torch.randn(2, 3, 7, 7, device=device)
+    if device == "cpu":
+        yield 2, labops.global_avg_pool2d, (x.half(),), r"rung 2 \(simd4\) cannot take this input: .*Half"
+        yield 2, labops.global_avg_pool2d, (x.bfloat16(),), r"rung 2 \(simd4\) cannot take this input"
+        yield 3, labops.global_avg_pool2d, (x,), r"has no rung 3 on CPU \(rungs 1..2\)"
+    else:
+        misaligned = torch.randn(1 + 2 * 3 * 64, device=device)[1:].view(2, 3, 8, 8)
+        yield 3, labops.global_avg_pool2d, (misaligned,), r"rung 3 \(vector_loads\) .*not 16-byte aligned"
+        yield 4, labops.global_avg_pool2d, (misaligned,), r"rung 4 \(whole_packs\) .*not 16-byte aligned"
+        yield 4, labops.global_avg_pool2d, (x,), r"rung 4 \(whole_packs\) .*H\*W = 49 is not a multiple"
+
+
+def test_ladder_defaults_on_inputs_whose_rung_is_known():
+    from labops import ladder
+
+    x = torch.randn(2, 3, 8, 8)
+    assert ladder.default_rung("pooling", "cpu", x) == 2
+    assert ladder.default_rung("pooling", "cpu", x.half()) == 1
+    assert ladder.default_rung("pooling", "cuda", x) == 4  # 64 % 4 == 0, fresh memory
+    assert ladder.default_rung("pooling", "cuda", torch.randn(2, 3, 7, 7)) == 3
+    assert ladder.default_rung("pooling", "cuda", torch.randn(1 + 2 * 3 * 64)[1:].view(2, 3, 8, 8)) == 2
+    assert ladder.default_rung("pooling", "cuda", torch.randn(2, 3, 0, 8)) is None

@@ -21,6 +21,7 @@ conv2d_mm); the gradient: csrc/depthwise/register.cpp.
 import torch
 
 from .._checks import check_tensor, pair
+from ..ladder import ALL_DTYPES, Default, kernel_address
 
 __all__ = ["depthwise_conv2d"]
 
@@ -62,3 +63,58 @@ def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias=None, stride=1,
 
 # Autograd: a graph node in csrc/depthwise/register.cpp (the gradient is the three compiled backward
 # ops, each only when needed).
+
+
+# Which rung the forward runs when none is forced (csrc/depthwise/entry.h names the rungs; labops.ladder.DEFAULTS
+# gathers this table): per device, the first line whose dtype and condition hold, on the op's arguments
+# (x, weight, bias, stride, padding, dilation). tests/test_ladder.py holds the kernels to it.
+def _tiled(x, weight, bias=None, stride=1, padding=0, dilation=1):
+    """dispatch_tiled (csrc/depthwise/cuda.cu): 3x3 or 5x5, the same stride 1 or 2 on both axes, dilation 1."""
+    kh, kw = weight.shape[2:]
+    sh, sw = pair(stride, _OP, "stride")
+    return kh == kw and kh in (3, 5) and sh == sw and sh in (1, 2) and pair(dilation, _OP, "dilation") == [1, 1]
+
+
+def _nhwc_in_place(x, weight, bias=None, stride=1, padding=0, dilation=1):
+    """Whether the CUDA forward reads a channels_last x in place (DepthwiseLauncher::has_nhwc_kernels)."""
+    if not (x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()):
+        return False
+    pack = min(4, 16 // x.element_size())
+    return (weight.shape[0] == x.shape[1] and weight.shape[0] % pack == 0
+            and _tiled(x, weight, bias, stride, padding, dilation) and x.data_ptr() % (pack * x.element_size()) == 0)
+
+
+def _vector_rows(x, weight, bias=None, stride=1, padding=0, dilation=1):
+    """row_vector > 1 (Note [vector row loads]): NCHW as read, 'same' padding in W, even widths, x aligned."""
+    if not _tiled(x, weight, bias, stride, padding, dilation) or _nhwc_in_place(x, weight, bias, stride, padding,
+                                                                                 dilation):
+        return False
+    kw, pw = weight.shape[3], pair(padding, _OP, "padding")[1]
+    sw, dw = pair(stride, _OP, "stride")[1], pair(dilation, _OP, "dilation")[1]
+    out_w = (x.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    return pw == kw // 2 and x.shape[3] % 2 == 0 and out_w % 2 == 0 and kernel_address(x) % (2 * x.element_size()) == 0
+
+
+def ladder_runs_kernel(x, weight, bias=None, stride=1, padding=0, dilation=1) -> bool:
+    """Whether the forward launches a kernel: not when its output is empty."""
+    (kh, kw), (sh, sw) = weight.shape[2:], pair(stride, _OP, "stride")
+    (ph, pw), (dh, dw) = pair(padding, _OP, "padding"), pair(dilation, _OP, "dilation")
+    out_h = (x.shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (x.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    return x.shape[0] * weight.shape[0] * out_h * out_w > 0
+
+
+LADDER_DEFAULTS = {
+    "cpu": (
+        Default("bordered_simd", ALL_DTYPES, "always (channels_last is computed through NCHW copies)"),
+    ),
+    "cuda": (
+        Default("tiled_vector_rows", ALL_DTYPES,
+                "3x3 or 5x5 kernel, stride 1 or 2 (both axes), dilation 1; read as NCHW; padding_w = kW // 2; "
+                "input and output widths even; x aligned to two elements", _vector_rows),
+        Default("tiled", ALL_DTYPES, "3x3 or 5x5 kernel, stride 1 or 2 (both axes), dilation 1, otherwise "
+                "(channels_last with multiplier 1 and whole packs of channels read in place); tensors under 2^31 "
+                "elements", _tiled),
+        Default("textbook", ALL_DTYPES, "any other kernel size, stride or dilation"),
+    ),
+}

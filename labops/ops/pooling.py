@@ -9,6 +9,7 @@ launchers); the gradient: csrc/pooling/register.cpp.
 import torch
 
 from .._checks import check_tensor
+from ..ladder import ALL_DTYPES, Default, kernel_address
 
 __all__ = ["global_avg_pool2d"]
 
@@ -42,3 +43,27 @@ def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
 
 # Autograd: a graph node built in csrc/pooling/register.cpp (backward: global_avg_pool2d_backward; its own
 # backward is the forward, so double backward works).
+
+
+# Which rung the forward runs when none is forced (csrc/pooling/entry.h names the rungs; labops.ladder.DEFAULTS
+# gathers this table): per device, the first line whose dtype and condition hold. tests/test_ladder.py holds
+# the kernels to it.
+def _whole_packs(x):
+    pack = 16 // x.element_size()
+    return kernel_address(x) % 16 == 0 and (x.shape[-2] * x.shape[-1]) % pack == 0
+
+
+LADDER_DEFAULTS = {
+    "cpu": (
+        Default("simd4", ("float32", "float64"), "always"),
+        Default("textbook", ("float16", "bfloat16"), "always: simd4 adds in the data's own type, so not in 2-byte ones"),
+    ),
+    "cuda": (
+        Default("whole_packs", ALL_DTYPES, "x 16-byte aligned and H*W a multiple of the 16-byte pack "
+                "(4 float32, 2 float64, 8 float16 or bfloat16 elements)", _whole_packs),
+        Default("vector_loads", ALL_DTYPES, "x 16-byte aligned, H*W not a multiple of the pack",
+                lambda x: kernel_address(x) % 16 == 0),
+        Default("plane_groups", ALL_DTYPES, "x not 16-byte aligned (a contiguous view that starts inside its storage; "
+                "a non-contiguous x is copied into fresh, aligned memory first)"),
+    ),
+}

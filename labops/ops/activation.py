@@ -51,12 +51,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         ``"tanh"``: ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` (``F.gelu(approximate="tanh")``);
         ``"sigmoid"``: ``x * sigmoid(1.702 x)``, the cheap form from the GELU paper.
 
-    Args:
-        x: floating tensor of any shape: float32, float64, float16 or bfloat16, on the CPU or CUDA
-            (float16 and bfloat16 are computed in float32 and rounded once).
-
-    Returns:
-        a tensor of x's shape and dtype.
+    ``x`` and the result are as for :func:`tanh`: any shape, float32, float64, float16 or bfloat16.
 
     Example:
         >>> import labops

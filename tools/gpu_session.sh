@@ -5,6 +5,8 @@
 # after, alternating (tools/gpu_before_after.sh). Everything lands in one tarball, $OUT/session.tgz
 # (the device tool returns few files): pytest.log, host_time_cuda.json, before/, after/ (labops bench
 # tables with peers, ready for docs/benchmarks/) and compare.md.
+# With LADDERS="pooling depthwise", it also times each named layer's ladder (labops bench --ladder) into
+# ladder/cuda_<layer>.json, after the tests and before the host time.
 # Usage: TESTS="tests/test_depthwise.py" SUITES="depthwise pooling" bash tools/gpu_session.sh
 # Make the old copy with: git archive <rev> labops csrc pyproject.toml | tar -x -C .before
 set -uo pipefail
@@ -21,6 +23,14 @@ wait; step built
 timeout "${TEST_TIMEOUT:-420}" python3 -X faulthandler -m pytest -o addopts="" -q -rfE -p no:cacheprovider \
   -n "${WORKERS:-12}" ${TESTS:-tests} > "$res/pytest.log" 2>&1
 echo "pytest rc $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$res/pytest.log" | tail -15; step tested
+if [ -n "${LADDERS:-}" ]; then
+  mkdir -p "$res/ladder"
+  for layer in $LADDERS; do
+    timeout 200 python3 -m labops bench --ladder "$layer" --device cuda --json "$res/ladder/cuda_$layer.json" \
+      > "$res/ladder/cuda_$layer.log" 2>&1 || echo "ladder $layer failed: $(tail -3 "$res/ladder/cuda_$layer.log")"
+  done
+  step ladders
+fi
 if [ -z "${NO_HOST_TIME:-}" ]; then
   PYTHONPATH=$PWD timeout 150 python3 tools/host_time.py --device cuda --calls 500 --repeats 5 \
     --json "$res/host_time_cuda.json" > "$res/host_time.log" 2>&1

@@ -238,3 +238,19 @@ def test_the_layer_page_names_every_rung_and_the_command(layer):
         for number, name in enumerate(ladder.rungs(layer, where), start=1):
             assert f"| {where.upper()} | {number} | `{name}` |" in section, (where, number, name)
         assert f"python -m labops bench --ladder {layer} --device {where}" in section
+
+
+def test_a_compute_bound_ladder_is_measured_against_the_matmul_peak(monkeypatch):
+    import labops.bench.pooling as suite
+
+    monkeypatch.setattr(suite, "SHAPES_CPU", [(2, 8, 7, 7)])
+    monkeypatch.setattr(suite, "LADDER_ROOF", "flops", raising=False)
+    monkeypatch.setattr(bench, "matmul_peaks", lambda device: {"float32": 1e9})
+    result = bench.ladder_run("pooling", "cpu", print_table=False, min_time=0.0)
+    assert result["roof"] == "flops" and result["peak_TFLOPs"] == {"float32": 1e-3}
+    (row,) = result["rows"]
+    for e in row["rungs"]:  # % of 1 GFLOP/s: the case's flops over its time
+        assert e["pct_copy"] == pytest.approx(100 * row["flops"] / (e["ms"] * 1e-3) / 1e9)
+    assert "% peak" in bench.format_ladder(result)
+    fig = viz.ladder_bars(result)
+    assert "matmul peak" in fig.axes[0].get_xlabel() and "float32 0 TFLOP/s" in fig._suptitle.get_text()

@@ -445,7 +445,10 @@ def ladder_run(layer, device="cuda", json_path=None, print_table=True, min_time=
     A rung that cannot take a case (ValueError when forced) gets its reason instead of a time. Returns the
     result (what ``--json`` writes, what ``viz.ladder_bars`` draws): device, torch, date, copy_GBps, layer,
     rungs and their ``about``, and one row per case with native's figures, the rung that runs by default,
-    and one entry per rung (ms, pct_copy, speedup over native; graph_* on CUDA)."""
+    and one entry per rung (ms, pct_copy, speedup over native; graph_* on CUDA). For a layer whose suite sets
+    ``LADDER_ROOF = "flops"`` (convolution), ``roof`` is "flops", ``peak_TFLOPs`` holds ``matmul_peaks`` and
+    every ``pct_copy`` is % of the matmul peak of the case's dtype instead (float32 without TF32; bfloat16
+    against float16's)."""
     from labops import ladder
 
     module = importlib.import_module(f"labops.bench.{layer}")
@@ -454,11 +457,21 @@ def ladder_run(layer, device="cuda", json_path=None, print_table=True, min_time=
                          f"{layer}.py, defines no ladder_cases); layers with a ladder: {', '.join(ladder.layers())}")
     busy = busy_cpu() if device == "cpu" else None  # measured before the run adds its own threads
     bandwidth = copy_bandwidth(device)
+    # A compute-bound layer (its suite says LADDER_ROOF = "flops") is measured against the matmul peak of its
+    # dtype instead of the copy bandwidth: pct_copy then holds % of that FLOP roof.
+    roof = getattr(module, "LADDER_ROOF", "copy")
+    peaks = matmul_peaks(device) if roof == "flops" else {}
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     names = ladder.rungs(layer, device)
     rows = []
     for case in module.ladder_cases(device):
-        pct = lambda ms: None if ms is None else 100 * case.nbytes / (ms * 1e-3) / bandwidth  # noqa: E731
+        if roof == "flops":
+            peak = peaks.get({"bfloat16": "float16"}.get(str(case.dtype).removeprefix("torch."),
+                                                          str(case.dtype).removeprefix("torch.")))
+            pct = lambda ms, peak=peak: (None if ms is None or not peak  # noqa: E731
+                                         else 100 * case.flops / (ms * 1e-3) / peak)
+        else:
+            pct = lambda ms: None if ms is None else 100 * case.nbytes / (ms * 1e-3) / bandwidth  # noqa: E731
         case.labops()  # nothing forced: the rung the layer picks for this case
         default = ladder.last_rung(layer)
         nat = time_ms(case.native, device, min_time)
@@ -491,7 +504,8 @@ def ladder_run(layer, device="cuda", json_path=None, print_table=True, min_time=
         if device == "cuda":
             torch.cuda.empty_cache()
     result = {"kind": "ladder", "layer": layer, "device": name, "torch": torch.__version__,
-              "date": time.strftime("%Y-%m-%d"), "copy_GBps": bandwidth / 1e9, "busy": busy, "rungs": names,
+              "date": time.strftime("%Y-%m-%d"), "copy_GBps": bandwidth / 1e9, "busy": busy, "roof": roof,
+              "peak_TFLOPs": {mode: f / 1e12 for mode, f in peaks.items()}, "rungs": names,
               "about": ladder.about(layer, device), "rows": rows}
     if print_table:
         print(f"device: {name}; torch {torch.__version__}; copy bandwidth (read+write) {bandwidth / 1e9:.0f} GB/s")
@@ -515,8 +529,9 @@ def format_ladder(result: dict) -> str:
     the rung the layer runs by default, ``!`` a timing that is noise. % copy and speedup over native are
     eager, then graph (CUDA)."""
     graphs = any(r.get("native_graph_ms") is not None for r in result["rows"])
-    lines = ["| case | dtype | rung | ms | % copy | speedup vs native |" + (" % copy (graph) | speedup (graph) |"
-                                                                            if graphs else ""),
+    pct = "% peak" if result.get("roof") == "flops" else "% copy"
+    lines = [f"| case | dtype | rung | ms | {pct} | speedup vs native |" + (f" {pct} (graph) | speedup (graph) |"
+                                                                           if graphs else ""),
              "|---|---|---|---:|---:|---:|" + ("---:|---:|" if graphs else "")]
     cell = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
     for r in result["rows"]:

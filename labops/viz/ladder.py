@@ -1,4 +1,5 @@
-"""A layer's ladder in one figure: every rung of its forward, and native PyTorch, as % of the copy bandwidth."""
+"""A layer's ladder in one figure: every rung of its forward, and native PyTorch, as % of the copy bandwidth
+(or, for a compute-bound layer, of the matmul peak)."""
 
 from __future__ import annotations
 
@@ -57,20 +58,25 @@ def ladder_bars(source, timing: str | None = None, title: str | None = None):
     native = [r.get(f"native_{key}pct_copy") or 0.0 for r in rows]
     top = max([top, *native])
     ax.barh(y + offset(series - 1), native, height=h, color=_NATIVE_COLOUR)
+    flops = result.get("roof") == "flops"  # a compute-bound layer: % of its dtype's matmul peak
     ax.axvline(100.0, color=_HIGHLIGHT, linestyle="--", linewidth=1.0)
     handles += [Patch(color=_NATIVE_COLOUR, label="native PyTorch"),
                 Patch(facecolor="white", edgecolor="black", linewidth=1.2, label="black edge: the default rung"),
-                Line2D([], [], color=_HIGHLIGHT, linestyle="--", linewidth=1.0, label="copy bandwidth")]
+                Line2D([], [], color=_HIGHLIGHT, linestyle="--", linewidth=1.0,
+                       label="matmul peak" if flops else "copy bandwidth")]
     natives = sorted({r["native_name"] for r in rows})
     labels = [f"{r['shape']} {r['dtype']}" + ("" if len(natives) == 1 else f"\nvs {r['native_name']}") for r in rows]
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(top, 100.0 if top > 25.0 else top) * 1.2 or 1.0)
-    ax.set_xlabel("% of copy bandwidth (bytes the op must move / time, over a device copy's)")
+    ax.set_xlabel("% of the matmul peak of the case's dtype (the op's FLOP/s over a large matmul's)" if flops
+                  else "% of copy bandwidth (bytes the op must move / time, over a device copy's)")
     ax.set_ylabel(rows[0]["op"] if len({r["op"] for r in rows}) == 1 else "case")
     timed = "GPU time from a CUDA graph" if timing == "graph" else "calls from Python (eager)"
     native_text = f"; native: {natives[0]}" if len(natives) == 1 else ""
-    fig.suptitle(title or f"The {result['layer']} ladder: {result['device']} (copy {result['copy_GBps']:.0f} GB/s), "
+    roof = (", ".join(f"{mode} {t:.0f} TFLOP/s" for mode, t in result["peak_TFLOPs"].items()) if flops
+            else f"copy {result['copy_GBps']:.0f} GB/s")
+    fig.suptitle(title or f"The {result['layer']} ladder: {result['device']} ({roof}), "
                  f"torch {result['torch']}, {result.get('date', 'date not recorded')}\n{timed}{native_text}",
                  fontsize=10)
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=7, frameon=False)

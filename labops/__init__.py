@@ -7,7 +7,7 @@ registered with PyTorch as ``torch.ops.labops.*``).
 ``import labops`` loads the compiled ops when they are already built for this
 torch (milliseconds), so ``torch.ops.labops.<op>`` works at once; otherwise
 the first use of an op (``labops.gelu``) builds them (about half a minute on
-two cores, once). ``dir(labops)`` never builds: it lists the submodules, and
+two cores, once). ``dir(labops)`` and ``help(labops)`` never build: they list
 the ops once they are loaded.
 """
 

@@ -50,6 +50,14 @@ ARG_RULE_CASES = [
 ]
 
 
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("tanh", labops.tanh, torch.tanh, (3, 4), True),
+    ("gelu", lambda a: labops.gelu(a, "tanh"), lambda a: F.gelu(a, approximate="tanh"), (3, 4), True),
+]
+
+
 def as_tensor(array, device):
     return torch.as_tensor(np.asarray(array, dtype=np.float64)).to(device)
 

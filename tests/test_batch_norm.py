@@ -82,6 +82,14 @@ ARG_RULE_CASES = [
 ]
 
 
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("batch_norm", lambda a: labops.batch_norm(a, training=True), lambda a: F.batch_norm(a, None, None, training=True),
+     (2, 3, 4, 4), True),
+]
+
+
 def parameters(x, seed=0, dtype=None):
     """weight, bias, running_mean, running_var for x's channels (x's dtype unless given), all non-trivial."""
     make = Seeded(x.device, dtype or x.dtype, seed)

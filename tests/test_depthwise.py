@@ -120,6 +120,13 @@ ARG_RULE_CASES = [
 ]
 
 
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+# None yet: a row's fn takes x alone, so depthwise_conv2d's node (ConvBackward, csrc/common/autograd.h)
+# would need a fixed weight closed over, as cross_entropy's row closes over its target.
+AUTOGRAD_NODE_CASES = []
+
+
 def layout_of(t):
     """The memory format the op keeps: channels_last for a channels_last x that is not also contiguous."""
     cl = t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()

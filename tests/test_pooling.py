@@ -50,6 +50,14 @@ ARG_RULE_CASES = [
 ]
 
 
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("global_avg_pool2d", labops.global_avg_pool2d, lambda a: a.mean((-2, -1), keepdim=True), (2, 3, 4, 4),
+     False),
+]
+
+
 def test_sample_inputs_are_not_zero():
     for _, x in sample_inputs("cpu", torch.float64):
         assert x.numel() == 0 or x.abs().min() > 0 or x.abs().max() > 0.1

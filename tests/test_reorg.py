@@ -59,6 +59,13 @@ ARG_RULE_CASES = [
 ]
 
 
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("reorg", lambda a: labops.reorg(a, 2, "crd"), lambda a: F.pixel_unshuffle(a, 2), (2, 3, 4, 4), False),
+]
+
+
 @functools.lru_cache(maxsize=None)
 def darknet_gather_index(shape, stride, forward):
     """Run darknet's loop (reference.darknet_reorg_cpu) on positions 0..n-1 once per shape:

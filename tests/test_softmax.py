@@ -87,6 +87,16 @@ ARG_RULE_CASES = [
 ]
 
 
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+NODE_TARGET = torch.tensor([0, 2, 1, 4])  # cross_entropy's: 4 rows of 5 classes
+AUTOGRAD_NODE_CASES = [
+    ("softmax", lambda a: labops.softmax(a, 0), lambda a: torch.softmax(a, 0), (3, 4), True),
+    ("cross_entropy", lambda a: labops.cross_entropy(a, NODE_TARGET), lambda a: F.cross_entropy(a, NODE_TARGET),
+     (4, 5), True),
+]
+
+
 def huge_inputs(device, dtype):
     """Rows where exp(x) overflows without the max subtraction (and underflows for -1000)."""
     x = torch.tensor([[1000.0, 999.0, 990.0, 0.0],

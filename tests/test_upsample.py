@@ -74,6 +74,14 @@ ARG_RULE_CASES = [
 ]
 
 
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("upsample_bilinear2d", lambda a: labops.upsample_bilinear2d(a, scale_factor=2),
+     lambda a: F.interpolate(a, scale_factor=2, mode="bilinear"), (2, 3, 4, 4), False),
+]
+
+
 def labops_upsample(x, mode, **kw):
     return labops.upsample_bilinear2d(x, coordinate_mode=mode, **kw)
 

@@ -99,60 +99,24 @@ def _forward_and_grads(fn, inputs):
 
 
 def _doctor_cases():
-    """(name, labops op, native PyTorch equivalent, float64 inputs) for every op and mode."""
-    import torch
-    import torch.nn.functional as F
+    """(name, labops op, native PyTorch equivalent, float64 inputs) for every op and mode: each layer's
+    ``doctor_cases(randn, generator)`` in labops/bench/<layer>.py (beside the suite that times the same
+    pairs), layer by layer. ``randn(*shape)`` draws float64 normals from ``generator``, one seeded generator
+    for every layer, which a layer also uses for other draws (cross_entropy's targets)."""
+    import importlib
 
-    import labops
+    import torch
+
+    from labops._layers import LAYERS
 
     g = torch.Generator().manual_seed(0)
 
     def randn(*shape):
         return torch.randn(*shape, generator=g, dtype=torch.float64)
 
-    def space_to_depth(x, s):  # TensorFlow's order: channel (dy*s + dx)*C + c
-        n, c, h, w = x.shape
-        return x.reshape(n, c, h // s, s, w // s, s).permute(0, 3, 5, 1, 2, 4).reshape(n, c * s * s, h // s, w // s)
-
-    x4 = randn(2, 8, 6, 6)
-    cases = [("tanh", labops.tanh, torch.tanh, [randn(101)])]
-    natives = {"none": F.gelu, "tanh": lambda t: F.gelu(t, approximate="tanh"),
-               "sigmoid": lambda t: t * torch.sigmoid(1.702 * t)}
-    for a in labops.GELU_APPROXIMATIONS:
-        cases.append((f"gelu({a})", lambda t, a=a: labops.gelu(t, a), natives[a], [randn(101)]))
-    cases += [
-        ("global_avg_pool2d", labops.global_avg_pool2d, lambda t: t.mean((-2, -1), keepdim=True), [x4]),
-        ("depthwise_conv2d", lambda t, w, b: labops.depthwise_conv2d(t, w, b, 2, 1, 1),
-         lambda t, w, b: F.conv2d(t, w, b, 2, 1, 1, groups=8), [x4, randn(16, 1, 3, 3), randn(16)]),
-        ("conv2d_mm", lambda t, w, b: labops.conv2d_mm(t, w, b, 1, 1, 2),
-         lambda t, w, b: F.conv2d(t, w, b, 1, 1, 2), [x4, randn(4, 8, 3, 3), randn(4)]),
-        ("im2col", lambda t: labops.im2col(t, 3, 2, 1), lambda t: F.unfold(t, 3, padding=1, stride=2), [x4]),
-        ("col2im", lambda t: labops.col2im(t, (6, 6), 3, 2, 1),
-         lambda t: F.fold(t, (6, 6), 3, padding=1, stride=2), [randn(2, 72, 9)]),
-    ]
-    for corners in (False, True):
-        cases.append((f"upsample(align_corners={corners})",
-                      lambda t, c=corners: labops.upsample_bilinear2d(t, scale_factor=2, align_corners=c),
-                      lambda t, c=corners: F.interpolate(t, scale_factor=2, mode="bilinear", align_corners=c),
-                      [x4]))
-    target = torch.randint(0, 8, (5,), generator=g)
-    cases += [
-        ("softmax", lambda t: labops.softmax(t, -1), lambda t: torch.softmax(t, -1), [randn(5, 8)]),
-        ("cross_entropy", lambda t: labops.cross_entropy(t, target.to(t.device)),
-         lambda t: F.cross_entropy(t, target), [randn(5, 8)]),
-        ("reorg(crd)", lambda t: labops.reorg(t, 2, "crd"), lambda t: F.pixel_unshuffle(t, 2), [x4]),
-        ("reorg(dcr)", lambda t: labops.reorg(t, 2, "dcr"), lambda t: space_to_depth(t, 2), [x4]),
-        ("reorg(darknet)", lambda t: labops.reorg(t, 2, "darknet"),
-         lambda t: space_to_depth(t.reshape(2, 2, 12, 12), 2).reshape(2, 32, 3, 3), [x4]),
-    ]
-    running_mean, running_var = randn(8), randn(8).abs() + 0.5
-    for training in (True, False):  # in training the batch's statistics, in evaluation the running ones
-        stats = (None, None) if training else (running_mean, running_var)
-        cases.append((f"batch_norm(training={training})",
-                      lambda t, w, b, s=stats, tr=training: labops.batch_norm(
-                          t, *(None if v is None else v.to(t.device) for v in s), w, b, training=tr),
-                      lambda t, w, b, s=stats, tr=training: F.batch_norm(t, *s, w, b, training=tr),
-                      [x4, randn(8), randn(8)]))
+    cases = []
+    for layer in LAYERS:
+        cases += importlib.import_module(f"labops.bench.{layer}").doctor_cases(randn, g)
     return cases
 
 

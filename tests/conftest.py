@@ -1,3 +1,5 @@
+import importlib
+
 import pytest
 import torch
 
@@ -31,6 +33,41 @@ class Seeded:
         """Uniform values in [low, high)."""
         u = torch.rand(shape, generator=self.generator, dtype=torch.float64)
         return (low + (high - low) * u).to(self.device, self.dtype)
+
+
+# ---- bad arguments: the helpers of every layer's ARG_RULE_CASES (tests/test_arg_rules.py runs them) ----
+# Only their shapes and dtypes matter. They draw from a generator of their own, so that building a layer's
+# rows when its test file is imported leaves torch's global generator where that file's tests expect it.
+_ARG_GENERATOR = torch.Generator().manual_seed(0)
+ONE, ZERO = [1, 1], [0, 0]  # an (h, w) pair for stride, padding or dilation
+
+
+def t(*shape, dtype=torch.float32):
+    """A CPU tensor of `shape` (t(()) is 0-d); integer dtypes hold zeros."""
+    shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=_ARG_GENERATOR).to(dtype)
+    return torch.zeros(shape, dtype=dtype)
+
+
+def long(*shape, high=3):
+    """A CPU int64 tensor of `shape` holding class indices in [0, high)."""
+    return torch.randint(0, high, shape, generator=_ARG_GENERATOR)
+
+
+def layer_cases(name):
+    """{layer: the list ``name`` of tests/test_<layer>.py} for every layer of labops._layers.LAYERS, in that
+    order: how a shared test (tests/test_arg_rules.py, tests/test_autograd_nodes.py) finds each layer's rows,
+    which sit beside the layer's other tests. Every layer states the list, empty if it has no rows."""
+    from labops._layers import LAYERS
+
+    cases = {}
+    for layer in LAYERS:
+        module = importlib.import_module(f"test_{layer}")
+        if not hasattr(module, name):
+            raise AttributeError(f"tests/test_{layer}.py has no {name}: every layer states it (empty if none)")
+        cases[layer] = list(getattr(module, name))
+    return cases
 
 
 def poison_allocator(device, nbytes=64 * 2**20):

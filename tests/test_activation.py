@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, t, tolerances
 
 import labops
 from labops import reference
@@ -32,6 +32,30 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "strided", randn(4, 300)[:, ::3]
     yield "offset", randn(4097)[1:]  # not 16-byte aligned: takes the plain grid-stride kernel
     yield "wide-range", randn(5000, scale=12.0)
+
+
+# ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
+# (op, id, args): each breaks one rule of the op's C++ checks.
+ARG_RULE_CASES = [
+    ("tanh", "integer x", (t(4, dtype=torch.int64),)),
+    ("tanh_backward", "integer output", (t(4), t(4, dtype=torch.int32))),
+    ("tanh_backward", "grad shape", (t(5), t(4))),
+    ("tanh_backward", "grad dtype", (t(4, dtype=torch.float64), t(4))),
+    ("gelu", "integer x", (t(4, dtype=torch.bool), "none")),
+    ("gelu", "approximate", (t(4), "erf")),
+    ("gelu_backward", "integer x", (t(4), t(4, dtype=torch.int64), "none")),
+    ("gelu_backward", "grad shape", (t(3), t(4), "tanh")),
+    ("gelu_backward", "grad dtype", (t(4, dtype=torch.float64), t(4), "tanh")),
+    ("gelu_backward", "approximate", (t(4), t(4), "Tanh")),
+]
+
+
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("tanh", labops.tanh, torch.tanh, (3, 4), True),
+    ("gelu", lambda a: labops.gelu(a, "tanh"), lambda a: F.gelu(a, approximate="tanh"), (3, 4), True),
+]
 
 
 def as_tensor(array, device):

@@ -9,7 +9,7 @@ records nothing.
 
 import pytest
 import torch
-import torch.nn.functional as F
+from conftest import layer_cases
 
 import labops
 
@@ -18,24 +18,9 @@ def _x(*shape):
     return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
 
 
-TARGET = torch.tensor([0, 2, 1, 4])
-
-# (name, labops fn, native fn, input shape, whether the node saves a tensor)
-CASES = [
-    ("tanh", labops.tanh, torch.tanh, (3, 4), True),
-    ("gelu", lambda a: labops.gelu(a, "tanh"), lambda a: F.gelu(a, approximate="tanh"), (3, 4), True),
-    ("softmax", lambda a: labops.softmax(a, 0), lambda a: torch.softmax(a, 0), (3, 4), True),
-    ("cross_entropy", lambda a: labops.cross_entropy(a, TARGET), lambda a: F.cross_entropy(a, TARGET),
-     (4, 5), True),
-    ("global_avg_pool2d", labops.global_avg_pool2d, lambda a: a.mean((-2, -1), keepdim=True), (2, 3, 4, 4),
-     False),
-    ("im2col", lambda a: labops.im2col(a, 3, 1, 1), lambda a: F.unfold(a, 3, 1, 1), (2, 3, 4, 4), False),
-    ("upsample_bilinear2d", lambda a: labops.upsample_bilinear2d(a, scale_factor=2),
-     lambda a: F.interpolate(a, scale_factor=2, mode="bilinear"), (2, 3, 4, 4), False),
-    ("reorg", lambda a: labops.reorg(a, 2, "crd"), lambda a: F.pixel_unshuffle(a, 2), (2, 3, 4, 4), False),
-    ("batch_norm", lambda a: labops.batch_norm(a, training=True), lambda a: F.batch_norm(a, None, None, training=True),
-     (2, 3, 4, 4), True),
-]
+# Each layer's rows sit beside its other tests, as AUTOGRAD_NODE_CASES in tests/test_<layer>.py:
+# (name, labops fn, native fn, input shape, whether the node saves a tensor). A new layer adds its rows there.
+CASES = [case for cases in layer_cases("AUTOGRAD_NODE_CASES").values() for case in cases]
 
 
 @pytest.mark.parametrize("name, fn, native, shape, saves", CASES, ids=[c[0] for c in CASES])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, t, tolerances
 
 import labops
 import labops.torch7 as torch7
@@ -37,6 +37,57 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "transposed", rand(2, 3, 9, 5).transpose(-1, -2)
     yield "sliced", rand(2, 6, 9, 9)[:, ::2, 1:, :-2]
     yield "offset (misaligned)", rand(1 + 2 * 3 * 8 * 8)[1:].view(2, 3, 8, 8)
+
+
+# ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
+BX, BC = t(2, 3, 4, 4), t(3)  # 3 channels, and a per-channel vector
+BG, BS = t(2, 3, 4, 4), t(3).abs()  # its grad_output, and a saved statistic (float32 for a float32 x)
+# (op, id, args): each breaks one rule of the op's C++ checks.
+ARG_RULE_CASES = [
+    ("batch_norm", "integer x", (BX.long(), None, None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "1-D x", (BC, None, None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "weight shape", (BX, t(4), None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "running_var shape", (BX, None, None, BC, t(3, 1), True, 0.1, 1e-5)),
+    ("batch_norm", "weight dtype", (BX, BC.double(), None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "float16 x, float64 bias", (BX.half(), None, BC.double(), None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "parameters of two dtypes", (BX.half(), BC, BC.half(), None, None, True, 0.1, 1e-5)),
+    ("batch_norm", "running_mean alone", (BX, None, None, BC, None, True, 0.1, 1e-5)),
+    ("batch_norm", "running_var alone", (BX, None, None, None, BC, True, 0.1, 1e-5)),
+    ("batch_norm", "eval without running stats", (BX, BC, BC, None, None, False, 0.1, 1e-5)),
+    ("batch_norm", "momentum 1.5", (BX, None, None, BC, BC, True, 1.5, 1e-5)),
+    ("batch_norm", "momentum -0.1", (BX, None, None, None, None, True, -0.1, 1e-5)),
+    ("batch_norm", "eps 0", (BX, None, None, None, None, True, 0.1, 0.0)),
+    ("batch_norm", "eps inf", (BX, None, None, BC, BC, False, 0.1, float("inf"))),
+    ("batch_norm", "one value per channel", (t(1, 3, 1, 1), None, None, None, None, True, 0.1, 1e-5)),
+    ("batch_norm_backward_input", "integer x", (BG, BX.int(), None, BS, BS, True)),
+    ("batch_norm_backward_input", "integer grad", (BG.long(), BX, None, BS, BS, True)),
+    ("batch_norm_backward_input", "grad shape", (BG[:1], BX, None, BS, BS, True)),
+    ("batch_norm_backward_input", "grad dtype", (BG.double(), BX, None, BS, BS, True)),
+    ("batch_norm_backward_input", "save_mean shape", (BG, BX, None, t(4), BS, True)),
+    ("batch_norm_backward_input", "save_invstd dtype", (BG, BX, None, BS, BS.double(), True)),
+    ("batch_norm_backward_input", "float32 statistics of float16 x",
+     (BG.half(), BX.half(), None, BS.half(), BS, False)),
+    ("batch_norm_backward_input", "weight dtype", (BG, BX, BC.double(), BS, BS, True)),
+    ("batch_norm_backward_input", "sums alone", (BG, BX, None, BS, BS, True, BC, None)),
+    ("batch_norm_backward_input", "sum_grad shape", (BG, BX, None, BS, BS, True, BC, t(2))),
+    ("batch_norm_acc_grad_parameters", "2-D grad", (BG[0, 0], BX, BS, BS, torch.zeros(3), None, 1.0)),
+    ("batch_norm_acc_grad_parameters", "grad_weight shape", (BG, BX, BS, BS, torch.zeros(2), None, 1.0)),
+    ("batch_norm_acc_grad_parameters", "grad_weight dtype", (BG, BX, BS, BS, torch.zeros(3).double(), None, 1.0)),
+    ("batch_norm_acc_grad_parameters", "grad_bias dtype",
+     (BG.half(), BX.half(), BS, BS, torch.zeros(3), torch.zeros(3).half(), 1.0)),
+    ("batch_norm_acc_grad_parameters", "grad_bias shape", (BG, BX, BS, BS, torch.zeros(3), torch.zeros(3, 1), 1.0)),
+    ("batch_norm_backward_parameters", "1-D x", (BC, BC, BS, BS)),
+    ("batch_norm_backward_parameters", "grad shape", (BG[:, :2], BX, BS, BS)),
+    ("batch_norm_backward_parameters", "save_mean dtype", (BG, BX, BS.half(), BS)),
+]
+
+
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("batch_norm", lambda a: labops.batch_norm(a, training=True), lambda a: F.batch_norm(a, None, None, training=True),
+     (2, 3, 4, 4), True),
+]
 
 
 def parameters(x, seed=0, dtype=None):

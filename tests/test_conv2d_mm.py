@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, tolerances
+from conftest import ONE, ZERO, Seeded, assert_compiled_matches_eager, opcheck_every, t, tolerances
 
 import labops
 from labops import reference
@@ -36,6 +36,81 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "non-contiguous", randn(2, 9, 8, 3).permute(0, 3, 1, 2), ((3, 3), (1, 1), (1, 1), (1, 1))
     yield "sliced", randn(2, 3, 12, 20)[:, :, ::2, 1::2], ((3, 2), (1, 1), (1, 0), (1, 1))
     yield "empty-batch", randn(0, 3, 5, 5), ((3, 3), (1, 1), (1, 1), (1, 1))
+
+
+# ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
+CX, CW, CG = t(2, 3, 6, 6), t(4, 3, 3, 3), t(2, 4, 4, 4)  # 3x3, no padding
+# (op, id, args): each breaks one rule of the op's C++ checks.
+ARG_RULE_CASES = [
+    ("im2col", "integer x", (CX.long(), [3, 3], ONE, ZERO, ONE)),
+    ("im2col", "2-D x", (CX[0, 0], [3, 3], ONE, ZERO, ONE)),
+    ("im2col", "kernel_size 3 entries", (CX, [3, 3, 3], ONE, ZERO, ONE)),
+    ("im2col", "kernel_size 0", (CX, [0, 3], ONE, ZERO, ONE)),
+    ("im2col", "stride 0", (CX, [3, 3], [1, 0], ZERO, ONE)),
+    ("im2col", "dilation 0", (CX, [3, 3], ONE, ZERO, [0, 1])),
+    ("im2col", "padding -1", (CX, [3, 3], ONE, [-1, 0], ONE)),
+    ("im2col", "kernel too big", (CX, [7, 1], ONE, ZERO, ONE)),
+    ("col2im", "integer cols", (t(2, 27, 16).long(), [6, 6], [3, 3], ONE, ZERO, ONE)),
+    ("col2im", "4-D cols", (t(1, 2, 27, 16), [6, 6], [3, 3], ONE, ZERO, ONE)),
+    ("col2im", "stride 0", (t(2, 27, 16), [6, 6], [3, 3], [0, 0], ZERO, ONE)),
+    ("col2im", "output_size 3 entries", (t(2, 27, 16), [6, 6, 1], [3, 3], ONE, ZERO, ONE)),
+    ("col2im", "output_size 0", (t(2, 27, 16), [0, 6], [3, 3], ONE, ZERO, ONE)),
+    ("col2im", "rows not divisible", (t(2, 27, 16), [6, 6], [2, 2], ONE, ZERO, ONE)),
+    ("col2im", "kernel too big", (t(2, 27, 16), [2, 2], [3, 3], ONE, ZERO, ONE)),
+    ("col2im", "block count", (t(2, 27, 16), [7, 7], [3, 3], ONE, ZERO, ONE)),
+    ("col2im", "block count 2-D", (t(27, 16), [7, 7], [3, 3], ONE, ZERO, ONE)),
+    ("conv2d_mm", "integer x", (CX.long(), CW, None, ONE, ZERO, ONE)),
+    ("conv2d_mm", "2-D x", (CX[0, 0], CW, None, ONE, ZERO, ONE)),
+    ("conv2d_mm", "integer weight", (CX, CW.long(), None, ONE, ZERO, ONE)),
+    ("conv2d_mm", "2-D weight", (CX, t(4, 27), None, ONE, ZERO, ONE)),
+    ("conv2d_mm", "in_channels", (CX, t(4, 2, 3, 3), None, ONE, ZERO, ONE)),
+    ("conv2d_mm", "empty kernel", (CX, t(4, 3, 0, 3), None, ONE, ZERO, ONE)),
+    ("conv2d_mm", "stride 0", (CX, CW, None, [0, 1], ZERO, ONE)),
+    ("conv2d_mm", "stride 1 entry", (CX, CW, None, [1], ZERO, ONE)),
+    ("conv2d_mm", "padding -1", (CX, CW, None, ONE, [0, -1], ONE)),
+    ("conv2d_mm", "dilation 0", (CX, CW, None, ONE, ZERO, [1, 0])),
+    ("conv2d_mm", "kernel too big", (CX, t(4, 3, 7, 3), None, ONE, ZERO, ONE)),
+    ("conv2d_mm", "dilated kernel too big", (CX, CW, None, ONE, ONE, [4, 4])),
+    ("conv2d_mm", "weight dtype", (CX, CW.double(), None, ONE, ZERO, ONE)),
+    ("conv2d_mm", "bias dtype", (CX, CW, t(4, dtype=torch.int64), ONE, ZERO, ONE)),
+    ("conv2d_mm", "bias shape", (CX, CW, t(4, 1), ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_input", "integer grad", (CG.long(), CW, [2, 3, 6, 6], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_input", "input_size rank", (CG, CW, [3, 6, 6, 1, 1], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_input", "negative input_size", (CG, CW, [2, 3, -6, 6], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_input", "weight dtype", (CG, CW.double(), [2, 3, 6, 6], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_input", "in_channels", (CG, t(4, 2, 3, 3), [2, 3, 6, 6], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_input", "grad shape", (CG, CW, [2, 3, 6, 6], ONE, ONE, ONE)),
+    ("conv2d_mm_acc_grad_parameters", "2-D x", (CG, CX[0, 0], torch.zeros(4, 3, 3, 3), None, ONE, ZERO, ONE, 1.0)),
+    ("conv2d_mm_acc_grad_parameters", "integer grad",
+     (CG.long(), CX, torch.zeros(4, 3, 3, 3), None, ONE, ZERO, ONE, 1.0)),
+    ("conv2d_mm_acc_grad_parameters", "grad dtype",
+     (CG.double(), CX, torch.zeros(4, 3, 3, 3), None, ONE, ZERO, ONE, 1.0)),
+    ("conv2d_mm_acc_grad_parameters", "grad_weight dtype",
+     (CG, CX, torch.zeros(4, 3, 3, 3, dtype=torch.float64), None, ONE, ZERO, ONE, 1.0)),
+    ("conv2d_mm_acc_grad_parameters", "grad_weight in_channels",
+     (CG, CX, torch.zeros(4, 2, 3, 3), None, ONE, ZERO, ONE, 1.0)),
+    ("conv2d_mm_acc_grad_parameters", "grad shape",
+     (CG[:, :, :3], CX, torch.zeros(4, 3, 3, 3), None, ONE, ZERO, ONE, 1.0)),
+    ("conv2d_mm_acc_grad_parameters", "grad_bias dtype",
+     (CG, CX, torch.zeros(4, 3, 3, 3), torch.zeros(4, dtype=torch.float64), ONE, ZERO, ONE, 1.0)),
+    ("conv2d_mm_acc_grad_parameters", "grad_bias shape",
+     (CG, CX, torch.zeros(4, 3, 3, 3), torch.zeros(5), ONE, ZERO, ONE, 1.0)),
+    ("conv2d_mm_backward_weight", "2-D x", (CG, CX[0, 0], [4, 3, 3, 3], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_weight", "integer grad", (CG.long(), CX, [4, 3, 3, 3], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_weight", "grad dtype", (CG.double(), CX, [4, 3, 3, 3], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_weight", "weight_size rank", (CG, CX, [4, 3, 3], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_weight", "negative weight_size", (CG, CX, [-4, 3, 3, 3], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_weight", "weight_size in_channels", (CG, CX, [4, 2, 3, 3], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_weight", "grad shape", (CG[:, :, :3], CX, [4, 3, 3, 3], ONE, ZERO, ONE)),
+    ("conv2d_mm_backward_weight", "stride", (CG, CX, [4, 3, 3, 3], [0, 1], ZERO, ONE)),
+]
+
+
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("im2col", lambda a: labops.im2col(a, 3, 1, 1), lambda a: F.unfold(a, 3, 1, 1), (2, 3, 4, 4), False),
+]
 
 
 def unfold_args(params):

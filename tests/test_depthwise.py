@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, tolerances
+from conftest import ONE, ZERO, Seeded, assert_compiled_matches_eager, opcheck_every, t, tolerances
 
 import labops
 from labops import reference
@@ -80,6 +80,51 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "sliced x", randn(2, 5, 12, 21)[:, 1:, 1:, ::2], randn(4, 1, 3, 3), randn(4), 2, 1, 1
     # contiguous, but one element into its storage: rows of 16 that vector loads may not read
     yield "unaligned x", randn(1 + 2 * 3 * 8 * 16)[1:].view(2, 3, 8, 16), randn(3, 1, 3, 3), randn(3), 1, 1, 1
+
+
+# ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
+X, W, G = t(2, 3, 8, 8), t(6, 1, 3, 3), t(2, 6, 8, 8)  # multiplier 2, padding 1
+# (op, id, args): each breaks one rule of the op's C++ checks.
+ARG_RULE_CASES = [
+    ("depthwise_conv2d", "integer x", (t(2, 3, 8, 8, dtype=torch.int64), W, None, ONE, ONE, ONE)),
+    ("depthwise_conv2d", "weight dtype", (X, t(6, 1, 3, 3, dtype=torch.float64), None, ONE, ONE, ONE)),
+    ("depthwise_conv2d", "3-D x", (t(3, 8, 8), W, None, ONE, ONE, ONE)),
+    ("depthwise_conv2d", "3-D weight", (X, t(6, 3, 3), None, ONE, ONE, ONE)),
+    ("depthwise_conv2d", "stride 3 entries", (X, W, None, [1, 1, 1], ONE, ONE)),
+    ("depthwise_conv2d", "padding 1 entry", (X, W, None, ONE, [1], ONE)),
+    ("depthwise_conv2d", "no channels", (t(2, 0, 8, 8), W, None, ONE, ONE, ONE)),
+    ("depthwise_conv2d", "weight.size(1)", (X, t(6, 2, 3, 3), None, ONE, ONE, ONE)),
+    ("depthwise_conv2d", "C_out not a multiple", (X, t(5, 1, 3, 3), None, ONE, ONE, ONE)),
+    ("depthwise_conv2d", "empty kernel", (X, t(6, 1, 0, 3), None, ONE, ONE, ONE)),
+    ("depthwise_conv2d", "stride 0", (X, W, None, [0, 1], ONE, ONE)),
+    ("depthwise_conv2d", "padding -1", (X, W, None, ONE, [1, -1], ONE)),
+    ("depthwise_conv2d", "dilation 0", (X, W, None, ONE, ONE, [0, 1])),
+    ("depthwise_conv2d", "kernel too big", (t(2, 3, 2, 8), W, None, ONE, ZERO, ONE)),
+    ("depthwise_conv2d", "dilated kernel too big", (t(2, 3, 4, 8), W, None, ONE, ZERO, [3, 3])),
+    ("depthwise_conv2d", "bias dtype", (X, W, t(6, dtype=torch.float16), ONE, ONE, ONE)),
+    ("depthwise_conv2d", "bias shape", (X, W, t(3), ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_input", "integer grad", (G.long(), W, [2, 3, 8, 8], ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_input", "weight dtype", (G, W.double(), [2, 3, 8, 8], ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_input", "3-D input_size", (G, W, [3, 8, 8], ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_input", "negative input_size", (G, W, [2, 3, -8, 8], ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_input", "grad shape", (G[:, :, 1:], W, [2, 3, 8, 8], ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_weight", "x dtype", (G, X.double(), [6, 1, 3, 3], ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_weight", "weight_size", (G, X, [5, 1, 3, 3], ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_weight", "grad shape", (G[:1], X, [6, 1, 3, 3], ONE, ONE, ONE)),
+    ("depthwise_conv2d_backward_bias", "integer grad", (G.int(),)),
+    ("depthwise_conv2d_backward_bias", "3-D grad", (G[0],)),
+    ("depthwise_conv2d_acc_grad_parameters", "grad_weight dtype", (G, X, W.double(), None, ONE, ONE, ONE, 1.0)),
+    ("depthwise_conv2d_acc_grad_parameters", "grad_weight shape", (G, X, W[:5], None, ONE, ONE, ONE, 1.0)),
+    ("depthwise_conv2d_acc_grad_parameters", "grad shape", (G[:1], X, W, None, ONE, ONE, ONE, 1.0)),
+    ("depthwise_conv2d_acc_grad_parameters", "grad_bias shape", (G, X, W, torch.zeros(5), ONE, ONE, ONE, 1.0)),
+]
+
+
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+# None yet: a row's fn takes x alone, so depthwise_conv2d's node (ConvBackward, csrc/common/autograd.h)
+# would need a fixed weight closed over, as cross_entropy's row closes over its target.
+AUTOGRAD_NODE_CASES = []
 
 
 def layout_of(t):

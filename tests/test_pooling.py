@@ -4,7 +4,7 @@ opcheck, torch.compile, and bad input."""
 import numpy as np
 import pytest
 import torch
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, t, tolerances
 
 import labops
 from labops import reference
@@ -35,6 +35,27 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "transposed", rand(2, 3, 9, 5).transpose(-1, -2)
     yield "sliced", rand(2, 6, 9, 9)[:, ::2, 1:, :-2]
     yield "offset (misaligned)", rand(1 + 2 * 3 * 7 * 7)[1:].view(2, 3, 7, 7)
+
+
+# ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
+# (op, id, args): each breaks one rule of the op's C++ checks.
+ARG_RULE_CASES = [
+    ("global_avg_pool2d", "integer x", (t(2, 3, 4, 4, dtype=torch.int64),)),
+    ("global_avg_pool2d", "2-D x", (t(4, 4),)),
+    ("global_avg_pool2d", "5-D x", (t(1, 2, 3, 4, 5),)),
+    ("global_avg_pool2d_backward", "integer grad", (t(2, 3, 1, 1, dtype=torch.int32), [2, 3, 5, 5])),
+    ("global_avg_pool2d_backward", "input_size rank", (t(2, 3, 1, 1), [2, 3])),
+    ("global_avg_pool2d_backward", "negative input_size", (t(3, 1, 1), [3, -1, 2])),
+    ("global_avg_pool2d_backward", "grad shape", (t(2, 3, 2, 1), [2, 3, 5, 5])),
+]
+
+
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("global_avg_pool2d", labops.global_avg_pool2d, lambda a: a.mean((-2, -1), keepdim=True), (2, 3, 4, 4),
+     False),
+]
 
 
 def test_sample_inputs_are_not_zero():

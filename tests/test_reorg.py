@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, t
 
 import labops
 from labops import reference
@@ -37,6 +37,33 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "channels_last", rand(2, 8, 6, 10).contiguous(memory_format=torch.channels_last), 2
     yield "sliced", rand(2, 12, 10, 9)[:, 2:10, 1:9, 1:], 2
     yield "offset (misaligned)", rand(1 + 2 * 4 * 6 * 8)[1:].view(2, 4, 6, 8), 2
+
+
+# ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
+# (op, id, args): each breaks one rule of the op's C++ checks.
+ARG_RULE_CASES = [
+    ("reorg", "integer x", (t(2, 8, 4, 4, dtype=torch.int32), 2, "crd")),
+    ("reorg", "order", (t(2, 8, 4, 4), 2, "tf")),
+    ("reorg", "3-D x", (t(8, 4, 4), 2, "darknet")),
+    ("reorg", "stride 0", (t(2, 8, 4, 4), 0, "crd")),
+    ("reorg", "stride too large", (t(2, 8, 4, 4), 2**32, "crd")),
+    ("reorg", "height not divisible", (t(2, 8, 5, 4), 2, "crd")),
+    ("reorg", "width not divisible", (t(2, 8, 4, 6), 4, "dcr")),
+    ("reorg", "darknet channels", (t(2, 6, 4, 4), 2, "darknet")),
+    ("reorg_backward", "integer grad", (t(2, 8, 2, 2, dtype=torch.int64), 2, "crd")),
+    ("reorg_backward", "order", (t(2, 8, 2, 2), 2, "DCR")),
+    ("reorg_backward", "3-D grad", (t(6, 2, 2), 2, "crd")),
+    ("reorg_backward", "stride -1", (t(2, 8, 2, 2), -1, "crd")),
+    ("reorg_backward", "channels", (t(2, 6, 2, 2), 2, "crd")),
+    ("reorg_backward", "darknet channels", (t(2, 8, 2, 2), 2, "darknet")),
+]
+
+
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("reorg", lambda a: labops.reorg(a, 2, "crd"), lambda a: F.pixel_unshuffle(a, 2), (2, 3, 4, 4), False),
+]
 
 
 @functools.lru_cache(maxsize=None)

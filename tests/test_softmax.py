@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, long, opcheck_every, poison_allocator, t, tolerances
 
 import labops
 from labops import reference
@@ -56,6 +56,45 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "empty-rows", randn(0, 5), -1
     yield "empty-dim", randn(4, 0), -1
     yield "empty-dim0", randn(0, 5), 0
+
+
+# ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
+LOGITS, TARGET = t(4, 3), long(4)
+# (op, id, args): each breaks one rule of the op's C++ checks.
+ARG_RULE_CASES = [
+    ("softmax", "integer x", (t(3, 4, dtype=torch.int64), 1)),
+    ("softmax", "dim too big", (t(3, 4), 2)),
+    ("softmax", "dim too small", (t(3, 4), -3)),
+    ("softmax_backward", "integer output", (t(3, 4), t(3, 4, dtype=torch.int32), 1)),
+    ("softmax_backward", "grad shape", (t(3, 5), t(3, 4), 1)),
+    ("softmax_backward", "grad dtype", (t(3, 4, dtype=torch.float64), t(3, 4), 1)),
+    ("softmax_backward", "dim", (t(3, 4), t(3, 4), 5)),
+    ("cross_entropy", "integer logits", (LOGITS.long(), TARGET, "mean")),
+    ("cross_entropy", "1-D logits", (LOGITS[0], TARGET[:1], "mean")),
+    ("cross_entropy", "3-D logits", (LOGITS[None], TARGET, "mean")),
+    ("cross_entropy", "target dtype", (LOGITS, TARGET.int(), "mean")),
+    ("cross_entropy", "float target", (LOGITS, TARGET.float(), "mean")),
+    ("cross_entropy", "target shape", (LOGITS, TARGET[:, None], "mean")),
+    ("cross_entropy", "target length", (LOGITS, TARGET[:3], "sum")),
+    ("cross_entropy", "reduction", (LOGITS, TARGET, "avg")),
+    ("cross_entropy_backward", "integer logits", (t(()), LOGITS.long(), TARGET, "mean")),
+    ("cross_entropy_backward", "target dtype", (t(()), LOGITS, TARGET.int(), "mean")),
+    ("cross_entropy_backward", "reduction", (t(()), LOGITS, TARGET, "avg")),
+    ("cross_entropy_backward", "integer grad_loss", (t((), dtype=torch.int64), LOGITS, TARGET, "mean")),
+    ("cross_entropy_backward", "grad_loss dtype", (t((), dtype=torch.float64), LOGITS, TARGET, "mean")),
+    ("cross_entropy_backward", "grad_loss for none", (t(3), LOGITS, TARGET, "none")),
+    ("cross_entropy_backward", "grad_loss for mean", (t(4), LOGITS, TARGET, "mean")),
+]
+
+
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+NODE_TARGET = torch.tensor([0, 2, 1, 4])  # cross_entropy's: 4 rows of 5 classes
+AUTOGRAD_NODE_CASES = [
+    ("softmax", lambda a: labops.softmax(a, 0), lambda a: torch.softmax(a, 0), (3, 4), True),
+    ("cross_entropy", lambda a: labops.cross_entropy(a, NODE_TARGET), lambda a: F.cross_entropy(a, NODE_TARGET),
+     (4, 5), True),
+]
 
 
 def huge_inputs(device, dtype):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, t, tolerances
 
 import labops
 from labops import reference
@@ -49,6 +49,37 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "empty-batch", randn(0, 3, 4, 4), dict(scale_factor=2)
     yield "empty-channels", randn(2, 0, 4, 4), dict(size=(3, 3))
     yield "wider-than-smem", randn(1, 1, 2, 6200), dict(scale_factor=2)
+
+
+# ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
+# (op, id, args): each breaks one rule of the op's C++ checks.
+ARG_RULE_CASES = [
+    ("upsample_bilinear2d", "integer x", (t(1, 2, 4, 4, dtype=torch.uint8), [8, 8], "half_pixel", None, None)),
+    ("upsample_bilinear2d", "3-D x", (t(2, 4, 4), [8, 8], "half_pixel", None, None)),
+    ("upsample_bilinear2d", "output_size 0", (t(1, 2, 4, 4), [0, 3], "half_pixel", None, None)),
+    ("upsample_bilinear2d", "output_size 3 entries", (t(1, 2, 4, 4), [3, 3, 3], "half_pixel", None, None)),
+    ("upsample_bilinear2d", "empty height", (t(1, 2, 0, 4), [3, 3], "half_pixel", None, None)),
+    ("upsample_bilinear2d", "output too big", (t(1, 2, 4, 4), [2**24 + 1, 3], "half_pixel", None, None)),
+    ("upsample_bilinear2d", "negative scale", (t(1, 2, 4, 4), [8, 8], "half_pixel", -2.0, None)),
+    ("upsample_bilinear2d", "infinite scale", (t(1, 2, 4, 4), [8, 8], "half_pixel", None, float("inf"))),
+    ("upsample_bilinear2d", "coordinate_mode", (t(1, 2, 4, 4), [8, 8], "Half_Pixel", None, None)),
+    ("upsample_bilinear2d_backward", "integer grad", (t(1, 2, 8, 8).long(), [1, 2, 4, 4], "half_pixel", None, None)),
+    ("upsample_bilinear2d_backward", "3-D grad", (t(2, 8, 8), [1, 2, 4, 4], "half_pixel", None, None)),
+    ("upsample_bilinear2d_backward", "input_size rank", (t(1, 2, 8, 8), [4, 4], "half_pixel", None, None)),
+    ("upsample_bilinear2d_backward", "negative input_size", (t(1, 2, 8, 8), [-1, 2, 4, 4], "half_pixel", None, None)),
+    ("upsample_bilinear2d_backward", "N and C", (t(1, 2, 8, 8), [1, 3, 4, 4], "half_pixel", None, None)),
+    ("upsample_bilinear2d_backward", "input width 0", (t(1, 2, 8, 8), [1, 2, 4, 0], "half_pixel", None, None)),
+    ("upsample_bilinear2d_backward", "scale 0", (t(1, 2, 8, 8), [1, 2, 4, 4], "half_pixel", 0.0, None)),
+    ("upsample_bilinear2d_backward", "coordinate_mode", (t(1, 2, 8, 8), [1, 2, 4, 4], "pytorch", None, None)),
+]
+
+
+# ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
+# (name, labops fn, native fn, input shape, whether the node saves a tensor)
+AUTOGRAD_NODE_CASES = [
+    ("upsample_bilinear2d", lambda a: labops.upsample_bilinear2d(a, scale_factor=2),
+     lambda a: F.interpolate(a, scale_factor=2, mode="bilinear"), (2, 3, 4, 4), False),
+]
 
 
 def labops_upsample(x, mode, **kw):

@@ -21,6 +21,9 @@ Each layer has a suite module in this package whose ``cases(device, size)``
 yields ``Case`` objects; ``run()`` times them and prints one table.
     python -m labops bench --device cuda --suite activation
 
+A suite's ``doctor_cases(randn, generator)`` gives ``labops doctor`` the same
+pairs of labops op and native PyTorch, on small float64 inputs.
+
 A layer with a ladder (``labops.ladder``) also has ``ladder_cases(device)``: ``ladder_run()`` times every
 rung of its forward beside native PyTorch and the copy bandwidth, in one run.
     python -m labops bench --ladder pooling --device cpu --json cpu_pooling.json

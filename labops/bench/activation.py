@@ -12,6 +12,16 @@ from labops.bench import Case, fwd_bwd
 FLOPS_PER_ELEMENT = {"tanh": (1, 3), "gelu(none)": (5, 10), "gelu(tanh)": (9, 18), "gelu(sigmoid)": (5, 9)}
 
 
+def doctor_cases(randn, generator):
+    """(name, labops op, native PyTorch, float64 inputs): what `labops doctor` compares, forward and backward."""
+    natives = {"none": F.gelu, "tanh": lambda t: F.gelu(t, approximate="tanh"),
+               "sigmoid": lambda t: t * torch.sigmoid(1.702 * t)}
+    cases = [("tanh", labops.tanh, torch.tanh, [randn(101)])]
+    for a in labops.GELU_APPROXIMATIONS:
+        cases.append((f"gelu({a})", lambda t, a=a: labops.gelu(t, a), natives[a], [randn(101)]))
+    return cases
+
+
 def cases(device, size=None):
     n = size or (64 * 2**20 if device == "cuda" else 16 * 2**20)
     dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]

@@ -22,6 +22,20 @@ def _stats(channels, device):
     return torch.zeros(channels, device=device), torch.ones(channels, device=device)
 
 
+def doctor_cases(randn, generator):
+    """(name, labops op, native PyTorch, float64 inputs): what `labops doctor` compares, forward and backward."""
+    x, running_mean, running_var = randn(2, 8, 6, 6), randn(8), randn(8).abs() + 0.5
+    cases = []
+    for training in (True, False):  # in training the batch's statistics, in evaluation the running ones
+        stats = (None, None) if training else (running_mean, running_var)
+        cases.append((f"batch_norm(training={training})",
+                      lambda t, w, b, s=stats, tr=training: labops.batch_norm(
+                          t, *(None if v is None else v.to(t.device) for v in s), w, b, training=tr),
+                      lambda t, w, b, s=stats, tr=training: F.batch_norm(t, *s, w, b, training=tr),
+                      [x, randn(8), randn(8)]))
+    return cases
+
+
 def cases(device, size=None):
     shapes = SHAPES_CUDA if device == "cuda" else SHAPES_CPU
     dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]

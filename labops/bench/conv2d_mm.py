@@ -50,6 +50,18 @@ def _ieee(step):
     return run
 
 
+def doctor_cases(randn, generator):
+    """(name, labops op, native PyTorch, float64 inputs): what `labops doctor` compares, forward and backward."""
+    x = randn(2, 8, 6, 6)
+    return [
+        ("conv2d_mm", lambda t, w, b: labops.conv2d_mm(t, w, b, 1, 1, 2),
+         lambda t, w, b: F.conv2d(t, w, b, 1, 1, 2), [x, randn(4, 8, 3, 3), randn(4)]),
+        ("im2col", lambda t: labops.im2col(t, 3, 2, 1), lambda t: F.unfold(t, 3, padding=1, stride=2), [x]),
+        ("col2im", lambda t: labops.col2im(t, (6, 6), 3, 2, 1),
+         lambda t: F.fold(t, (6, 6), 3, padding=1, stride=2), [randn(2, 72, 9)]),
+    ]
+
+
 def cases(device, size=None):
     batch = size or (32 if device == "cuda" else 4)
     dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]

@@ -15,6 +15,12 @@ from labops.bench import Case, fwd_bwd
 SHAPES = [(144, 56, 1), (384, 14, 1), (960, 7, 1), (96, 112, 2)]
 
 
+def doctor_cases(randn, generator):
+    """(name, labops op, native PyTorch, float64 inputs): what `labops doctor` compares, forward and backward."""
+    return [("depthwise_conv2d", lambda t, w, b: labops.depthwise_conv2d(t, w, b, 2, 1, 1),
+             lambda t, w, b: F.conv2d(t, w, b, 2, 1, 1, groups=8), [randn(2, 8, 6, 6), randn(16, 1, 3, 3), randn(16)])]
+
+
 def cases(device, size=None):
     batch = size or (32 if device == "cuda" else 2)
     dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]

@@ -13,6 +13,11 @@ def _native(x):
     return x.mean((-2, -1), keepdim=True)
 
 
+def doctor_cases(randn, generator):
+    """(name, labops op, native PyTorch, float64 inputs): what `labops doctor` compares, forward and backward."""
+    return [("global_avg_pool2d", labops.global_avg_pool2d, _native, [randn(2, 8, 6, 6)])]
+
+
 def cases(device, size=None):
     shapes = SHAPES_CUDA if device == "cuda" else SHAPES_CPU
     dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]

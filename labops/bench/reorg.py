@@ -17,6 +17,23 @@ def _native(x, s):
     return F.pixel_unshuffle(x, s).contiguous()
 
 
+def _space_to_depth(x, s):
+    """TensorFlow's order: channel (dy*s + dx)*C + c."""
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // s, s, w // s, s).permute(0, 3, 5, 1, 2, 4).reshape(n, c * s * s, h // s, w // s)
+
+
+def doctor_cases(randn, generator):
+    """(name, labops op, native PyTorch, float64 inputs): what `labops doctor` compares, forward and backward."""
+    x = randn(2, 8, 6, 6)
+    return [
+        ("reorg(crd)", lambda t: labops.reorg(t, 2, "crd"), lambda t: F.pixel_unshuffle(t, 2), [x]),
+        ("reorg(dcr)", lambda t: labops.reorg(t, 2, "dcr"), lambda t: _space_to_depth(t, 2), [x]),
+        ("reorg(darknet)", lambda t: labops.reorg(t, 2, "darknet"),
+         lambda t: _space_to_depth(t.reshape(2, 2, 12, 12), 2).reshape(2, 32, 3, 3), [x]),
+    ]
+
+
 def cases(device, size=None):
     # YOLOv2's passthrough is 64 x 26 x 26 per image at 416 px; a 104 x 104
     # map and a batch of 32 make it memory-bound on a GPU (88 MB in fp32).

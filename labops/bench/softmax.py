@@ -30,6 +30,16 @@ def _torch_softmax(x):
     return torch.softmax(x, -1)
 
 
+def doctor_cases(randn, generator):
+    """(name, labops op, native PyTorch, float64 inputs): what `labops doctor` compares, forward and backward."""
+    target = torch.randint(0, 8, (5,), generator=generator)
+    return [
+        ("softmax", lambda t: labops.softmax(t, -1), lambda t: torch.softmax(t, -1), [randn(5, 8)]),
+        ("cross_entropy", lambda t: labops.cross_entropy(t, target.to(t.device)),
+         lambda t: F.cross_entropy(t, target), [randn(5, 8)]),
+    ]
+
+
 def cases(device, size=None):
     shapes = CUDA_SHAPES if device == "cuda" else CPU_SHAPES
     if size:  # keep the row lengths, scale the number of rows to about `size` elements

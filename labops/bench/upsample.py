@@ -17,6 +17,15 @@ GPU_SHAPES = [(16, 64, 128, 128), (8, 256, 64, 64)]
 CPU_SHAPES = [(4, 16, 64, 64), (2, 64, 32, 32)]
 
 
+def doctor_cases(randn, generator):
+    """(name, labops op, native PyTorch, float64 inputs): what `labops doctor` compares, forward and backward."""
+    x = randn(2, 8, 6, 6)
+    return [(f"upsample(align_corners={corners})",
+             lambda t, c=corners: labops.upsample_bilinear2d(t, scale_factor=2, align_corners=c),
+             lambda t, c=corners: F.interpolate(t, scale_factor=2, mode="bilinear", align_corners=c),
+             [x]) for corners in (False, True)]
+
+
 def cases(device, size=None):
     shapes = GPU_SHAPES if device == "cuda" else CPU_SHAPES
     dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]

@@ -10,7 +10,7 @@ from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poiso
 
 import labops
 import labops.torch7 as torch7
-from labops import reference
+from labops import ladder, reference
 from labops.testing import rel_error
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -575,18 +575,108 @@ def test_bad_backward_arguments_are_rejected(device):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_cuda_matches_cpu_on_a_resnet_shape(dtype):
-    # 32 x 64 x 56 x 56: the statistics split over many blocks per channel (Note [channel partial sums]).
+    # 32 x 64 x 56 x 56, 100352 values per channel, through every CUDA rung of the forward: the textbook's one
+    # thread per channel, split_channels's many blocks per channel (Note [channel partial sums]), and the default,
+    # block_per_channel (Note [one block per channel]), whose y pass rereads a channel backwards.
     x = torch.randn(32, 64, 56, 56, dtype=dtype) * 2 + 1
     w, b, rm, rv = (t.float() for t in parameters(x))
     g = torch.randn_like(x)
-    outs = []
-    for device in ("cpu", "cuda"):
+
+    def run(device):
         xs, ws, bs = (t.detach().to(device).requires_grad_() for t in (x, w, b))  # a leaf on each device
-        rms, rvs = rm.clone().to(device), rv.clone().to(device)  # each device updates its own copy
+        rms, rvs = rm.clone().to(device), rv.clone().to(device)  # each run updates its own copy
         y = labops.batch_norm(xs, rms, rvs, ws, bs, training=True)
         y.backward(g.to(device))
-        outs.append([t.cpu().double() for t in (y.detach(), xs.grad, ws.grad, bs.grad, rms, rvs)])
+        return [t.cpu().double() for t in (y.detach(), xs.grad, ws.grad, bs.grad, rms, rvs)]
+
+    on_cpu = run("cpu")
     rtol, atol = tolerances(dtype)
-    for name, a, c in zip(("y", "grad x", "grad w", "grad b", "running mean", "running var"), *outs):
-        scale = 1.0 if name in ("y", "grad x") else 100.0  # sums of 100352 values, added in different orders
-        torch.testing.assert_close(c, a, rtol=rtol, atol=atol * scale, msg=name)
+    for rung, rung_name in enumerate(ladder.rungs("batch_norm", "cuda"), start=1):
+        with ladder.use("batch_norm", rung):
+            on_cuda = run("cuda")
+            assert ladder.last_rung("batch_norm") == rung
+        for name, a, c in zip(("y", "grad x", "grad w", "grad b", "running mean", "running var"), on_cpu, on_cuda):
+            scale = 1.0 if name in ("y", "grad x") else 100.0  # sums of 100352 values, added in different orders
+            torch.testing.assert_close(c, a, rtol=rtol, atol=atol * scale, msg=f"{rung_name}: {name}")
+
+
+# ---- the ladder (labops.ladder; Note [the ladder] in csrc/common/ladder.h) ----
+
+def ladder_cases(device, dtype):
+    """(name, op, inputs, expected, terms) for tests/test_ladder.py: the forward, labops.batch_norm(x, running_mean,
+    running_var, weight, bias, training), in training and in evaluation, with and without the affine parameters
+    and the running statistics (MODES), on every sample input (odd sizes, 1x1 planes, channels_last, sliced and
+    misaligned views, an empty batch). expected: F.batch_norm's y in float64. terms 1: y is elementwise once the
+    statistics are known, and their rounding is within tolerances(dtype), as test_forward_matches_f_batch_norm
+    holds them. In training a call moves the running statistics (each rung's call moves them again); y does not
+    read them. test_every_rung_saves_the_statistics_and_moves_the_running_ones checks those."""
+    for case, x in sample_inputs(device, dtype):
+        w, b, rm, rv = parameters(x, dtype=statistics_dtype(dtype) if case != "odd" else dtype)
+        for mode, training, affine, running in MODES:
+            weight, bias = (w, b) if affine else (None, None)
+            running_mean, running_var = (rm.clone(), rv.clone()) if running else (None, None)
+            expected, _, _ = oracle(x, weight, bias, running_mean, running_var, training)
+            yield (f"{case}, {mode}", labops.batch_norm, (x, running_mean, running_var, weight, bias, training),
+                   expected, 1)
+
+
+def ladder_refusals(device):
+    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`. Every rung takes every
+    input (training or evaluation, any dtype, shape, layout or alignment: a rung without 16-byte packs for an input
+    uses single values), so the only refusal is a rung the device lacks: the CPU's rung 3. CUDA has none: its three
+    rungs are the whole ladder, and a rung 4 is refused by ladder.use itself, before any call."""
+    if device == "cpu":
+        x = torch.randn(2, 3, 5, 5)
+        yield 3, labops.batch_norm, (x, None, None, None, None, True), r"has no rung 3 on CPU \(rungs 1..2\)"
+
+
+def _default_rung(device, *inputs):
+    try:
+        return ladder.default_rung("batch_norm", device, *inputs)
+    except KeyError:  # labops.ladder that predates LADDER_DEFAULTS (it knows only its own DEFAULTS table)
+        pytest.skip("labops.ladder.default_rung does not read labops.ops.batch_norm.LADDER_DEFAULTS yet")
+
+
+def test_ladder_defaults_follow_training_and_the_channels():
+    """LADDER_DEFAULTS (labops/ops/batch_norm.py) on inputs whose rung is known by construction."""
+    many, few = torch.randn(2, 64, 3, 3), torch.randn(2, 63, 3, 3)
+    stats = (torch.zeros(64), torch.ones(64))
+    for dtype in DTYPES:  # the CPU: chunked_simd always
+        assert _default_rung("cpu", many.to(dtype), None, None, None, None, True) == 2
+        assert _default_rung("cpu", many.to(dtype), *stats, None, None, False) == 2
+    assert _default_rung("cuda", many, None, None, None, None, True) == 3  # block_per_channel: training, C >= 64
+    assert _default_rung("cuda", many.half(), *stats, None, None, True) == 3
+    assert _default_rung("cuda", few, None, None, None, None, True) == 2  # split_channels: fewer than 64 channels
+    assert _default_rung("cuda", many, *stats, None, None, False) == 2  # evaluation
+    assert _default_rung("cuda", torch.randn(0, 64, 3, 3), *stats, None, None, False) is None  # no values, no rung
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_rung_saves_the_statistics_and_moves_the_running_ones(device, dtype):
+    """What tests/test_ladder.py does not look at: save_mean, save_invstd and the running statistics after a
+    forced rung, training and evaluation. Every rung ends a channel with finish_statistics (batch_norm.h), so the
+    momentum update is the same formula; only the sums' rounding differs."""
+    names = ladder.rungs("batch_norm", device)
+    rtol, atol = tolerances(statistics_dtype(dtype))
+    for case, x in sample_inputs(device, dtype):
+        if x.numel() == 0:
+            continue
+        w, b, rm, rv = parameters(x, dtype=statistics_dtype(dtype))
+        dims = [0, *range(2, x.dim())]
+        batch_mean, batch_var = x.double().mean(dims), x.double().var(dims, correction=0)
+        _, want_rm, want_rv = oracle(x, w, b, rm, rv, True, momentum=0.3)
+        for rung, name in enumerate(names, start=1):
+            what = f"{name}: {case}"
+            for training in (True, False):
+                rm_r, rv_r = rm.clone(), rv.clone()
+                with ladder.use("batch_norm", rung):
+                    _, mean, invstd = L.batch_norm(x, w, b, rm_r, rv_r, training, 0.3, 1e-5)
+                    assert ladder.last_rung("batch_norm") == rung, what
+                want_mean, want_var = (batch_mean, batch_var) if training else (rm.double(), rv.double())
+                torch.testing.assert_close(mean.double(), want_mean, rtol=rtol, atol=atol, msg=what)
+                torch.testing.assert_close(invstd.double(), (want_var + 1e-5).rsqrt(), rtol=rtol, atol=atol, msg=what)
+                if training:
+                    torch.testing.assert_close(rm_r.double(), want_rm, rtol=rtol, atol=atol, msg=what)
+                    torch.testing.assert_close(rv_r.double(), want_rv, rtol=rtol, atol=atol, msg=what)
+                else:
+                    assert torch.equal(rm_r, rm) and torch.equal(rv_r, rv), what

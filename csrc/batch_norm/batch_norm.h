@@ -108,6 +108,24 @@ LABOPS_HOST_DEVICE void finish_statistics(acc_t sum, acc_t sum_sq, acc_t shift, 
   }
 }
 
+// Channel c's statistics in training, plainly: the textbook rung of both devices (one CPU task or
+// one CUDA thread per channel). Its values one at a time, plane by plane, summed in double: one
+// float running sum over a channel of 10^5 values loses digits (the faster rungs sum in short
+// chunks instead: cpu.cpp's cascade, cuda.cu's partial sums).
+template <typename scalar_t, typename acc_t, typename param_t>
+LABOPS_HOST_DEVICE void channel_statistics(const scalar_t* x, int64_t batch, int64_t channels, int64_t plane,
+                                           int64_t c, double eps, double momentum, param_t* running_mean,
+                                           param_t* running_var, acc_t* save_mean, acc_t* save_invstd) {
+  const double shift = static_cast<acc_t>(x[first_value_of_channel(c, channels, plane)]);
+  double sum = 0.0, sum_sq = 0.0;
+  for (int64_t n = 0; n < batch; ++n) {
+    const int64_t first = plane_index(n, c, channels) * plane;
+    for (int64_t s = 0; s < plane; ++s) add_to_moments(sum, sum_sq, double(static_cast<acc_t>(x[first + s])), shift);
+  }
+  finish_statistics(static_cast<acc_t>(sum), static_cast<acc_t>(sum_sq), static_cast<acc_t>(shift), batch * plane,
+                    eps, momentum, running_mean, running_var, c, save_mean, save_invstd);
+}
+
 // One channel's statistics in evaluation: the running ones.
 template <typename acc_t, typename param_t>
 LABOPS_HOST_DEVICE void running_statistics(const param_t* running_mean, const param_t* running_var, double eps,

@@ -3,13 +3,20 @@
 //
 // The reductions (the statistics, the parameter gradients) give each task whole channels: a channel's
 // sums are then one thread's, in a fixed order, and no partial sums need adding up across threads.
-// The elementwise passes (y, grad_input) give each task whole planes (n, c). float and double run the
-// bodies on at::vec::Vectorized lanes (each lane keeps its own partial sums, added at the end of the
-// channel); float16 and bfloat16 run them one value at a time in float.
+//
+// Forward, two rungs (forward_ladder in entry.h, Note [the ladder] in common/ladder.h):
+//   1 textbook: each task takes whole channels and runs channel_statistics (batch_norm.h: the values
+//     one at a time, summed in double), then y one value at a time.
+//   2 chunked_simd, the default: the statistics in chunks (sums_of_channel), then y plane by plane
+//     (whole planes (n, c) per task); float and double run the bodies on at::vec::Vectorized lanes
+//     (each lane keeps its own partial sums, added at the end of the chunk), float16 and bfloat16
+//     one value at a time in float.
+// The backward (grad_sums, grad_input) runs as rung 2 does.
 #include <algorithm>
 #include <cstdint>
-#include <utility>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -147,7 +154,41 @@ struct GradInputBody {
   }
 };
 
+// Rung 1: channel by channel, the statistics (or the running ones) and then y, one value at a time.
+template <typename scalar_t, typename param_t, typename acc_t = at::opmath_type<scalar_t>>
+void forward_textbook(const Shape& s, const ForwardArgs<scalar_t, param_t>& a) {
+  for_each_channel(s, [&](int64_t c) {
+    if (a.training) {
+      channel_statistics(a.x, s.batch, s.channels, s.plane, c, a.eps, a.momentum, a.running_mean, a.running_var,
+                         a.save_mean, a.save_invstd);
+    } else {
+      running_statistics(a.running_mean, a.running_var, a.eps, c, a.save_mean, a.save_invstd);
+    }
+    const acc_t mean = a.save_mean[c], scale = channel_scale(a.weight, a.save_invstd, c);
+    const acc_t bias = channel_bias<acc_t>(a.bias, c);
+    for (int64_t n = 0; n < s.batch; ++n) {
+      const int64_t first = plane_index(n, c, s.channels) * s.plane;
+      for (int64_t k = first; k < first + s.plane; ++k) {
+        a.y[k] = static_cast<scalar_t>(batch_norm::normalize(static_cast<acc_t>(a.x[k]), mean, scale, bias));
+      }
+    }
+  });
+}
+
 struct CpuLauncher {
+  template <typename scalar_t, typename param_t>
+  static void forward(const Shape& s, const ForwardArgs<scalar_t, param_t>& a, int forced) {
+    // Every rung takes every input: nothing to refuse.
+    const int rung = forward_ladder().run(c10::DeviceType::CPU, forced, 2, [](int) { return std::string(); });
+    if (rung == 1) return forward_textbook(s, a);
+    if (a.training) {
+      statistics(s, a.x, a.running_mean, a.running_var, a.momentum, a.eps, a.save_mean, a.save_invstd);
+    } else {
+      running_statistics(s, a.running_mean, a.running_var, a.eps, a.save_mean, a.save_invstd);
+    }
+    normalize(s, a.x, a.weight, a.bias, a.save_mean, a.save_invstd, a.y);
+  }
+
   template <typename scalar_t, typename param_t, typename acc_t = at::opmath_type<scalar_t>>
   static void statistics(const Shape& s, const scalar_t* x, param_t* running_mean, param_t* running_var,
                          double momentum, double eps, acc_t* save_mean, acc_t* save_invstd) {

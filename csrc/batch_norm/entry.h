@@ -24,9 +24,9 @@
 // A Launcher provides, for scalar_t (x's type), param_t (the parameters' type) and
 // acc_t = at::opmath_type<scalar_t>, on a Shape with count() >= 1 and channels >= 1, x contiguous,
 // a null pointer for an absent parameter:
-//   statistics(s, x, running_mean, running_var, momentum, eps, save_mean, save_invstd)   training
-//   running_statistics(s, running_mean, running_var, eps, save_mean, save_invstd)         eval
-//   normalize(s, x, weight, bias, save_mean, save_invstd, y)
+//   forward(s, ForwardArgs a, forced)    updateOutput, training or eval, on x with values (numel() >= 1):
+//                                        the rung of forward_ladder() that `forced` names, else its own
+//   running_statistics(s, running_mean, running_var, eps, save_mean, save_invstd)   eval of an empty x
 //   grad_sums(s, grad, x, save_mean, save_invstd, sum_grad_xhat, sum_grad)
 //   grad_input(s, grad, x, weight, save_mean, save_invstd, sum_grad_xhat, sum_grad, training, grad_input)
 // (sum_grad_xhat and sum_grad are null for grad_input in eval).
@@ -47,9 +47,29 @@
 #include <c10/util/Exception.h>
 
 #include "../common/check.h"
+#include "../common/ladder.h"
 #include "batch_norm.h"
 
 namespace labops::batch_norm {
+
+// The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body. Which rung
+// runs by default: LADDER_DEFAULTS in labops/ops/batch_norm.py, docs/layers/batch_norm.md "The ladder".
+// Every rung takes training and evaluation; the backward ops have no rungs.
+inline ladder::Ladder& forward_ladder() {
+  static ladder::Ladder rungs(
+      "batch_norm", "batch_norm",
+      {{"textbook", "channel_statistics: each channel's values one at a time, summed in double, then y value by "
+                    "value; channels shared among the threads"},
+       {"chunked_simd", "per channel, chunks of 256 values summed on at::vec lanes and added in double, then y on "
+                        "at::vec lanes (float16 and bfloat16 one value at a time, in float)"}},
+      {{"textbook", "one thread per channel runs channel_statistics (its values one at a time, in double), then "
+                    "one thread per value of y"},
+       {"split_channels", "several blocks share a channel (Note [channel partial sums]), a kernel adds their sums, "
+                          "then y over 16-byte packs: three launches in training"},
+       {"block_per_channel", "one launch, one block per channel: its statistics, then y from its values read "
+                             "again, backwards, while in L2 (Note [one block per channel])"}});
+  return rungs;
+}
 
 using OptTensor = std::optional<at::Tensor>;
 
@@ -58,6 +78,23 @@ struct Shape {
   int64_t batch, channels, plane;
   int64_t count() const { return batch * plane; }  // values per channel
   int64_t numel() const { return batch * channels * plane; }
+};
+
+// What updateOutput reads and writes, every tensor contiguous; null for a parameter not given.
+// The statistics are saved in acc_t = at::opmath_type<scalar_t>.
+template <typename scalar_t, typename param_t>
+struct ForwardArgs {
+  using acc_t = at::opmath_type<scalar_t>;
+  const scalar_t* x;
+  const param_t* weight;
+  const param_t* bias;
+  param_t* running_mean;  // updated in training (null: none given), read in evaluation
+  param_t* running_var;
+  bool training;
+  double momentum, eps;
+  acc_t* save_mean;
+  acc_t* save_invstd;
+  scalar_t* y;
 };
 
 inline bool given(const OptTensor& t) { return t.has_value() && t->defined(); }
@@ -316,12 +353,14 @@ struct Entry {
     // The parameters are x's dtype or the statistics' (float for a half x): opmath_type<scalar_t> is both
     // for float and double, so each x dtype instantiates two launchers at most.
     const bool stats_dtype_params = param_dtype == statistics_dtype(x);
+    const int forced = forward_ladder().forced();  // read once: the call runs one rung (Note [the ladder])
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_batch_norm", [&] {
       if (stats_dtype_params) {
         forward<scalar_t, at::opmath_type<scalar_t>>(s, xc, w, b, rm, rv, training, momentum, eps, save_mean,
-                                                     save_invstd, y);
+                                                     save_invstd, y, forced);
       } else {
-        forward<scalar_t, scalar_t>(s, xc, w, b, rm, rv, training, momentum, eps, save_mean, save_invstd, y);
+        forward<scalar_t, scalar_t>(s, xc, w, b, rm, rv, training, momentum, eps, save_mean, save_invstd, y,
+                                    forced);
       }
     });
     if (training && rm.defined() && !rm.is_same(*running_mean)) running_mean->copy_(rm);
@@ -403,24 +442,30 @@ struct Entry {
   }
 
  private:
-  // updateOutput for x of scalar_t and parameters of param_t, every tensor contiguous.
+  // updateOutput for x of scalar_t and parameters of param_t, every tensor contiguous: the rung
+  // `forced` names (0: the launcher's choice).
   template <typename scalar_t, typename param_t>
   static void forward(const Shape& s, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                       const at::Tensor& running_mean, const at::Tensor& running_var, bool training, double momentum,
-                      double eps, const at::Tensor& save_mean, const at::Tensor& save_invstd, const at::Tensor& y) {
+                      double eps, const at::Tensor& save_mean, const at::Tensor& save_invstd, const at::Tensor& y,
+                      int forced) {
     using acc_t = at::opmath_type<scalar_t>;
-    acc_t* mean = save_mean.mutable_data_ptr<acc_t>();
-    acc_t* invstd = save_invstd.mutable_data_ptr<acc_t>();
-    if (training) {
-      Launcher::statistics(s, x.const_data_ptr<scalar_t>(), mutable_data_or_null<param_t>(running_mean),
-                           mutable_data_or_null<param_t>(running_var), momentum, eps, mean, invstd);
-    } else {
-      Launcher::running_statistics(s, running_mean.const_data_ptr<param_t>(), running_var.const_data_ptr<param_t>(),
-                                   eps, mean, invstd);
+    const ForwardArgs<scalar_t, param_t> a{x.const_data_ptr<scalar_t>(),
+                                           data_or_null<param_t>(weight),
+                                           data_or_null<param_t>(bias),
+                                           mutable_data_or_null<param_t>(running_mean),
+                                           mutable_data_or_null<param_t>(running_var),
+                                           training,
+                                           momentum,
+                                           eps,
+                                           save_mean.mutable_data_ptr<acc_t>(),
+                                           save_invstd.mutable_data_ptr<acc_t>(),
+                                           y.mutable_data_ptr<scalar_t>()};
+    if (s.numel() == 0) {  // evaluation of an empty batch (training returned earlier): no rung runs
+      Launcher::running_statistics(s, a.running_mean, a.running_var, eps, a.save_mean, a.save_invstd);
+      return;
     }
-    if (s.numel() == 0) return;
-    Launcher::normalize(s, x.const_data_ptr<scalar_t>(), data_or_null<param_t>(weight), data_or_null<param_t>(bias),
-                        mean, invstd, y.mutable_data_ptr<scalar_t>());
+    Launcher::forward(s, a, forced);
   }
 
   // updateGradInput, every tensor contiguous; sums undefined in evaluation.

@@ -1,4 +1,5 @@
-// batch_norm: what the dispatcher knows of this layer — its schemas, its Autograd kernel and its Meta kernels.
+// batch_norm: what the dispatcher knows of this layer — its schemas, its Autograd kernel, its Meta kernels
+// and its forward's ladder.
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -29,6 +30,9 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
 namespace labops::batch_norm {
 namespace {
 using namespace labops::autograd;
+
+// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
+const ladder::Registration registered_ladder(forward_ladder());
 
 using BatchNormSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const OptTensor&,
                                                                      const OptTensor&, const OptTensor&,

@@ -3,8 +3,8 @@ vs F.batch_norm.
 
 Bytes counted are the fewest the op must move: x read and y written for the forward; grad_output and
 x read and grad_input written for the backward (the per-channel vectors are negligible). labops's
-CUDA forward reads x twice (statistics, then y), its backward reads x and grad_output twice: see
-csrc/batch_norm/cuda.cu.
+CUDA forward reads x twice (statistics, then y; rung 3 of its ladder rereads a channel while it is in L2),
+its backward reads x and grad_output twice: see csrc/batch_norm/cuda.cu.
 """
 
 import torch
@@ -71,3 +71,32 @@ def cases(device, size=None):
             yield Case("batch_norm fwd+bwd", label, dtype, fwd_bytes + bwd_bytes, fwd_bwd(lab, (xg, wg, bg), g),
                        fwd_bwd(nat, (xg, wg, bg), g), name, 18 * n,
                        {"torch.compile": fwd_bwd(compiled(nat), (xg, wg, bg), g)})
+
+
+# The ladder (labops.ladder, `labops bench --ladder batch_norm`): every rung of the forward, in training (the
+# running statistics move on every call; y does not read them) and in evaluation. On CUDA ResNet's three
+# stage shapes at batch 32 (64, 128 and 256 channels: rung 3's one block per channel against rung 2's split
+# channels), float32 and float16 with float32 parameters; on the CPU the suite's shapes in float32.
+LADDER_SHAPES_CUDA = [(32, 64, 56, 56), (32, 128, 28, 28), (32, 256, 14, 14)]
+
+
+def ladder_cases(device):
+    shapes = LADDER_SHAPES_CUDA if device == "cuda" else SHAPES_CPU
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for training in (True, False):
+        for dtype in dtypes:
+            for shape in shapes:
+                gen = torch.Generator(device=device).manual_seed(0)
+                x = torch.randn(shape, device=device, dtype=dtype, generator=gen)
+                w = torch.rand(shape[1], device=device, generator=gen) + 0.5
+                b = torch.randn(shape[1], device=device, generator=gen)
+                lab_mean, lab_var = _stats(shape[1], device)
+                nat_mean, nat_var = _stats(shape[1], device)
+                n = x.numel()
+                # read x, write y (the statistics' second read of x is the kernels' business); a subtract, a
+                # square and two adds per value for the statistics in training, a subtract and a multiply-add for y
+                yield Case(f"batch_norm fwd ({'training' if training else 'eval'})", "x".join(map(str, shape)),
+                           dtype, 2 * n * x.element_size(),
+                           lambda x=x, w=w, b=b, m=lab_mean, v=lab_var, t=training: labops.batch_norm(x, m, v, w, b, t),
+                           lambda x=x, w=w, b=b, m=nat_mean, v=nat_var, t=training: F.batch_norm(x, m, v, w, b, t),
+                           f"F.batch_norm(training={training})", (7 if training else 3) * n)

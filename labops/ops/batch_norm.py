@@ -24,6 +24,7 @@ csrc/batch_norm/cuda.cu (the launchers); the schemas and the gradient: csrc/batc
 import torch
 
 from .._checks import check_tensor
+from ..ladder import ALL_DTYPES, Default
 
 __all__ = ["batch_norm"]
 
@@ -87,3 +88,31 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, t
 # Autograd: csrc/batch_norm/register.cpp (one graph node; its backward is batch_norm_backward_parameters, then
 # batch_norm_backward_input given those sums; the parameter gradients in the parameters' dtype). Double backward
 # is not implemented.
+
+
+# Which rung the forward runs when none is forced (labops.ladder.DEFAULTS reads this): per device, the first
+# line whose dtype and condition hold. tests/test_ladder.py holds the kernels to it. The inputs are
+# labops.batch_norm's: (x, running_mean, running_var, weight, bias, training, momentum, eps).
+def _training(x, running_mean=None, running_var=None, weight=None, bias=None, training=False, *rest):
+    return bool(training)
+
+
+def _training_with_many_channels(*inputs):
+    """block_per_channel's rule (kChannelsForBlockPerChannel in csrc/batch_norm/cuda.cu): training, C >= 64."""
+    return _training(*inputs) and inputs[0].shape[1] >= 64
+
+
+LADDER_DEFAULTS = {
+    "cpu": (
+        Default("chunked_simd", ALL_DTYPES, "always (float16 and bfloat16 one value at a time, in float)"),
+    ),
+    "cuda": (
+        Default("block_per_channel", ALL_DTYPES,
+                "training with at least 64 channels: a block per channel keeps enough loads in flight, and one "
+                "launch with x reread from L2 beats three (an estimate from the kernel's design, to check with "
+                "labops bench --ladder batch_norm)", _training_with_many_channels),
+        Default("split_channels", ALL_DTYPES,
+                "otherwise: evaluation (a grid-stride pass over every value; nothing to fuse), or fewer than 64 "
+                "channels (several blocks share each channel)"),
+    ),
+}

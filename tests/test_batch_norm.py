@@ -630,25 +630,18 @@ def ladder_refusals(device):
         yield 3, labops.batch_norm, (x, None, None, None, None, True), r"has no rung 3 on CPU \(rungs 1..2\)"
 
 
-def _default_rung(device, *inputs):
-    try:
-        return ladder.default_rung("batch_norm", device, *inputs)
-    except KeyError:  # labops.ladder that predates LADDER_DEFAULTS (it knows only its own DEFAULTS table)
-        pytest.skip("labops.ladder.default_rung does not read labops.ops.batch_norm.LADDER_DEFAULTS yet")
-
-
 def test_ladder_defaults_follow_training_and_the_channels():
     """LADDER_DEFAULTS (labops/ops/batch_norm.py) on inputs whose rung is known by construction."""
     many, few = torch.randn(2, 64, 3, 3), torch.randn(2, 63, 3, 3)
     stats = (torch.zeros(64), torch.ones(64))
     for dtype in DTYPES:  # the CPU: chunked_simd always
-        assert _default_rung("cpu", many.to(dtype), None, None, None, None, True) == 2
-        assert _default_rung("cpu", many.to(dtype), *stats, None, None, False) == 2
-    assert _default_rung("cuda", many, None, None, None, None, True) == 3  # block_per_channel: training, C >= 64
-    assert _default_rung("cuda", many.half(), *stats, None, None, True) == 3
-    assert _default_rung("cuda", few, None, None, None, None, True) == 2  # split_channels: fewer than 64 channels
-    assert _default_rung("cuda", many, *stats, None, None, False) == 2  # evaluation
-    assert _default_rung("cuda", torch.randn(0, 64, 3, 3), *stats, None, None, False) is None  # no values, no rung
+        assert ladder.default_rung("batch_norm", "cpu", many.to(dtype), None, None, None, None, True) == 2
+        assert ladder.default_rung("batch_norm", "cpu", many.to(dtype), *stats, None, None, False) == 2
+    assert ladder.default_rung("batch_norm", "cuda", many, None, None, None, None, True) == 3  # block_per_channel: training, C >= 64
+    assert ladder.default_rung("batch_norm", "cuda", many.half(), *stats, None, None, True) == 3
+    assert ladder.default_rung("batch_norm", "cuda", few, None, None, None, None, True) == 2  # split_channels: fewer than 64 channels
+    assert ladder.default_rung("batch_norm", "cuda", many, *stats, None, None, False) == 2  # evaluation
+    assert ladder.default_rung("batch_norm", "cuda", torch.randn(0, 64, 3, 3), *stats, None, None, False) is None  # no values, no rung
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

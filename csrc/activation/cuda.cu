@@ -25,7 +25,7 @@ struct ActivationLauncher : ElementwiseLauncher {  // run(): the backward ops
       const int rung = rungs.run(c10::DeviceType::CUDA, rungs.forced(), aligned ? 2 : 1, [&](int r) {
         return r == 2 && !aligned ? std::string("x is not 16-byte aligned") : std::string();
       });
-      launch_elementwise_kernel(/*vector_loads=*/rung == 2, in, out, n, body);
+      launch_elementwise(in, out, n, body, /*vector_loads=*/rung == 2);
     }
   };
 };

@@ -7,9 +7,8 @@
 //    8 halves) and issues kUnroll such loads before computing, so several
 //    are in flight at once: what it takes to approach HBM's copy bandwidth.
 // Arithmetic happens in at::opmath_type (float for half/bfloat16).
-// launch_elementwise picks the vector kernel whenever every pointer is
-// aligned; a layer with a ladder (activation's forward) picks one itself
-// with launch_elementwise_kernel.
+// ElementwiseLauncher runs the vector kernel whenever every pointer is
+// aligned; a layer with a ladder (activation's forward) picks one itself.
 #pragma once
 
 #include <array>
@@ -112,9 +111,17 @@ void launch_vec(const Pointers<scalar_t, N>& p, scalar_t* out, int64_t n, Body b
   elementwise_vec_kernel<kThreads, kUnroll, scalar_t, N><<<blocks, kThreads, 0, stream>>>(p, out, n, body);
 }
 
+// Whether elementwise_vec_kernel can take these pointers: each one 16-byte aligned.
+template <typename scalar_t, size_t N>
+bool all_aligned(const std::array<const scalar_t*, N>& in, const scalar_t* out) {
+  bool aligned = is_aligned(out);
+  for (size_t k = 0; k < N; ++k) aligned = aligned && is_aligned(in[k]);
+  return aligned;
+}
+
 // Launch elementwise_vec_kernel (vector_loads: every pointer must pass
-// all_aligned, below) or the grid-stride elementwise_kernel, on the current
-// stream (never the legacy default stream: that breaks CUDA graphs and
+// all_aligned) or the grid-stride elementwise_kernel, on the current stream
+// (never the legacy default stream: that breaks CUDA graphs and
 // torch.compile's stream handling).
 //
 // The vectorized kernel's shape was chosen by a sweep on an H200 (64M
@@ -124,8 +131,8 @@ void launch_vec(const Pointers<scalar_t, N>& p, scalar_t* out, int64_t n, Body b
 // launching every block up front, 256 threads with 2 packs each, 90-98 %
 // (fp16 GELU-erf stays near 75 %: there the erf arithmetic is the limit).
 template <int kThreads = kThreadsPerBlock, int kUnroll = 2, typename scalar_t, size_t N, typename Body>
-void launch_elementwise_kernel(bool vector_loads, std::array<const scalar_t*, N> in, scalar_t* out, int64_t n,
-                               Body body, int64_t max_blocks = kMaxGridX) {
+void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body, bool vector_loads,
+                        int64_t max_blocks = kMaxGridX) {
   if (n == 0) return;
   Pointers<scalar_t, N> p;
   for (size_t k = 0; k < N; ++k) p.in[k] = in[k];
@@ -138,26 +145,11 @@ void launch_elementwise_kernel(bool vector_loads, std::array<const scalar_t*, N>
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Whether elementwise_vec_kernel can take these pointers: each one 16-byte aligned.
-template <typename scalar_t, size_t N>
-bool all_aligned(const std::array<const scalar_t*, N>& in, const scalar_t* out) {
-  bool aligned = is_aligned(out);
-  for (size_t k = 0; k < N; ++k) aligned = aligned && is_aligned(in[k]);
-  return aligned;
-}
-
-// The vector kernel when every pointer is aligned, else the grid-stride one.
-template <int kThreads = kThreadsPerBlock, int kUnroll = 2, typename scalar_t, size_t N, typename Body>
-void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body,
-                        int64_t max_blocks = kMaxGridX) {
-  launch_elementwise_kernel<kThreads, kUnroll>(all_aligned(in, out), in, out, n, body, max_blocks);
-}
-
 // The launcher policy handed to run_elementwise (common/elementwise_op.h).
 struct ElementwiseLauncher {
   template <typename scalar_t, size_t N, typename Body>
   static void run(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body) {
-    launch_elementwise(in, out, n, body);
+    launch_elementwise(in, out, n, body, /*vector_loads=*/all_aligned(in, out));
   }
 };
 

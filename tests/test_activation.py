@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, t, tolerances
 
 import labops
-from labops import reference
+from labops import ladder, reference
 from labops.testing import numerical_gradient, rel_error
 
 APPROXIMATIONS = ["none", "tanh", "sigmoid"]
@@ -76,6 +76,46 @@ def labops_forward(name, x, approximate):
 
 OPS = [("tanh", "none")] + [("gelu", a) for a in APPROXIMATIONS]
 OP_IDS = ["tanh"] + [f"gelu-{a}" for a in APPROXIMATIONS]
+
+
+# ---- the ladder (labops.ladder; tests/test_ladder.py runs these cases through every rung) ----
+
+def ladder_cases(device, dtype):
+    """(name, op, inputs, expected, terms) for tests/test_ladder.py: tanh and each form of gelu on every sample
+    input (tanh and gelu share the layer's ladder). On the CPU, rung 2 (simd) takes float32 and float64 only,
+    so in float16 and bfloat16 only the textbook runs there (see ladder_refusals)."""
+    for op_id, (name, approximate) in zip(OP_IDS, OPS):
+        op, extra = (labops.tanh, ()) if name == "tanh" else (labops.gelu, (approximate,))
+        for case, x in sample_inputs(device, dtype):
+            yield f"{op_id}/{case}", op, (x, *extra), oracle_forward(name, x.double(), approximate), 1
+
+
+def ladder_refusals(device):
+    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`. (The ladder's messages
+    name tanh, the op it was declared with, for gelu's calls too: hence tanh here.)"""
+    if device == "cpu":
+        x = torch.randn(4, 5)
+        yield (2, labops.tanh, (x.half(),),
+               r"rung 2 \(simd\) cannot take this input: it vectorizes float32 and float64 only, got Half")
+        yield 2, labops.tanh, (x.bfloat16(),), r"rung 2 \(simd\) cannot take this input: .*got BFloat16"
+    else:
+        misaligned = torch.randn(1 + 64, device=device)[1:]  # starts 4 bytes into its storage
+        yield (2, labops.tanh, (misaligned,),
+               r"rung 2 \(vector_loads\) cannot take this input: x is not 16-byte aligned")
+
+
+def test_ladder_defaults_activation():
+    """The default table's conditions, on inputs whose rung is known by construction."""
+    x = torch.randn(4, 8)
+    assert ladder.default_rung("activation", "cpu", x) == 2
+    assert ladder.default_rung("activation", "cpu", x.double(), "tanh") == 2
+    assert ladder.default_rung("activation", "cpu", x.half()) == 1
+    assert ladder.default_rung("activation", "cpu", x.bfloat16(), "sigmoid") == 1
+    assert ladder.default_rung("activation", "cuda", x) == 2  # fresh memory
+    assert ladder.default_rung("activation", "cuda", x.t(), "none") == 2  # copied into fresh memory first
+    assert ladder.default_rung("activation", "cuda", torch.randn(33)[1:]) == 1  # starts 4 bytes in
+    assert ladder.default_rung("activation", "cuda", torch.randn(33, dtype=torch.float16)[8:]) == 2  # 16 bytes in
+    assert ladder.default_rung("activation", "cpu", torch.randn(4, 0)) is None
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, t
 
 import labops
-from labops import reference
+from labops import ladder, reference
 
 ORDERS = ["darknet", "dcr", "crd"]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -104,6 +104,50 @@ def oracle_backward(g, stride, order):
     # darknet's backward pass: the same loop with forward=1.
     index = darknet_gather_index(in_shape, stride, 1)
     return g64.reshape(-1)[torch.from_numpy(index)].reshape(in_shape)
+
+
+# ---- the ladder (labops.ladder; tests/test_ladder.py runs these cases through every rung) ----
+
+def ladder_cases(device, dtype):
+    """(name, op, inputs, expected, terms) for tests/test_ladder.py: every order on every sample input (strides
+    1 to 4, odd widths, channels_last, sliced and misaligned views). A permutation: each output is one input."""
+    for order in ORDERS:
+        for case, x, s in sample_inputs(device, dtype):
+            yield f"{order}/{case}", labops.reorg, (x, s, order), oracle_forward(x, s, order).to(device), 1
+
+
+def ladder_refusals(device):
+    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`."""
+    x = torch.rand(2, 16, 8, 16, device=device)
+    if device == "cpu":
+        yield (3, labops.reorg, (x, 4, "crd"),
+               r"rung 3 \(row_tasks_s2\) cannot take this input: it moves stride 2 only, got stride 4")
+    else:
+        yield (2, labops.reorg, (torch.rand(1, 18, 9, 6, device=device), 3, "dcr"),
+               r"rung 2 \(packed_tasks\) cannot take this input: it moves strides 2 and 4 only, got stride 3")
+        yield (2, labops.reorg, (x.double(), 4, "crd"),
+               r"rung 2 \(packed_tasks\) cannot take this input: a task of stride 4 is 32 bytes")
+        misaligned = torch.rand(1 + 2 * 4 * 6 * 8, device=device)[1:].view(2, 4, 6, 8)
+        yield (2, labops.reorg, (misaligned, 2, "darknet"),
+               r"rung 2 \(packed_tasks\) cannot take this input: x is not 8-byte aligned")
+        yield 3, labops.reorg, (x, 2, "crd"), r"has no rung 3 on CUDA \(rungs 1..2\)"
+
+
+def test_ladder_defaults_reorg():
+    """The default table's conditions, on inputs whose rung is known by construction."""
+    x = torch.rand(2, 16, 8, 16)
+    assert ladder.default_rung("reorg", "cpu", x, 2, "darknet") == 3
+    assert ladder.default_rung("reorg", "cpu", x, 4, "crd") == 2
+    assert ladder.default_rung("reorg", "cpu", torch.rand(1, 18, 9, 6), 3, "dcr") == 2
+    assert ladder.default_rung("reorg", "cpu", torch.rand(2, 4, 0, 6), 2, "dcr") is None
+    assert ladder.default_rung("reorg", "cuda", x, 2, "darknet") == 2
+    assert ladder.default_rung("reorg", "cuda", x.half(), 4, "crd") == 2
+    assert ladder.default_rung("reorg", "cuda", x.double(), 2, "crd") == 2  # a 16-byte task
+    assert ladder.default_rung("reorg", "cuda", x.double(), 4, "crd") == 1  # a 32-byte task
+    assert ladder.default_rung("reorg", "cuda", torch.rand(1, 18, 9, 6), 3, "dcr") == 1
+    assert ladder.default_rung("reorg", "cuda", torch.rand(1 + 2 * 4 * 6 * 8)[1:].view(2, 4, 6, 8), 2) == 1
+    assert ladder.default_rung("reorg", "cuda", torch.rand(2 + 2 * 4 * 6 * 8)[2:].view(2, 4, 6, 8), 2) == 2
+    assert ladder.default_rung("reorg", "cuda", x[:, :, :, 1:9], 2) == 2  # copied into fresh memory first
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

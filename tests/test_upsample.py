@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, t, tolerances
 
 import labops
-from labops import reference
+from labops import ladder, reference
 from labops.testing import rel_error
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -159,6 +159,56 @@ def coordinate_atol(x, out_hw, dtype, g=None):
         return 2 * d_src * 2 * x.abs().max().item()
     reads = (out_hw[0] / in_h + 2) * (out_hw[1] / in_w + 2)
     return 2 * d_src * reads * g.abs().max().item()
+
+
+# ---- the ladder (labops.ladder; tests/test_ladder.py runs these cases through every rung) ----
+
+def ladder_cases(device, dtype):
+    """(name, op, inputs, expected, terms) for tests/test_ladder.py: every coordinate mode on every sample input
+    (growing, shrinking, output or input size 1, odd widths, rows too wide for shared memory, views), as
+    upsample_bilinear2d's positional arguments. terms: an output sums 4 products, and its tolerance also takes
+    the rounding of the source coordinate in float32 (coordinate_atol, as test_forward_matches_oracle allows):
+    sqrt(terms) * atol = 2 * atol + coordinate_atol."""
+    _, atol = tolerances(dtype)
+    for mode in MODES:
+        for case, x, kw in sample_inputs(device, dtype):
+            out_hw, _ = _resolve(x, kw)
+            terms = ((2 * atol + coordinate_atol(x, out_hw, dtype)) / atol) ** 2
+            inputs = (x, kw.get("size"), kw.get("scale_factor"), False, mode)
+            yield f"{mode}/{case}", labops.upsample_bilinear2d, inputs, oracle_forward(x.double(), mode, kw), terms
+
+
+def ladder_refusals(device):
+    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`."""
+    op = labops.upsample_bilinear2d
+    x = torch.randn(2, 3, 8, 8, device=device)
+    if device == "cpu":
+        yield 3, op, (x, None, 2), r"has no rung 3 on CPU \(rungs 1..2\)"
+    else:
+        yield (2, op, (x, (16, 10)),
+               r"rung 2 \(column_rows\) cannot take this input: the output width 10 is not a multiple of V = 4")
+        yield 3, op, (x, (16, 10)), r"rung 3 \(staged_rows\) cannot take this input: the output width 10"
+        yield 3, op, (x, (16, 4)), r"rung 3 \(staged_rows\) cannot take this input: it upsamples only"
+        yield (3, op, (torch.randn(1, 1, 2, 6200, device=device), None, 2),
+               r"rung 3 \(staged_rows\) cannot take this input: the input rows .* do not fit in shared memory")
+
+
+def test_ladder_defaults_upsample():
+    """The default table's conditions, on inputs whose rung is known by construction."""
+    x = torch.randn(2, 3, 8, 8)
+    assert ladder.default_rung("upsample", "cpu", x, None, 2) == 2
+    assert ladder.default_rung("upsample", "cpu", x.half(), (3, 5)) == 2
+    assert ladder.default_rung("upsample", "cpu", torch.randn(0, 3, 8, 8), None, 2) is None
+    assert ladder.default_rung("upsample", "cuda", x, None, 2) == 3  # 16 columns, both axes grow
+    assert ladder.default_rung("upsample", "cuda", x, (16, 16), None, True) == 3  # align_corners: 7/15 a step
+    assert ladder.default_rung("upsample", "cuda", x, (16, 10)) == 1  # 10 columns: not whole packs of 4
+    assert ladder.default_rung("upsample", "cuda", x.double(), (16, 10)) == 3  # float64 packs are 2 columns
+    assert ladder.default_rung("upsample", "cuda", x, (16, 4)) == 2  # the width shrinks
+    assert ladder.default_rung("upsample", "cuda", x, None, 0.5) == 2  # both shrink
+    wide = torch.randn(1, 1, 2, 6200)  # 2 rows of 6200 floats: over 48 KiB of shared memory
+    assert ladder.default_rung("upsample", "cuda", wide, None, 2) == 2
+    assert ladder.default_rung("upsample", "cuda", wide[:, :, :, :3000], None, 2) == 3
+    assert ladder.default_rung("upsample", "cuda", wide[:, :, :1, :], None, 2) == 3  # one input row: 24.8 KB
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

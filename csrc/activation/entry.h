@@ -1,7 +1,13 @@
 // Tensor-level entry points of Tanh and GELU, written once and instantiated
-// for each device: activation/cpu.cpp uses Entry<cpu::ActivationLauncher>,
+// for each device: activation/cpu.cpp uses Entry<ActivationLauncher>,
 // activation/cuda.cu uses Entry<cuda::ActivationLauncher> (each device's
 // elementwise launcher).
+//
+// Launcher provides, as run_elementwise (common/elementwise_op.h) calls them,
+//   run(in, out, n, body)           the backward ops: the device's default elementwise loop
+//   Forward::run(in, out, n, body)  tanh and gelu: the rung of forward_ladder below (it reads
+//                                   forward_ladder().forced() once per call, as run_elementwise
+//                                   calls it once)
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,9 +15,27 @@
 
 #include "../common/check.h"
 #include "../common/elementwise_op.h"
+#include "../common/ladder.h"
 #include "activation.h"
 
 namespace labops::activation {
+
+// The forward's rungs (Note [the ladder], common/ladder.h), shared by tanh and gelu (the same
+// loops run either body); rung 1 the textbook body. Messages name tanh, the first of the two ops.
+// Which rung runs by default: LADDER_DEFAULTS in labops/ops/activation.py, docs/layers/activation.md
+// "The ladder".
+inline ladder::Ladder& forward_ladder() {
+  static ladder::Ladder rungs(
+      "activation", "tanh",
+      {{"textbook", "activation.h's body one element at a time (in float for float16 and bfloat16); chunks "
+                    "shared among the threads"},
+       {"simd", "the same body on at::vec::Vectorized, 8 or 16 lanes per instruction with AVX2 or AVX-512 "
+                "(float32 and float64 only)"}},
+      {{"textbook", "elementwise_kernel: a grid-stride loop, one element per thread per trip"},
+       {"vector_loads", "elementwise_vec_kernel: 16-byte loads and stores, two packs per thread in flight "
+                        "(x 16-byte aligned)"}});
+  return rungs;
+}
 
 // ---- the rules, stated once ----
 // Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
@@ -63,7 +87,7 @@ template <typename Launcher>
 struct Entry {
   static at::Tensor tanh(const at::Tensor& x) {
     tanh_rules(x);
-    return run_elementwise<Launcher>(TanhForward{}, x);
+    return run_elementwise<typename Launcher::Forward>(TanhForward{}, x);
   }
 
   static at::Tensor tanh_backward(const at::Tensor& grad_output, const at::Tensor& output) {
@@ -74,7 +98,7 @@ struct Entry {
   static at::Tensor gelu(const at::Tensor& x, c10::string_view approximate) {
     at::Tensor out;
     dispatch_gelu_approx(gelu_rules(x, approximate), [&](auto approx) {
-      out = run_elementwise<Launcher>(GeluForward<decltype(approx)::value>{}, x);
+      out = run_elementwise<typename Launcher::Forward>(GeluForward<decltype(approx)::value>{}, x);
     });
     return out;
   }

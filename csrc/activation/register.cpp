@@ -18,6 +18,9 @@ namespace labops::activation {
 namespace {
 using namespace labops::autograd;
 
+// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
+const ladder::Registration registered_ladder(forward_ladder());
+
 using TanhSig = at::Tensor(const at::Tensor&);
 using TanhBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&);
 const auto& tanh_op() { static auto op = find_op<TanhSig>("labops::tanh"); return op; }

@@ -1,8 +1,14 @@
 // CUDA kernels for reorg: the index maps of reorg/reorg.h, the entry points of
-// reorg/entry.h. reorg_kernel is the fast path (stride 2 or 4, see Note
-// [reorg task kernel]); reorg_index_kernel the textbook one for any stride.
+// reorg/entry.h. The forward's rungs (forward_ladder in entry.h, Note [the
+// ladder] in common/ladder.h):
+//   1 textbook      reorg_index_kernel: one output element per thread per
+//                   trip, any stride; the default when rung 2 cannot run;
+//   2 packed_tasks  reorg_kernel (Note [reorg task kernel]): stride 2 or 4,
+//                   x aligned to one task (s elements); the default otherwise.
+// The backward takes the same choice (no rungs).
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -107,7 +113,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-// Any stride, or pointers too misaligned for the task kernel: the textbook
+// Rung 1, and any stride or pointers too misaligned for the task kernel: the textbook
 // grid-stride loop, one output element per iteration, gathering through
 // reorg_input_index (forward) or reorg_output_index (backward).
 template <typename scalar_t, typename Div, bool kBackward>
@@ -135,33 +141,61 @@ void launch_tasks(const scalar_t* src, scalar_t* dst, int64_t numel, const reorg
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// The widest kVw (consecutive tasks per thread) whose input pack fits in 16
-// bytes, divides Wo (a thread's tasks stay in one row) and suits the pointers.
-template <typename scalar_t, typename Div, int kS>
-bool try_task_kernel(const scalar_t* src, scalar_t* dst, int64_t numel, const reorg::ReorgGeometry<Div>& g,
-                     bool backward, cudaStream_t stream) {
-  constexpr size_t e = sizeof(scalar_t);
-  auto fits = [&](int vw) {
-    return g.Wo % vw == 0 && is_aligned(src, kS * vw * e) && is_aligned(dst, kS * vw * e);
-  };
-  if constexpr (kS * 4 * e <= kPackBytes) {
-    if (fits(4)) return launch_tasks<scalar_t, Div, kS, 4>(src, dst, numel, g, backward, stream), true;
+// The widest kVw (consecutive tasks per thread) for reorg_kernel: 4, 2 or 1, the
+// widest whose input pack fits in 16 bytes, divides Wo (a thread's tasks stay
+// in one row) and suits the pointers; 0 when none does, or the stride is not
+// 2 or 4 (then reorg_kernel cannot run: why_not_packed_tasks says why).
+template <typename scalar_t>
+int tasks_per_thread(const scalar_t* src, const scalar_t* dst, const reorg::ReorgShape& shape) {
+  if (shape.s != 2 && shape.s != 4) return 0;
+  for (int vw : {4, 2, 1}) {
+    const int64_t bytes = shape.s * vw * int64_t(sizeof(scalar_t));
+    if (bytes <= kPackBytes && shape.Wo % vw == 0 && is_aligned(src, bytes) && is_aligned(dst, bytes)) return vw;
   }
-  if constexpr (kS * 2 * e <= kPackBytes) {
-    if (fits(2)) return launch_tasks<scalar_t, Div, kS, 2>(src, dst, numel, g, backward, stream), true;
-  }
-  if constexpr (kS * e <= kPackBytes) {
-    if (fits(1)) return launch_tasks<scalar_t, Div, kS, 1>(src, dst, numel, g, backward, stream), true;
-  }
-  return false;
+  return 0;
 }
 
+template <typename scalar_t>
+std::string why_not_packed_tasks(const scalar_t* src, const reorg::ReorgShape& shape) {
+  const int64_t task_bytes = shape.s * int64_t(sizeof(scalar_t));
+  if (shape.s != 2 && shape.s != 4) return "it moves strides 2 and 4 only, got stride " + std::to_string(shape.s);
+  if (task_bytes > kPackBytes) {
+    return "a task of stride " + std::to_string(shape.s) + " is " + std::to_string(task_bytes) +
+           " bytes of this dtype, over one 16-byte load";
+  }
+  if (!is_aligned(src, task_bytes)) return "x is not " + std::to_string(task_bytes) + "-byte aligned (one task)";
+  return "the output is not " + std::to_string(task_bytes) + "-byte aligned (one task)";
+}
+
+// reorg_kernel with kVw = vw (a width tasks_per_thread chose for this kS).
+template <typename scalar_t, typename Div, int kS>
+void launch_packed_tasks(int vw, const scalar_t* src, scalar_t* dst, int64_t numel,
+                         const reorg::ReorgGeometry<Div>& g, bool backward, cudaStream_t stream) {
+  constexpr size_t e = sizeof(scalar_t);
+  if constexpr (kS * 4 * e <= kPackBytes) {
+    if (vw == 4) return launch_tasks<scalar_t, Div, kS, 4>(src, dst, numel, g, backward, stream);
+  }
+  if constexpr (kS * 2 * e <= kPackBytes) {
+    if (vw == 2) return launch_tasks<scalar_t, Div, kS, 2>(src, dst, numel, g, backward, stream);
+  }
+  if constexpr (kS * e <= kPackBytes) {
+    if (vw == 1) return launch_tasks<scalar_t, Div, kS, 1>(src, dst, numel, g, backward, stream);
+  }
+}
+
+// vw > 0: reorg_kernel, vw tasks per thread; vw == 0: the textbook reorg_index_kernel.
 template <typename scalar_t, typename Div>
-void run_with(const scalar_t* src, scalar_t* dst, int64_t numel, const reorg::ReorgShape& shape, bool backward,
-              cudaStream_t stream) {
+void run_with(int vw, const scalar_t* src, scalar_t* dst, int64_t numel, const reorg::ReorgShape& shape,
+              bool backward, cudaStream_t stream) {
   const reorg::ReorgGeometry<Div> g(shape);
-  if (shape.s == 2 && try_task_kernel<scalar_t, Div, 2>(src, dst, numel, g, backward, stream)) return;
-  if (shape.s == 4 && try_task_kernel<scalar_t, Div, 4>(src, dst, numel, g, backward, stream)) return;
+  if (vw > 0) {
+    if (shape.s == 2) {
+      launch_packed_tasks<scalar_t, Div, 2>(vw, src, dst, numel, g, backward, stream);
+    } else {
+      launch_packed_tasks<scalar_t, Div, 4>(vw, src, dst, numel, g, backward, stream);
+    }
+    return;
+  }
   if (backward) {
     reorg_index_kernel<scalar_t, Div, true><<<get_blocks(numel), kThreadsPerBlock, 0, stream>>>(src, dst, g, numel);
   } else {
@@ -184,18 +218,26 @@ struct BitsOf<8> { using type = uint64_t; };
 struct ReorgLauncher {
   template <typename scalar_t>
   static void run(const scalar_t* typed_src, scalar_t* typed_dst, int64_t numel, const reorg::ReorgShape& shape,
-                  bool backward) {
+                  bool backward, int forced) {
     using bits_t = typename BitsOf<sizeof(scalar_t)>::type;
     const bits_t* src = reinterpret_cast<const bits_t*>(typed_src);
     bits_t* dst = reinterpret_cast<bits_t*>(typed_dst);
+    int vw = tasks_per_thread(src, dst, shape);  // 0: reorg_kernel cannot run
+    if (!backward) {
+      ladder::Ladder& rungs = reorg::forward_ladder();
+      const int rung = rungs.run(c10::DeviceType::CUDA, forced, vw > 0 ? 2 : 1, [&](int r) {
+        return r == 2 && vw == 0 ? why_not_packed_tasks(src, shape) : std::string();
+      });
+      if (rung == 1) vw = 0;
+    }
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     // FastDivider needs every index below 2^31; leave room for the last
     // grid-stride step past the end.
     const int64_t headroom = int64_t(multiprocessor_count()) * 8 * kThreadsPerBlock * kTasksInFlight;
     if (fits_int32(numel + headroom)) {
-      run_with<bits_t, FastDivider>(src, dst, numel, shape, backward, stream);
+      run_with<bits_t, FastDivider>(vw, src, dst, numel, shape, backward, stream);
     } else {
-      run_with<bits_t, PlainDivider>(src, dst, numel, shape, backward, stream);
+      run_with<bits_t, PlainDivider>(vw, src, dst, numel, shape, backward, stream);
     }
   }
 };

@@ -2,8 +2,11 @@
 // (reorg/cpu.cpp, reorg/cuda.cu); the index math is reorg.h's.
 //
 // Launcher provides
-//   run<scalar_t>(const scalar_t* src, scalar_t* dst, int64_t numel, const ReorgShape&, bool backward)
-// forward: src = x, dst = y; backward: src = grad_y, dst = grad_x. numel >= 1.
+//   run<scalar_t>(const scalar_t* src, scalar_t* dst, int64_t numel, const ReorgShape&, bool backward,
+//                 int forced)
+// forward: src = x, dst = y; backward: src = grad_y, dst = grad_x. numel >= 1. `forced` is the
+// forward's forced rung (0: the launcher picks; always 0 for the backward, which has no rungs), see
+// forward_ladder below.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +21,29 @@
 #include <c10/util/safe_numerics.h>
 
 #include "../common/check.h"
+#include "../common/ladder.h"
 #include "reorg.h"
 
 namespace labops::reorg {
+
+// The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body. Which rung
+// runs by default: LADDER_DEFAULTS in labops/ops/reorg.py, docs/layers/reorg.md "The ladder".
+inline ladder::Ladder& forward_ladder() {
+  static ladder::Ladder rungs(
+      "reorg", "reorg",
+      {{"textbook", "each output element gathers its input through reorg_input_index; elements shared among "
+                    "the threads"},
+       {"row_tasks", "one output row of tasks per step (Note [reorg tasks]): reorg_task once per row, then "
+                     "the row's s contiguous input streams; any stride"},
+       {"row_tasks_s2", "row_tasks with the stride fixed at 2 at compile time: the inner loop unrolls into "
+                        "two streams (stride 2 only)"}},
+      {{"textbook", "reorg_index_kernel: a grid-stride loop, one output element per thread per trip, gathered "
+                    "through reorg_input_index"},
+       {"packed_tasks", "reorg_kernel (Note [reorg task kernel]): each thread moves 1, 2 or 4 tasks with one "
+                        "packed load and s packed stores, 4 groups in flight (stride 2 or 4, x aligned to a "
+                        "task)"}});
+  return rungs;
+}
 
 inline ReorgOrder parse_reorg_order(std::string_view name, const char* op) {
   if (name == "darknet") return ReorgOrder::Darknet;
@@ -94,9 +117,10 @@ struct Entry {
     at::Tensor dst = at::empty(out_size, src.options());
     if (dst.numel() == 0) return dst;
     at::Tensor sc = src.contiguous();
+    const int forced = backward ? 0 : forward_ladder().forced();
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sc.scalar_type(), "labops_reorg", [&] {
       Launcher::run(sc.const_data_ptr<scalar_t>(), dst.mutable_data_ptr<scalar_t>(), dst.numel(), shape,
-                    backward);
+                    backward, forced);
     });
     return dst;
   }

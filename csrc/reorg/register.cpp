@@ -16,6 +16,9 @@ namespace labops::reorg {
 namespace {
 using namespace labops::autograd;
 
+// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
+const ladder::Registration registered_ladder(forward_ladder());
+
 using ReorgSig = at::Tensor(const at::Tensor&, int64_t, string_view);
 const auto& reorg_op() { static auto op = find_op<ReorgSig>("labops::reorg"); return op; }
 const auto& reorg_backward_op() { static auto op = find_op<ReorgSig>("labops::reorg_backward"); return op; }

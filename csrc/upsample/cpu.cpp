@@ -1,12 +1,16 @@
 // CPU kernels for bilinear upsampling: the bodies of upsample/upsample.h looped
 // with at::parallel_for.
 //
-//  * forward: one task per output row; the column taps are the same for every
-//    row, so they are computed once per call.
+//  * forward, two rungs (forward_ladder in entry.h):
+//      1 textbook: forward_at for every output element, each computing its
+//        row's and its column's taps;
+//      2 row_taps: one task per output row; the column taps are the same for
+//        every row, so they are computed once per call; the default.
 //  * gather backward (deterministic): one task per input row h. First
 //    contract the output rows that read h into one row t = sum_y A_h[y,h] G[y,:]
 //    (a vectorizable axpy), then gather each input column from t.
 //  * scatter backward: one task per (n, c) plane, so the += never race.
+#include <string>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -20,7 +24,15 @@ using namespace labops::cpu;  // the shared CPU helpers: parallel.h, elementwise
 
 struct UpsampleLauncher {
   template <typename scalar_t, typename T>
-  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, const Axis<T>& ah, const Axis<T>& aw) {
+  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, const Axis<T>& ah, const Axis<T>& aw,
+                      int forced) {
+    const int rung = forward_ladder().run(c10::DeviceType::CPU, forced, 2, [](int) { return std::string(); });
+    if (rung == 1) {  // the textbook: upsample.h's forward_at, element by element
+      at::parallel_for(0, planes * ah.out * aw.out, kGrainElements, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) y[i] = static_cast<scalar_t>(upsample::forward_at(i, x, ah, aw));
+      });
+      return;
+    }
     std::vector<Taps<T>> cols(aw.out);
     for (int64_t ox = 0; ox < aw.out; ++ox) cols[ox] = upsample::source_taps(ox, aw);
     at::parallel_for(0, planes * ah.out, grain_for(aw.out), [&](int64_t begin, int64_t end) {

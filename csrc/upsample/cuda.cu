@@ -1,15 +1,20 @@
 // CUDA kernels for bilinear upsampling. The coordinate math (which pixels an
 // output reads, with which weights, which outputs read an input) is
 // upsample/upsample.h's; this file only decides how threads share the work:
-//  * forward: forward_staged_kernel (see Note [staged input rows]) when
-//    upsampling, forward_rows_kernel (see Note [column-owning threads]), or
-//    forward_kernel, the textbook grid-stride loop over forward_at();
+//  * forward, three rungs (forward_ladder in entry.h, Note [the ladder] in
+//    common/ladder.h), the default the highest that can take the call:
+//      1 textbook     forward_kernel, the grid-stride loop over forward_at();
+//      2 column_rows  forward_rows_kernel (see Note [column-owning threads]),
+//                     output width a multiple of V;
+//      3 staged_rows  forward_staged_kernel (see Note [staged input rows]),
+//                     as 2 and upsampling on both axes;
 //  * deterministic backward: gather_columns_kernel, gather_rows_kernel or
 //    gather_direct_kernel (see Note [deterministic gather]);
 //  * non-deterministic backward: scatter_kernel (atomics), the lesson's.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
@@ -186,6 +191,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // How the staged kernel tiles the output; valid() is false when it does not
 // apply (then forward_rows_kernel runs).
 struct StagePlan {
+  const char* why_not = "";  // when !valid(): why, for a forced rung 3
   int tile_rows = 0;
   int max_rows = 0;
   int lanes = 0;
@@ -199,10 +205,16 @@ template <typename T>
 StagePlan plan_stage(int64_t planes, const Axis<T>& ah, const Axis<T>& aw, int V, int stage_vec, int64_t elem_bytes) {
   StagePlan p;
   const int64_t chunks = aw.out / V;
-  if (chunks == 0 || ah.out == 0 || aw.in % stage_vec != 0) return p;
+  if (chunks == 0 || ah.out == 0 || aw.in % stage_vec != 0) {
+    p.why_not = "the output has no whole pack of V columns";
+    return p;
+  }
   // Upsampling only: when an axis shrinks, most staged rows or columns would
   // be copied and never read.
-  if (ah.scale > T(1) || aw.scale > T(1)) return p;
+  if (ah.scale > T(1) || aw.scale > T(1)) {
+    p.why_not = "it upsamples only, and this call shrinks an axis";
+    return p;
+  }
   // About 8 stores per thread per tile; fewer rows if the input rows would not fit.
   int64_t rows = std::clamp<int64_t>(int64_t(kThreadsPerBlock) * 8 / chunks, 1, ah.out);
   // Input rows a tile of `rows` outputs can span: the coordinate moves by
@@ -212,12 +224,21 @@ StagePlan plan_stage(int64_t planes, const Axis<T>& ah, const Axis<T>& aw, int V
   };
   while (rows > 1 && rows_needed(rows) * aw.in * elem_bytes > kSmemBytes) rows /= 2;
   const int64_t max_rows = rows_needed(rows);
-  if (max_rows * aw.in * elem_bytes > kSmemBytes) return p;
+  if (max_rows * aw.in * elem_bytes > kSmemBytes) {
+    p.why_not = "the input rows of one output row do not fit in shared memory";
+    return p;
+  }
   // The staged copy counts packs in int; the output index is int64.
-  if (!fits_int32(max_rows * aw.in)) return p;
+  if (!fits_int32(max_rows * aw.in)) {
+    p.why_not = "a tile's input rows hold 2^31 elements or more";
+    return p;
+  }
   p.tiles_per_plane = ceil_div<int64_t>(ah.out, rows);
   p.blocks = planes * p.tiles_per_plane;
-  if (p.blocks > std::numeric_limits<int32_t>::max()) return p;
+  if (p.blocks > std::numeric_limits<int32_t>::max()) {
+    p.why_not = "it would need 2^31 blocks or more";
+    return p;
+  }
   p.tile_rows = static_cast<int>(rows);
   p.max_rows = static_cast<int>(max_rows);
   p.lanes = static_cast<int>(std::min<int64_t>(chunks, kThreadsPerBlock));
@@ -431,36 +452,42 @@ void launch_gather_rows(const scalar_t* g, scalar_t* grad_in, int64_t rows, cons
 
 struct UpsampleLauncher {
   template <typename scalar_t, typename T>
-  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, const Axis<T>& ah, const Axis<T>& aw) {
+  static void forward(const scalar_t* x, scalar_t* y, int64_t planes, const Axis<T>& ah, const Axis<T>& aw,
+                      int forced) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const int64_t n = planes * ah.out * aw.out;
     const int64_t rows = planes * ah.out;
-    forward_with<scalar_t, T, forward_pack<scalar_t>()>(x, y, n, rows, ah, aw, stream);
+    forward_with<scalar_t, T, forward_pack<scalar_t>()>(x, y, n, rows, ah, aw, forced, stream);
   }
 
   template <typename scalar_t, typename T, int V>
   static void forward_with(const scalar_t* x, scalar_t* y, int64_t n, int64_t rows, const Axis<T>& ah,
-                           const Axis<T>& aw, cudaStream_t stream) {
+                           const Axis<T>& aw, int forced, cudaStream_t stream) {
     constexpr int kVec = vec_width<scalar_t>();
     const int64_t planes = ah.out > 0 ? rows / ah.out : 0;
-    if (aw.out % V == 0 && is_aligned(y)) {
-      // Staged rows (Note [staged input rows]): 16-byte copies when every row
-      // starts on a 16-byte boundary, else one element at a time.
-      const bool vec_rows = is_aligned(x) && aw.in % kVec == 0;
-      const StagePlan sp = plan_stage(planes, ah, aw, V, vec_rows ? kVec : 1, sizeof(T));
-      if (sp.valid()) {
-        auto launch = [&](auto stage_vec) {
-          forward_staged_kernel<scalar_t, T, V, decltype(stage_vec)::value>
-              <<<sp.blocks, kThreadsPerBlock, sp.smem_bytes, stream>>>(x, y, ah, aw, sp.tile_rows, sp.max_rows,
-                                                                      sp.tiles_per_plane, sp.lanes);
-        };
-        if (vec_rows) launch(std::integral_constant<int, kVec>{});
-        else launch(std::integral_constant<int, 1>{});
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        return;
+    // Rungs 2 and 3 write V columns with one vector store (y is fresh memory, aligned).
+    const bool whole_packs = aw.out % V == 0 && is_aligned(y);
+    // Staged rows (Note [staged input rows]): 16-byte copies when every row
+    // starts on a 16-byte boundary, else one element at a time.
+    const bool vec_rows = is_aligned(x) && aw.in % kVec == 0;
+    const StagePlan sp = whole_packs ? plan_stage(planes, ah, aw, V, vec_rows ? kVec : 1, sizeof(T)) : StagePlan{};
+    ladder::Ladder& rungs = upsample::forward_ladder();
+    const int rung = rungs.run(c10::DeviceType::CUDA, forced, sp.valid() ? 3 : whole_packs ? 2 : 1, [&](int r) {
+      if (r >= 2 && !whole_packs) {
+        return "the output width " + std::to_string(aw.out) + " is not a multiple of V = " + std::to_string(V) +
+               " (the columns a thread owns)";
       }
-    }
-    if (aw.out % V == 0 && is_aligned(y)) {
+      return r == 3 && !sp.valid() ? std::string(sp.why_not) : std::string();
+    });
+    if (rung == 3) {
+      auto launch = [&](auto stage_vec) {
+        forward_staged_kernel<scalar_t, T, V, decltype(stage_vec)::value>
+            <<<sp.blocks, kThreadsPerBlock, sp.smem_bytes, stream>>>(x, y, ah, aw, sp.tile_rows, sp.max_rows,
+                                                                    sp.tiles_per_plane, sp.lanes);
+      };
+      if (vec_rows) launch(std::integral_constant<int, kVec>{});
+      else launch(std::integral_constant<int, 1>{});
+    } else if (rung == 2) {
       const RowsGrid grid = rows_grid(aw.out / V, rows);
       if (grid.fits_int32_rows(rows)) {
         forward_rows_kernel<scalar_t, T, V, uint32_t><<<grid.blocks, grid.threads, 0, stream>>>(

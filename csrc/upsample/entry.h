@@ -6,7 +6,9 @@
 //
 // A Launcher provides, for scalar_t in {float, double, half, bfloat16} and
 // T = at::opmath_type<scalar_t>:
-//   forward(x, y, planes, ah, aw)                  y = A_h x A_w^T per plane
+//   forward(x, y, planes, ah, aw, forced)          y = A_h x A_w^T per plane; `forced` is the
+//                                                  forced rung (0: the launcher picks), see
+//                                                  forward_ladder below
 //   backward_gather(g, grad_in, planes, ah, aw)    deterministic gather
 //   backward_scatter(g, acc, planes, ah, aw)       atomic scatter into a zeroed
 //                                                  opmath-typed buffer `acc`
@@ -24,9 +26,26 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../common/check.h"
+#include "../common/ladder.h"
 #include "upsample.h"
 
 namespace labops::upsample {
+
+// The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body. Which rung
+// runs by default: LADDER_DEFAULTS in labops/ops/upsample.py, docs/layers/upsample.md "The ladder".
+inline ladder::Ladder& forward_ladder() {
+  static ladder::Ladder rungs(
+      "upsample", "upsample_bilinear2d",
+      {{"textbook", "forward_at for every output element: its row's and its column's taps computed each time; "
+                    "elements shared among the threads"},
+       {"row_taps", "one output row per step: the column taps computed once per call, the row's once per row"}},
+      {{"textbook", "forward_kernel: a grid-stride loop over forward_at, one output element per thread per trip"},
+       {"column_rows", "forward_rows_kernel (Note [column-owning threads]): a thread owns V output columns, "
+                       "computes their taps once and walks down the rows (output width a multiple of V)"},
+       {"staged_rows", "forward_staged_kernel (Note [staged input rows]): a block copies the input rows of its "
+                       "output tile into shared memory, then blends from there (upsampling on both axes)"}});
+  return rungs;
+}
 
 inline void check_scale(std::optional<double> scale, const char* op, const char* arg) {
   LABOPS_CHECK(!scale.has_value() || (*scale > 0 && *scale < std::numeric_limits<double>::infinity()),
@@ -125,12 +144,13 @@ struct Entry {
     at::Tensor out = at::empty(C10_AS_INTARRAYREF_SLOW(out_size), x.options());
     const int64_t planes = x.size(0) * x.size(1);
     if (out.numel() == 0) return out;
+    const int forced = forward_ladder().forced();
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_upsample_fwd", [&] {
       using T = at::opmath_type<scalar_t>;
       Launcher::template forward<scalar_t, T>(
           input.template const_data_ptr<scalar_t>(), out.template mutable_data_ptr<scalar_t>(), planes,
           make_axis<T>(x.size(2), output_size[0], mode, scale_h),
-          make_axis<T>(x.size(3), output_size[1], mode, scale_w));
+          make_axis<T>(x.size(3), output_size[1], mode, scale_w), forced);
     });
     return out;
   }

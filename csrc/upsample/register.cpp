@@ -19,6 +19,9 @@ namespace labops::upsample {
 namespace {
 using namespace labops::autograd;
 
+// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
+const ladder::Registration registered_ladder(forward_ladder());
+
 using UpsampleSig = at::Tensor(const at::Tensor&, SymIntArrayRef, string_view, OptDouble, OptDouble);
 using UpsampleBackwardSig = at::Tensor(const at::Tensor&, SymIntArrayRef, string_view, OptDouble, OptDouble, bool);
 const auto& upsample_op() { static auto op = find_op<UpsampleSig>("labops::upsample_bilinear2d"); return op; }

@@ -53,3 +53,17 @@ def cases(device, size=None):
                        "pixel_unshuffle().contiguous()")
             yield Case(f"reorg({order}) fwd+bwd", label, dtype, 2 * nbytes, fwd_bwd(mine, (xg,), g),
                        fwd_bwd(native, (xg,), g), "pixel_unshuffle().contiguous()")
+
+
+# The ladder (labops.ladder, `labops bench --ladder reorg`): every rung of the forward, each order, on the
+# suite's passthrough map at stride 2. On the CPU float32 only; on CUDA float32 and float16.
+def ladder_cases(device):
+    shape = (32, 64, 104, 104) if device == "cuda" else (8, 64, 52, 52)
+    s = 2
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        x = torch.randn(shape, device=device, dtype=dtype)
+        label = "x".join(map(str, shape)) + f" s={s}"
+        for order in ORDERS:
+            yield Case(f"reorg({order}) fwd", label, dtype, 2 * x.numel() * x.element_size(),
+                       lambda o=order: labops.reorg(x, s, o), lambda: _native(x, s), "pixel_unshuffle().contiguous()")

@@ -60,3 +60,18 @@ def cases(device, size=None):
             yield Case("bilinear fwd+bwd", shape, dtype, 2 * (in_bytes + out_bytes),
                        fwd_bwd(ours, (xg,), g), fwd_bwd(native, (xg,), g), "F.interpolate autograd", 17 * outputs,
                        {"torch.compile": fwd_bwd(compiled(native), (xg,), g)})
+
+
+# The ladder (labops.ladder, `labops bench --ladder upsample`): every rung of the forward on the suite's x2
+# shapes. On the CPU float32 only; on CUDA float32 and float16.
+def ladder_cases(device):
+    shapes = GPU_SHAPES if device == "cuda" else CPU_SHAPES
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    for dtype in dtypes:
+        for n, c, h, w in shapes:
+            x = torch.randn(n, c, h, w, device=device, dtype=dtype)
+            outputs = n * c * 4 * h * w
+            yield Case("bilinear fwd", f"{n}x{c}x{h}x{w} x2", dtype, (x.numel() + outputs) * x.element_size(),
+                       lambda x=x: labops.upsample_bilinear2d(x, scale_factor=2),
+                       lambda x=x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+                       "F.interpolate", 9 * outputs)

@@ -9,6 +9,7 @@ the gradient: csrc/activation/register.cpp.
 import torch
 
 from .._checks import check_choice, check_tensor
+from ..ladder import ALL_DTYPES, Default
 
 __all__ = ["GELU_APPROXIMATIONS", "gelu", "tanh"]
 
@@ -71,3 +72,24 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 
 # Autograd: a graph node built in csrc/activation/register.cpp (backward: tanh_backward from the saved output,
 # gelu_backward from x).
+
+
+def _x_aligned(x, approximate="none"):
+    """Whether the CUDA forward reads x from a 16-byte-aligned address: x's own when contiguous; a
+    non-contiguous x is copied into fresh (aligned) memory first. (The output is fresh memory too.)"""
+    return not x.is_contiguous() or x.data_ptr() % 16 == 0
+
+
+# Which rung the forward (tanh and gelu alike) runs when none is forced (labops.ladder.DEFAULTS reads this):
+# per device, the first line whose dtype and condition hold. tests/test_ladder.py holds the kernels to it.
+LADDER_DEFAULTS = {
+    "cpu": (
+        Default("simd", ("float32", "float64"), "always"),
+        Default("textbook", ("float16", "bfloat16"), "always: simd vectorizes float32 and float64 only"),
+    ),
+    "cuda": (
+        Default("vector_loads", ALL_DTYPES, "x 16-byte aligned (a non-contiguous x is copied into fresh, aligned "
+                "memory first)", _x_aligned),
+        Default("textbook", ALL_DTYPES, "x not 16-byte aligned (a contiguous view that starts inside its storage)"),
+    ),
+}

@@ -9,6 +9,7 @@ gradient: csrc/reorg/register.cpp.
 import torch
 
 from .._checks import check_choice, check_tensor
+from ..ladder import ALL_DTYPES, Default
 
 __all__ = ["REORG_ORDERS", "reorg"]
 
@@ -61,3 +62,28 @@ def reorg(x: torch.Tensor, stride: int = 2, order: str = "darknet") -> torch.Ten
 
 # Autograd: a graph node built in csrc/reorg/register.cpp (a permutation's gradient is the inverse
 # permutation: reorg and reorg_backward are each other's gradient).
+
+
+def _packed_tasks(x, stride=2, order="darknet"):
+    """Whether CUDA's reorg_kernel takes the forward (tasks_per_thread in csrc/reorg/cuda.cu): stride 2 or 4, one
+    task (stride elements) within a 16-byte load, and x aligned to a task: x's own address when contiguous; a
+    non-contiguous x is copied into fresh (aligned) memory first."""
+    task_bytes = stride * x.element_size()
+    address = x.data_ptr() if x.is_contiguous() else 0
+    return stride in (2, 4) and task_bytes <= 16 and address % task_bytes == 0
+
+
+# Which rung the forward runs when none is forced (labops.ladder.DEFAULTS reads this): per device, the first line
+# whose dtype and condition hold. tests/test_ladder.py holds the kernels to it.
+LADDER_DEFAULTS = {
+    "cpu": (
+        Default("row_tasks_s2", ALL_DTYPES, "stride 2", lambda x, stride=2, order="darknet": stride == 2),
+        Default("row_tasks", ALL_DTYPES, "any other stride"),
+    ),
+    "cuda": (
+        Default("packed_tasks", ALL_DTYPES, "stride 2 or 4; a task (stride elements) fits one 16-byte load (not "
+                "float64 at stride 4); x aligned to a task (a non-contiguous x is copied into fresh memory first)",
+                _packed_tasks),
+        Default("textbook", ALL_DTYPES, "any other stride, float64 at stride 4, or x not aligned to a task"),
+    ),
+}

@@ -27,6 +27,7 @@ import numbers
 import torch
 
 from .._checks import check_choice, check_floating, check_tensor, shape_str
+from ..ladder import ALL_DTYPES, Default
 from ..reference.upsample import COORDINATE_MODES  # the three modes, named once
 
 __all__ = ["upsample_bilinear2d", "upsample_bilinear2d_output_size"]
@@ -158,3 +159,49 @@ def upsample_bilinear2d(x: torch.Tensor, size=None, scale_factor=None, align_cor
 
 # Autograd: a graph node built in csrc/upsample/register.cpp (the backward is the compiled deterministic
 # gather; the backward op's own gradient is the forward, so double backward works).
+
+
+# ---- the ladder's defaults ----
+
+def _columns_per_thread(x):
+    """V, the output columns a thread of CUDA's rungs 2 and 3 owns (forward_pack in csrc/upsample/cuda.cu)."""
+    return 2 if x.dtype == torch.float64 else 4
+
+
+def _shrinks(n_in, n_out, mode, scale_factor):
+    """Whether make_axis's scale (csrc/upsample/upsample.h), the source step per output step, is over 1."""
+    if mode == "align_corners":
+        return n_out > 1 and (n_in - 1) / (n_out - 1) > 1
+    return (1.0 / scale_factor if scale_factor is not None else n_in / n_out) > 1
+
+
+def _column_rows(x, size=None, scale_factor=None, align_corners=False, coordinate_mode=None):
+    out, _, _, _ = resolve_arguments(x, size, scale_factor, align_corners, coordinate_mode)
+    return out[1] % _columns_per_thread(x) == 0
+
+
+def _staged_rows(x, size=None, scale_factor=None, align_corners=False, coordinate_mode=None):
+    """plan_stage in csrc/upsample/cuda.cu: whole packs of columns, no axis shrinks, and the input rows one output
+    row reads (up to 3, in the arithmetic type: float64 for float64, else float32) fit in 48 KiB of shared memory."""
+    out, mode, scale_h, scale_w = resolve_arguments(x, size, scale_factor, align_corners, coordinate_mode)
+    in_h, in_w = x.shape[2:]
+    arithmetic_bytes = 8 if x.dtype == torch.float64 else 4
+    return (out[1] % _columns_per_thread(x) == 0 and not _shrinks(in_h, out[0], mode, scale_h)
+            and not _shrinks(in_w, out[1], mode, scale_w) and min(in_h, 3) * in_w * arithmetic_bytes <= 48 * 1024)
+
+
+# Which rung the forward runs when none is forced (labops.ladder.DEFAULTS reads this): per device, the first line
+# whose dtype and condition hold. tests/test_ladder.py holds the kernels to it. (The inputs are
+# upsample_bilinear2d's own arguments.)
+LADDER_DEFAULTS = {
+    "cpu": (
+        Default("row_taps", ALL_DTYPES, "always"),
+    ),
+    "cuda": (
+        Default("staged_rows", ALL_DTYPES, "output width a multiple of V (2 float64 columns, else 4), neither axis "
+                "shrinks, and min(H, 3) input rows fit in 48 KiB of shared memory (in float32, or float64 for "
+                "float64)", _staged_rows),
+        Default("column_rows", ALL_DTYPES, "output width a multiple of V, otherwise", _column_rows),
+        Default("textbook", ALL_DTYPES, "output width not a multiple of V"),
+    ),
+}

@@ -7,6 +7,8 @@
 //    8 halves) and issues kUnroll such loads before computing, so several
 //    are in flight at once: what it takes to approach HBM's copy bandwidth.
 // Arithmetic happens in at::opmath_type (float for half/bfloat16).
+// ElementwiseLauncher runs the vector kernel whenever every pointer is
+// aligned; a layer with a ladder (activation's forward) picks one itself.
 #pragma once
 
 #include <array>
@@ -109,8 +111,18 @@ void launch_vec(const Pointers<scalar_t, N>& p, scalar_t* out, int64_t n, Body b
   elementwise_vec_kernel<kThreads, kUnroll, scalar_t, N><<<blocks, kThreads, 0, stream>>>(p, out, n, body);
 }
 
-// Launch on the current stream (never the legacy default stream: that breaks
-// CUDA graphs and torch.compile's stream handling).
+// Whether elementwise_vec_kernel can take these pointers: each one 16-byte aligned.
+template <typename scalar_t, size_t N>
+bool all_aligned(const std::array<const scalar_t*, N>& in, const scalar_t* out) {
+  bool aligned = is_aligned(out);
+  for (size_t k = 0; k < N; ++k) aligned = aligned && is_aligned(in[k]);
+  return aligned;
+}
+
+// Launch elementwise_vec_kernel (vector_loads: every pointer must pass
+// all_aligned) or the grid-stride elementwise_kernel, on the current stream
+// (never the legacy default stream: that breaks CUDA graphs and
+// torch.compile's stream handling).
 //
 // The vectorized kernel's shape was chosen by a sweep on an H200 (64M
 // elements, fp32 and fp16; threads 128-1024, unroll 1-4, grid capped at 4-32
@@ -119,17 +131,13 @@ void launch_vec(const Pointers<scalar_t, N>& p, scalar_t* out, int64_t n, Body b
 // launching every block up front, 256 threads with 2 packs each, 90-98 %
 // (fp16 GELU-erf stays near 75 %: there the erf arithmetic is the limit).
 template <int kThreads = kThreadsPerBlock, int kUnroll = 2, typename scalar_t, size_t N, typename Body>
-void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body,
+void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body, bool vector_loads,
                         int64_t max_blocks = kMaxGridX) {
   if (n == 0) return;
   Pointers<scalar_t, N> p;
-  bool aligned = is_aligned(out);
-  for (size_t k = 0; k < N; ++k) {
-    p.in[k] = in[k];
-    aligned = aligned && is_aligned(in[k]);
-  }
+  for (size_t k = 0; k < N; ++k) p.in[k] = in[k];
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  if (aligned) {
+  if (vector_loads) {
     launch_vec<kThreads, kUnroll>(p, out, n, body, max_blocks, stream);
   } else {
     elementwise_kernel<scalar_t, N><<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(p, out, n, body);
@@ -141,7 +149,7 @@ void launch_elementwise(std::array<const scalar_t*, N> in, scalar_t* out, int64_
 struct ElementwiseLauncher {
   template <typename scalar_t, size_t N, typename Body>
   static void run(std::array<const scalar_t*, N> in, scalar_t* out, int64_t n, Body body) {
-    launch_elementwise(in, out, n, body);
+    launch_elementwise(in, out, n, body, /*vector_loads=*/all_aligned(in, out));
   }
 };
 

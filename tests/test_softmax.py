@@ -243,6 +243,11 @@ def test_ladder_defaults_softmax():
     assert rung("cuda", (2, 40000)) == 2 and rung("cuda", (2, 9001)) == 2  # too long for registers
     offset = torch.empty(4 * 9000 + 1)[1:].view(4, 9000)  # not 16-byte aligned: single loads, 9000 > 8192
     assert ladder.default_rung("softmax", "cuda", offset, -1) == 2
+    # dim 0 of a transposed offset view: its 4 strided rows, moved last, are that view, read in place, unaligned:
+    # float16 rows of 20000 in single loads are too long for registers
+    moved = torch.empty(4 * 20000 + 1, dtype=torch.float16)[1:].view(4, 20000).t()
+    assert ladder.default_rung("softmax", "cuda", moved, 0) == 2
+    assert ladder.default_rung("softmax", "cuda", moved.contiguous(), 0) == 3  # aligned: a whole block, few rows
     assert rung("cuda", (4, 0)) is None
 
 

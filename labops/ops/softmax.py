@@ -102,8 +102,10 @@ def _cuda_rows(x, dim):
     strided = math.prod(x.shape[d + 1:]) > 1
     if strided and rows >= _CUDA_MIN_STRIDED_ROWS:
         return "strided", rows
-    # Rows read in place (x contiguous) or from a fresh, aligned copy (the entry's x.contiguous()).
-    aligned = strided or (x.data_ptr() if x.is_contiguous() else 256) % 16 == 0
+    # The rows the kernel reads: x's (few strided rows moved last first), in place when contiguous, else a
+    # fresh copy's (aligned: say 256).
+    rows_of = x.movedim(d, -1) if strided else x
+    aligned = (rows_of.data_ptr() if rows_of.is_contiguous() else 256) % 16 == 0
     pack = 16 // x.element_size()
     loads_cap = _CUDA_LOADS_PER_THREAD[x.element_size()]
     vec = pack if aligned and n % pack == 0 else 1  # elements per load

@@ -192,6 +192,52 @@ def test_conv2d_mm_matches_conv2d(device, dtype):
             assert_close_scaled(out, expected, dtype, factor=4, msg=case)
 
 
+# ---- the ladder (conv2d_mm forward) ----
+
+def ladder_cases(device, dtype):
+    """(name, op, inputs, expected, terms) for tests/test_ladder.py: every sample input, with a bias on every
+    other one, against float64 F.conv2d; an output sums C*kH*kW products."""
+    for i, (case, x, params) in enumerate(sample_inputs(device, dtype)):
+        k, s, p, d = params
+        w, b = conv_weight(x, params)
+        bias = b if i % 2 == 0 else None
+        expected = F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), s, p, d)
+        yield case, labops.conv2d_mm, (x, w, bias, s, p, d), expected, x.shape[-3] * k[0] * k[1]
+
+
+def ladder_refusals(device):
+    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`: none. Both rungs
+    take every input, and both devices have both (ladder.use itself refuses a rung 3, before any call)."""
+    return iter(())
+
+
+def test_ladder_defaults_conv2d_mm():
+    """The default table (labops/ops/conv2d_mm.py LADDER_DEFAULTS): im2col_gemm whenever a kernel runs."""
+    from labops import ladder
+
+    x, w = torch.empty(2, 3, 8, 8), torch.empty(4, 3, 3, 3)
+    for device in ("cpu", "cuda"):
+        for dtype in DTYPES:
+            assert ladder.default_rung("conv2d_mm", device, x.to(dtype), w.to(dtype), None, 1, 1, 1) == 2
+        assert ladder.default_rung("conv2d_mm", device, x, w, None, 2, 0, 2) == 2
+        assert ladder.default_rung("conv2d_mm", device, x[:0], w, None, 1, 1, 1) is None  # no images
+        assert ladder.default_rung("conv2d_mm", device, x[0], w, None, 1, 1, 1) == 2  # unbatched
+        # no input channels: x is empty, the output (the bias) is not, and a kernel runs
+        assert ladder.default_rung("conv2d_mm", device, x[:, :0], w[:, :0], torch.empty(4), 1, 1, 1) == 2
+
+
+def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):
+    from labops import ladder
+
+    x, w = torch.randn(2, 0, 5, 5, device=device), torch.randn(3, 0, 3, 3, device=device)
+    b = torch.randn(3, device=device)
+    for rung in (1, 2):
+        with ladder.use("conv2d_mm", rung):
+            out = labops.conv2d_mm(x, w, b, 1, 1)
+            assert ladder.last_rung("conv2d_mm") == rung
+        torch.testing.assert_close(out, b.view(1, 3, 1, 1).expand(2, 3, 5, 5))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_conv2d_mm_backward_matches_conv2d(device, dtype):
     randn = Seeded(device, dtype, seed=3).randn

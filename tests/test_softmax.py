@@ -23,9 +23,11 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     """(case, x, dim): many shapes and dims, contiguous or not, never all zeros.
 
     The row lengths reach every CUDA path: sub-warp and warp rows (3..1024),
-    block rows (2048, 5000), rows too long for registers (40000; 9001 unaligned),
-    16-byte-aligned and not (odd lengths, an offset view), and dim != -1
-    (strided rows: few are moved last first on CUDA, many take the strided kernel)."""
+    block rows (2048, 5000), rows that need a whole 1024-thread block (3000
+    float64, 20000 float32 and float16: the rows register_prefetch takes), rows
+    too long for registers (40000; 9001 unaligned), 16-byte-aligned and not
+    (odd lengths, an offset view), and dim != -1 (strided rows: few are moved
+    last first on CUDA, many take the strided kernel)."""
     make = Seeded(device, dtype, seed)
 
     def randn(*shape):
@@ -45,6 +47,8 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "rows-1000", randn(9, 1000), 1
     yield "rows-2048", randn(5, 2048), -1
     yield "rows-5000", randn(3, 5000), -1
+    yield "rows-3000", randn(3, 3000), -1
+    yield "rows-20000", randn(3, 20000), -1
     yield "rows-1001", randn(17, 1001), -1
     yield "rows-9001", randn(2, 9001), -1
     yield "rows-40000", randn(2, 40000), -1
@@ -229,6 +233,61 @@ def test_softmax_bad_arguments(device):
         torch.ops.labops.softmax_backward(torch.randn(3, 5, device=device), y, -1)
     with pytest.raises(ValueError, match="grad_output must have the dtype of output"):
         torch.ops.labops.softmax_backward(y.double(), y, -1)
+
+
+# ---------------------------------------------------------------- the ladder (softmax forward)
+
+def ladder_cases(device, dtype):
+    """(name, op, inputs, expected, terms) for tests/test_ladder.py: every sample input, against the float64
+    softmax. terms = the row length: an output y carries the rounding of its row's sum, y * sqrt(n) * eps about
+    (the textbook adds a row of 40000 float32 one element at a time), and y <= 1."""
+    for name, x, dim in sample_inputs(device, dtype):
+        yield name, labops.softmax, (x, dim), torch.softmax(x.double(), dim), x.shape[dim] if x.dim() else 1
+
+
+def ladder_refusals(device):
+    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`."""
+    x = torch.randn(4, 100, device=device)
+    if device == "cpu":
+        yield 3, labops.softmax, (x, -1), r"has no rung 3 on CPU \(rungs 1..2\)"
+        return
+    many_strided = torch.randn(2, 5, 16400, device=device)  # 32800 rows along dim 1: the strided kernel's
+    for rung, name in ((2, "block_two_pass"), (3, "register_rows"), (4, "register_prefetch")):
+        yield rung, labops.softmax, (many_strided, 1), rf"rung {rung} \({name}\) .*its rows are strided"
+    yield (3, labops.softmax, (torch.randn(2, 40000, device=device), -1),
+           r"rung 3 \(register_rows\) .*a row of 40000 elements does not fit in the registers")
+    yield 4, labops.softmax, (x, -1), r"rung 4 \(register_prefetch\) .*whole 1024-thread block.*a row of 100 elem"
+    unaligned = torch.randn(2 * 20000 + 1, device=device)[1:].view(2, 20000)
+    yield 4, labops.softmax, (unaligned, -1), r"rung 4 \(register_prefetch\) .*\(not read in 16-byte packs\)"
+
+
+def test_ladder_defaults_softmax():
+    """The default table (labops/ops/softmax.py LADDER_DEFAULTS) on inputs whose rung is known by construction."""
+    from labops import ladder
+
+    def rung(device, shape, dim=-1, dtype=torch.float32):
+        return ladder.default_rung("softmax", device, torch.empty(shape, dtype=dtype), dim)
+
+    for dtype in DTYPES:
+        assert rung("cpu", (4, 100), -1, dtype) == 2 and rung("cpu", (4, 100, 3), 1, dtype) == 2
+    assert rung("cpu", (0, 5)) is None
+    assert rung("cuda", (2, 5, 16400), 1) == 1  # 32800 strided rows: one thread each
+    assert rung("cuda", (2, 3, 1029), 1) == 3  # 2058 strided rows: moved last, rows of 3
+    assert rung("cuda", (40, 128)) == 3 and rung("cuda", (3, 5000)) == 3
+    assert rung("cuda", (3, 20000)) == 2  # float32 rows of a whole block: two passes
+    assert rung("cuda", (3, 20000), -1, torch.float16) == 3  # a few whole-block rows: no prefetch
+    assert rung("cuda", (300, 20000), -1, torch.float16) == 4  # more than 2 x 132 multiprocessors
+    assert rung("cuda", (300, 3000), -1, torch.float64) == 4 and rung("cuda", (300, 5000), -1, torch.float64) == 2
+    assert rung("cuda", (300, 4001), -1, torch.float16) == 3  # odd rows: single loads, never a whole-block row
+    assert rung("cuda", (2, 40000)) == 2 and rung("cuda", (2, 9001)) == 2  # too long for registers
+    offset = torch.empty(4 * 9000 + 1)[1:].view(4, 9000)  # not 16-byte aligned: single loads, 9000 > 8192
+    assert ladder.default_rung("softmax", "cuda", offset, -1) == 2
+    # dim 0 of a transposed offset view: its 4 strided rows, moved last, are that view, read in place, unaligned:
+    # float16 rows of 20000 in single loads are too long for registers
+    moved = torch.empty(4 * 20000 + 1, dtype=torch.float16)[1:].view(4, 20000).t()
+    assert ladder.default_rung("softmax", "cuda", moved, 0) == 2
+    assert ladder.default_rung("softmax", "cuda", moved.contiguous(), 0) == 3  # aligned: a whole block, few rows
+    assert rung("cuda", (4, 0)) is None
 
 
 # ---------------------------------------------------------------- cross-entropy

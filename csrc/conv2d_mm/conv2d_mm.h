@@ -1,5 +1,6 @@
-// conv2d_mm (THNN's SpatialConvolutionMM): the math of im2col and col2im, in
-// one place. Both launchers (conv2d_mm/cpu.cpp, conv2d_mm/cuda.cu) run the
+// conv2d_mm (THNN's SpatialConvolutionMM): the math of im2col and col2im, and
+// of the direct convolution the forward's ladder starts from, in one place.
+// Both launchers (conv2d_mm/cpu.cpp, conv2d_mm/cuda.cu) run the
 // bodies below; they differ only in how they loop over the work items and
 // store the results. The per-axis index math (input_coord, output_coord,
 // tap_output_range) is common/conv_index.h's, shared with depthwise/depthwise.h.
@@ -148,6 +149,35 @@ LABOPS_HOST_DEVICE void im2col_item(const Im2colShape& s, const scalar_t* x, int
       store(offset, values, count);
     }
   }
+}
+
+// ---- the direct convolution: rung 1 (textbook) of the forward's ladder ----
+
+// Output element `index` = (n, o, oh, ow) of the convolution with `out_channels`
+// filters w (O, C, kH, kW): bias[o] (0 when bias is null) plus, over every
+// channel c and tap (kh, kw), w[o, c, kh, kw] times the pixel im2col_source
+// finds for it (nothing in the padding). The same sum the GEMM of the default
+// rung forms, out[n] = W . columns[n], one output at a time, without the
+// columns: the weights of filter o run in the columns' row order (c, kh, kw).
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE acc_t forward_at(const Im2colShape& s, const scalar_t* x, const scalar_t* w, const scalar_t* bias,
+                                    int64_t out_channels, int64_t index) {
+  const int64_t ow = index % s.out_w;
+  index /= s.out_w;
+  const int64_t oh = index % s.out_h;
+  index /= s.out_h;
+  const int64_t o = index % out_channels, n = index / out_channels;
+  const scalar_t* filter = w + o * s.channels * s.kernel_area();
+  acc_t sum = bias != nullptr ? static_cast<acc_t>(bias[o]) : acc_t(0);
+  for (int64_t c = 0; c < s.channels; ++c) {
+    for (int64_t kh = 0; kh < s.kernel_h; ++kh) {
+      for (int64_t kw = 0; kw < s.kernel_w; ++kw, ++filter) {
+        const int64_t src = im2col_source(s, n * s.channels + c, kh, kw, oh, ow);
+        if (src >= 0) sum += static_cast<acc_t>(*filter) * static_cast<acc_t>(x[src]);
+      }
+    }
+  }
+  return sum;
 }
 
 // ---- col2im: image element <- sum of the column elements copied from it ----

@@ -1,6 +1,11 @@
 // CPU kernels of im2col, col2im and conv2d_mm: the shared entry points
 // (conv2d_mm/entry.h) with a CPU launcher that runs the bodies of
 // conv2d_mm/conv2d_mm.h under at::parallel_for.
+//
+// The conv2d_mm forward has two rungs (forward_ladder in entry.h):
+//   1 textbook: forward_at on each output element, the direct convolution;
+//   2 im2col_gemm: im2col into cache-sized columns, then a GEMM, oneDNN's or
+//     ATen's (Note [oneDNN GEMMs]); the default for every input.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/baddbmm.h>
@@ -10,6 +15,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "entry.h"
@@ -95,6 +101,24 @@ struct Conv2dMMLauncher {
   // batch's 29 MB of columns, and im2col no longer writes those 29 MB to
   // memory; 0.5 MB bands (4 rows) were slower than 1 MB ones.
   static constexpr int64_t kColumnBudgetBytes = 1 << 20;
+
+  // The forward's rung (forward_ladder, entry.h): im2col_gemm unless the textbook is forced; both take any input.
+  static int forward_rung(int forced) {
+    return forward_ladder().run(c10::DeviceType::CPU, forced, 2, [](int) { return std::string(); });
+  }
+
+  // Rung 1, the textbook: forward_at per output element, the elements shared among the threads.
+  template <typename scalar_t>
+  static void forward_textbook(const conv2d_mm::Im2colShape& s, const scalar_t* x, const scalar_t* w,
+                               const scalar_t* bias, int64_t out_channels, scalar_t* out) {
+    using acc_t = at::opmath_type<scalar_t>;
+    const int64_t n = s.batch * out_channels * s.blocks();
+    at::parallel_for(0, n, grain_for(s.channels * s.kernel_area()), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        out[i] = static_cast<scalar_t>(conv2d_mm::forward_at<acc_t>(s, x, w, bias, out_channels, i));
+      }
+    });
+  }
 
   // One task = one column row, tap (kh, kw) of one plane: L values stored in
   // sequence, each output row of them a straight copy of an input row at unit

@@ -2,8 +2,15 @@
 // (conv2d_mm/entry.h) with a CUDA launcher that runs the bodies of
 // conv2d_mm/conv2d_mm.h. The GEMMs of conv2d_mm call cuBLAS directly (see Note
 // [GEMMs without ATen's wrapper]).
+//
+// The conv2d_mm forward's rungs (forward_ladder in entry.h, Note [the ladder]):
+//   1 textbook     forward_textbook_kernel: one thread per output element,
+//                  forward_at (the direct convolution), grid-stride loop;
+//   2 im2col_gemm  im2col_kernel, then one strided-batched cuBLAS GEMM per
+//                  chunk of images; the default for every input.
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include <ATen/Context.h>
@@ -49,6 +56,21 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         store_pack<V>(col + offset, v);
       }
     });
+  }
+}
+
+// Rung 1 of the forward, the textbook: thread i computes output element i
+// with conv2d_mm.h's forward_at, as the CPU's rung 1 does. Every thread reads
+// all C*kH*kW weights of its filter and the pixels under its window from
+// global memory (through L1): no columns, but no reuse in registers either.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    forward_textbook_kernel(const conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x,
+                            const scalar_t* __restrict__ w, const scalar_t* __restrict__ bias, int64_t out_channels,
+                            scalar_t* __restrict__ out, int64_t n) {
+  using acc_t = at::opmath_type<scalar_t>;
+  LABOPS_KERNEL_LOOP(i, n) {
+    out[i] = static_cast<scalar_t>(conv2d_mm::forward_at<acc_t>(s, x, w, bias, out_channels, i));
   }
 }
 
@@ -204,6 +226,21 @@ struct Conv2dMMLauncher {
   // L = 196..3136 columns each are too few to fill an H100; not yet timed
   // against the per-image loop on a GPU).
   static constexpr int64_t kColumnBudgetBytes = int64_t(512) << 20;
+
+  // The forward's rung (forward_ladder, entry.h): im2col_gemm unless the textbook is forced; both take any input.
+  static int forward_rung(int forced) {
+    return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, 2, [](int) { return std::string(); });
+  }
+
+  template <typename scalar_t>
+  static void forward_textbook(const conv2d_mm::Im2colShape& s, const scalar_t* x, const scalar_t* w,
+                               const scalar_t* bias, int64_t out_channels, scalar_t* out) {
+    const int64_t n = s.batch * out_channels * s.blocks();
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    forward_textbook_kernel<scalar_t><<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(s, x, w, bias, out_channels,
+                                                                                        out, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
 
   template <int V, typename scalar_t>
   static void launch_im2col(const conv2d_mm::Im2colShape& s, const scalar_t* x, scalar_t* col) {

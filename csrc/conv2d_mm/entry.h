@@ -13,6 +13,10 @@
 // and the step that lays grad_output out for the last of them:
 //   static constexpr bool kSumsBiasWhileGathering;  // whether gather_rows takes a bias to sum into
 //   static void gather_rows(g, rows, bias, add_to_bias);  // rows (O, nb*L) = g (nb, O, L), images inside
+// and the forward's ladder (forward_ladder below):
+//   static int forward_rung(int forced);  // the rung a forward runs; forced: the forced rung, 0 for none
+//   template <typename scalar_t> static void forward_textbook(const Im2colShape&, const scalar_t* x,
+//       const scalar_t* w, const scalar_t* bias, int64_t out_channels, scalar_t* out);  // rung 1, bias may be null
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (tools/host_time.py).
@@ -36,9 +40,34 @@
 #include <c10/util/DimVector.h>
 
 #include "../common/check.h"
+#include "../common/ladder.h"
 #include "conv2d_mm.h"
 
 namespace labops::conv2d_mm {
+
+// The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body forward_at of
+// conv2d_mm.h. The conv2d_mm forward only: im2col, col2im and the backward ops have no rungs. Which rung
+// runs by default: labops/ops/conv2d_mm.py LADDER_DEFAULTS, docs/layers/conv2d_mm.md "The ladder".
+// A list, open for more rungs (implicit GEMM, tensor cores: issue #33).
+//
+// On the CPU the GEMM of im2col_gemm is oneDNN's or ATen's (Note [oneDNN GEMMs], cpu.cpp), chosen per GEMM:
+// one rung, not two. The kernel this course writes (im2col) and the math are the same; which library
+// multiplies depends on the GEMM's size (the last chunk of a batch may differ from the others), on the torch
+// build and on the CPU (oneDNN may raise, once, and is then left alone), so a oneDNN rung could not be run
+// everywhere, nor forced without a fallback. LABOPS_CPU_GEMM=aten picks ATen's for the whole process.
+inline ladder::Ladder& forward_ladder() {
+  static ladder::Ladder rungs(
+      "conv2d_mm", "conv2d_mm",
+      {{"textbook", "forward_at per output element (the direct convolution, no columns), elements shared "
+                    "among the threads"},
+       {"im2col_gemm", "im2col of a chunk of images or output rows into cache-sized columns, then out = W . "
+                       "columns + bias by a GEMM (oneDNN's for large float32 ones, else ATen's), chunks shared "
+                       "among the threads"}},
+      {{"textbook", "forward_textbook_kernel: forward_at per output element, grid-stride loop"},
+       {"im2col_gemm", "im2col_kernel into the columns of up to 512 MB of images at a time, then one "
+                       "strided-batched cuBLAS GEMM per chunk onto the broadcast bias"}});
+  return rungs;
+}
 
 struct ConvParams {
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
@@ -457,7 +486,8 @@ struct Entry {
   // GEMM per chunk of images (W broadcast over the batch with stride 0), or
   // per band of output rows when an image passes the budget (the GEMM then
   // writes that band's columns of out[n], a strided view). See Note [chunks
-  // in parallel] for who runs which chunk.
+  // in parallel] for who runs which chunk. That is rung 2 (im2col_gemm) of the
+  // forward's ladder; rung 1 (textbook), when forced, sums each output directly.
   static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     conv2d_mm_output_size(x, weight, bias, stride, padding, dilation);  // the rules
@@ -467,7 +497,17 @@ struct Entry {
     at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
     at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x4.options());
-    if (out.numel() > 0) {
+    // The rung (forward_ladder), asked only when a kernel runs: an empty output records nothing.
+    const int rung = out.numel() > 0 ? Launcher::forward_rung(forward_ladder().forced()) : 0;
+    if (rung == 1) {  // the textbook: forward_at per output element
+      const at::Tensor wc = weight.contiguous();
+      const at::Tensor bc = bias.has_value() ? bias->contiguous() : at::Tensor();
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_conv2d_mm_textbook", [&] {
+        Launcher::forward_textbook(s, x4.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(),
+                                   bc.defined() ? bc.const_data_ptr<scalar_t>() : nullptr, O,
+                                   out.mutable_data_ptr<scalar_t>());
+      });
+    } else if (rung == 2) {  // im2col + GEMM
       at::Tensor w2 = weight.reshape({O, rows});
       at::Tensor out3 = out.view({s.batch, O, L});
       const Chunk chunk = chunk_size(s, x.element_size(), Launcher::kColumnBudgetBytes, false);

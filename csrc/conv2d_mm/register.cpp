@@ -29,6 +29,9 @@ namespace labops::conv2d_mm {
 namespace {
 using namespace labops::autograd;
 
+// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
+const ladder::Registration registered_ladder(forward_ladder());
+
 using Im2colSig = at::Tensor(const at::Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef);
 using Col2imSig = at::Tensor(const at::Tensor&, SymIntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef);
 const auto& im2col_op() { static auto op = find_op<Im2colSig>("labops::im2col"); return op; }

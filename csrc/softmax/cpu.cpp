@@ -1,6 +1,11 @@
 // CPU kernels for softmax and cross-entropy: the row bodies of softmax/softmax.h
 // looped with at::parallel_for over rows.
 //
+// The softmax forward has two rungs (forward_ladder in entry.h):
+//   1 textbook: softmax_row (softmax.h) on each row, one element at a time;
+//   2 vectorized: the kernels below; the default for every dtype.
+// Cross-entropy and the backward run the kernels below only.
+//
 // Rows along the innermost dim (inner == 1) are contiguous: each one is read
 // with at::vec::Vectorized (8 or 16 lanes per instruction) and reduced across
 // lanes at the end. Rows with inner > 1 are strided, but neighbouring rows are
@@ -12,6 +17,7 @@
 // exp(x - max) written to y and summed; y scaled by 1/sum (one exp per element).
 #include <atomic>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
@@ -225,9 +231,16 @@ struct SoftmaxLauncher {
   static constexpr int64_t kMinStridedRows = 0;  // strided rows are vectorized across rows: never transpose
 
   template <typename scalar_t>
-  static void softmax_forward(const scalar_t* x, scalar_t* y, RowGeometry geo) {
+  static void softmax_forward(const scalar_t* x, scalar_t* y, RowGeometry geo, int forced) {
     using acc_t = at::opmath_type<scalar_t>;
     using Vec = at::vec::Vectorized<scalar_t>;
+    // Rung 2 takes every input (half and bfloat16 run its bodies one element at a time).
+    if (forward_ladder().run(c10::DeviceType::CPU, forced, 2, [](int) { return std::string(); }) == 1) {
+      at::parallel_for(0, geo.rows(), grain_for(geo.size), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) softmax_row<acc_t>(x, y, geo, r);  // the textbook, as written
+      });
+      return;
+    }
     for_each_row<scalar_t>(
         geo,
         [&](int64_t r) {

@@ -1,9 +1,25 @@
 // CUDA kernels for softmax and cross-entropy: the row bodies of softmax/softmax.h
 // in three kinds of kernel, picked per call from the row length (see Note
 // [softmax kernels]); the entry points are softmax/entry.h's.
+//
+// The softmax forward's rungs (forward_ladder in entry.h, Note [the ladder]):
+//   1 textbook           softmax_forward_strided: one thread per row, softmax_row;
+//                        the default for strided rows (dim not last, many rows);
+//   2 block_two_pass     softmax_forward_long: a block per row, read twice; the
+//                        default for rows too long for registers, and for float32
+//                        rows that need a whole 1024-thread block;
+//   3 register_rows      softmax_forward_rows: the row in registers, read once;
+//                        the default for the other rows that fit;
+//   4 register_prefetch  softmax_forward_rows_prefetch: whole-block register rows
+//                        prefetching the next row; the default for such rows
+//                        (float64, float16, bfloat16) when there are more than
+//                        twice as many as multiprocessors.
+// Rungs 2-4 read contiguous rows only (dim last, or few strided rows that the
+// entry moves last first).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -490,19 +506,13 @@ TargetFlag& target_flag(int device) {
 
 // ---- strided rows (dim is not the last): one thread per row ----
 
+// Rung 1, the textbook: thread r runs softmax.h's softmax_row on row r, as the
+// CPU's rung 1 does. On strided rows neighbouring threads read neighbouring
+// addresses, so the loads coalesce; on contiguous rows they lie a row apart.
 template <typename scalar_t>
 __global__ void softmax_forward_strided(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo) {
   using acc_t = at::opmath_type<scalar_t>;
-  LABOPS_KERNEL_LOOP(r, geo.rows()) {
-    const int64_t start = geo.row_start(r);
-    MaxSumExp<acc_t> st = empty_max_sum<acc_t>();
-    for (int64_t j = 0; j < geo.size; ++j) st = online_update(st, static_cast<acc_t>(x[geo.element(start, j)]));
-    const acc_t inv = acc_t(1) / st.sum;
-    for (int64_t j = 0; j < geo.size; ++j) {
-      const int64_t k = geo.element(start, j);
-      y[k] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(x[k]), st.max, inv));
-    }
-  }
+  LABOPS_KERNEL_LOOP(r, geo.rows()) { softmax_row<acc_t>(x, y, geo, r); }
 }
 
 template <typename scalar_t>
@@ -637,26 +647,46 @@ struct SoftmaxLauncher {
   static constexpr int64_t kMinStridedRows = 32768;
 
   template <typename scalar_t>
-  static void softmax_forward(const scalar_t* x, scalar_t* y, RowGeometry geo) {
+  static void softmax_forward(const scalar_t* x, scalar_t* y, RowGeometry geo, int forced) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     constexpr int kVec = vec_width<scalar_t>();
-    if (geo.inner > 1) {
-      softmax_forward_strided<scalar_t><<<get_blocks(geo.rows()), kThreadsPerBlock, 0, stream>>>(x, y, geo);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      return;
-    }
+    const bool strided = geo.inner > 1;
     const bool aligned = is_aligned(x) && is_aligned(y);
     constexpr int kLoads = max_loads<scalar_t>(1);
     const RowPlan p = plan_rows<scalar_t>(geo.size, aligned, kLoads);
-    const int sms = multiprocessor_count();
     const bool block_rows = p.fits && p.vec == kVec && p.threads == kMaxThreads && p.tpr_log2 == 10;
-    if (block_rows && prefers_long<scalar_t>()) {
+    // Which kernel the row length asks for (Note [softmax kernels]), unless a rung is forced.
+    const auto automatic = [&] {
+      if (strided) return 1;
+      if (block_rows && prefers_long<scalar_t>()) return 2;
+      if (block_rows && geo.rows() > 2 * int64_t(multiprocessor_count())) return 4;
+      return p.fits ? 3 : 2;
+    };
+    const int rung = forward_ladder().run(c10::DeviceType::CUDA, forced, automatic(), [&](int r) {
+      if (r >= 2 && strided) {
+        return std::string("its rows are strided (softmax over a dim that is not the last, with at least ") +
+               std::to_string(kMinStridedRows) + " rows); rungs 2-4 read contiguous rows";
+      }
+      if (r == 3 && !p.fits) {
+        return "a row of " + std::to_string(geo.size) + " elements does not fit in the registers of one block";
+      }
+      if (r == 4 && !block_rows) {
+        return "it takes rows that need a whole 1024-thread block of 16-byte loads, got a row of " +
+               std::to_string(geo.size) + " elements" + (p.vec == kVec ? "" : " (not read in 16-byte packs)");
+      }
+      return std::string();
+    });
+    if (rung == 1) {
+      softmax_forward_strided<scalar_t><<<get_blocks(geo.rows()), kThreadsPerBlock, 0, stream>>>(x, y, geo);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    } else if (rung == 2) {
       with_long_vec<kVec>(aligned, geo.size, [&](auto vec) {
         softmax_forward_long<scalar_t, decltype(vec)::value>
             <<<long_blocks(geo.rows()), long_threads<scalar_t>(), 0, stream>>>(x, y, geo);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
-    } else if (block_rows && geo.rows() > 2 * int64_t(sms)) {
+    } else if (rung == 4) {
+      const int sms = multiprocessor_count();
       // Rows that need a whole 1024-thread block, more of them than the GPU
       // runs at once: resident blocks that prefetch their next row (one per
       // multiprocessor; the buffer is the block's slots of a row, up to 128 KB).
@@ -668,16 +698,10 @@ struct SoftmaxLauncher {
         kernel<<<sms, p.threads, smem, stream>>>(x, y, geo, p.tpr_log2);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
-    } else if (p.fits) {
+    } else {  // 3
       with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
         softmax_forward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
             <<<p.blocks(geo.rows()), p.threads, 0, stream>>>(x, y, geo, p.tpr_log2);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
-    } else {
-      with_long_vec<kVec>(aligned, geo.size, [&](auto vec) {
-        softmax_forward_long<scalar_t, decltype(vec)::value>
-            <<<long_blocks(geo.rows()), long_threads<scalar_t>(), 0, stream>>>(x, y, geo);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }

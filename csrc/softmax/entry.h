@@ -8,7 +8,8 @@
 //   kMinStridedRows: fewer strided rows (dim not last) than this are moved
 //                    last and made contiguous first
 
-//   softmax_forward<scalar_t>(x, y, geometry)
+//   softmax_forward<scalar_t>(x, y, geometry, forced)  // forced: the forward's forced rung (0: the launcher
+//                                                      // picks), see forward_ladder below
 //   softmax_backward<scalar_t>(grad_output, output, grad_input, geometry)
 //   cross_entropy_forward<scalar_t>(logits, target, loss_rows, n, c) -> bool (all targets valid)
 //   cross_entropy_backward<scalar_t>(grad_loss, grad_loss_stride, scale, logits, target,
@@ -28,9 +29,31 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../common/check.h"
+#include "../common/ladder.h"
 #include "softmax.h"
 
 namespace labops::softmax {
+
+// The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body softmax_row of
+// softmax.h. The softmax forward only: cross_entropy and the backward ops have no rungs. Which rung runs by
+// default: labops/ops/softmax.py LADDER_DEFAULTS, docs/layers/softmax.md "The ladder".
+inline ladder::Ladder& forward_ladder() {
+  static ladder::Ladder rungs(
+      "softmax", "softmax",
+      {{"textbook", "softmax_row (softmax.h) per row, one element at a time; rows shared among the threads"},
+       {"vectorized", "three sweeps over a row in cache, float32 and float64 in at::vec lanes: along a contiguous "
+                      "row, or across 8 or 16 neighbouring strided rows; float16 and bfloat16 one element at a "
+                      "time in float"}},
+      {{"textbook", "softmax_forward_strided: one thread per row runs softmax_row, grid-stride loop; any rows"},
+       {"block_two_pass", "softmax_forward_long: a block per row, an online (max, sum of exps) pass, then the "
+                          "outputs from a second read served by L2; contiguous rows of any length"},
+       {"register_rows", "softmax_forward_rows: 1 to 1024 threads hold a row in registers, read once, reduced by "
+                         "shuffles (Note [softmax kernels]); contiguous rows that fit (up to 32K float32 or "
+                         "float16, 4K float64)"},
+       {"register_prefetch", "softmax_forward_rows_prefetch: register rows of a whole 1024-thread block, each "
+                             "resident block copying its next row to shared memory (cp.async) meanwhile"}});
+  return rungs;
+}
 
 // A 0-d tensor is a row of one element: dim may be 0 or -1, as in torch.softmax.
 inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
@@ -135,20 +158,25 @@ inline at::Tensor cross_entropy_backward_meta(const at::Tensor& grad_loss, const
 template <typename Launcher>
 struct Entry {
   static at::Tensor softmax(const at::Tensor& x, int64_t dim) {
+    return softmax_forward(x, dim, forward_ladder().forced());  // the forced rung, read once per call
+  }
+
+  static at::Tensor softmax_forward(const at::Tensor& x, int64_t dim, int forced) {
     const int64_t d = softmax_dim(x, dim);
     c10::OptionalDeviceGuard guard(x.device());
     const auto g = geometry(x, d);
     if (g.inner > 1 && g.rows() < Launcher::kMinStridedRows && x.numel() > 0) {
       // Few, long strided rows would leave most of the device idle: make them
-      // contiguous rows instead (two extra copies, at full bandwidth).
-      return softmax(x.movedim(d, -1), -1).movedim(-1, d).contiguous();
+      // contiguous rows instead (two extra copies, at full bandwidth). A
+      // forced rung then runs on the contiguous rows.
+      return softmax_forward(x.movedim(d, -1), -1, forced).movedim(-1, d).contiguous();
     }
     at::Tensor xc = x.contiguous();
     at::Tensor y = at::empty(x.sizes(), x.options());
     if (x.numel() == 0) return y;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_softmax", [&] {
       Launcher::template softmax_forward<scalar_t>(xc.const_data_ptr<scalar_t>(),
-                                                   y.mutable_data_ptr<scalar_t>(), g);
+                                                   y.mutable_data_ptr<scalar_t>(), g, forced);
     });
     return y;
   }

@@ -19,6 +19,9 @@ namespace labops::softmax {
 namespace {
 using namespace labops::autograd;
 
+// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
+const ladder::Registration registered_ladder(forward_ladder());
+
 using SoftmaxSig = at::Tensor(const at::Tensor&, int64_t);
 using SoftmaxBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
 const auto& softmax_op() { static auto op = find_op<SoftmaxSig>("labops::softmax"); return op; }

@@ -133,6 +133,24 @@ LABOPS_HOST_DEVICE MaxSumExp<T> online_merge(MaxSumExp<T> a, MaxSumExp<T> b) {
   return {m, a.sum * exp_nonpositive(a.max - m) + b.sum * exp_nonpositive(b.max - m)};
 }
 
+// ---- The textbook row: rung 1 of the forward's ladder, on both devices ----
+// Row r of x, softmax'ed into y, one element at a time: one read of the row
+// for its max and sum of exps (online), one more to write the outputs. Any
+// row geometry (contiguous or strided rows); the CPU's and the GPU's rung 1
+// (one thread per row) run this body as written. x and y never overlap.
+template <typename acc_t, typename scalar_t>
+LABOPS_HOST_DEVICE void softmax_row(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, const RowGeometry& geo,
+                                    int64_t r) {
+  const int64_t start = geo.row_start(r);
+  MaxSumExp<acc_t> st = empty_max_sum<acc_t>();
+  for (int64_t j = 0; j < geo.size; ++j) st = online_update(st, static_cast<acc_t>(x[geo.element(start, j)]));
+  const acc_t inv = acc_t(1) / st.sum;
+  for (int64_t j = 0; j < geo.size; ++j) {
+    const int64_t k = geo.element(start, j);
+    y[k] = static_cast<scalar_t>(softmax_output(static_cast<acc_t>(x[k]), st.max, inv));
+  }
+}
+
 // ---- Softmax backward, from the saved output y ----
 // dy_i/dx_j = y_i (delta_ij - y_j), so grad_x_j = sum_i g_i y_i (delta_ij - y_j)
 //           = y_j (g_j - dot),  dot = sum_i g_i y_i.

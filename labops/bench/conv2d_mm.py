@@ -110,3 +110,25 @@ def cases(device, size=None):
             yield Case("conv2d_mm fwd+bwd", conv_shape, dtype, both,
                        fwd_bwd(_labops_conv, (xg, wg, bg), g), fwd_bwd(_cudnn_conv, (xg, wg, bg), g), conv_name,
                        3 * conv_flops, same_precision(fwd_bwd(_cudnn_conv, (xg, wg, bg), g)))
+
+
+# The ladder (labops.ladder, `labops bench --ladder conv2d_mm`): every rung of the forward on the suite's three
+# layers, against F.conv2d (cuDNN on a GPU, oneDNN on the CPU). Compute-bound: read the FLOP rate, not % copy.
+# On the CPU 4 images of float32; on CUDA 32 images of float32 and float16.
+def ladder_cases(device):
+    batch = 32 if device == "cuda" else 4
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    conv_name = "F.conv2d (cuDNN)" if device == "cuda" else "F.conv2d"
+    for dtype in dtypes:
+        for channels, hw in LAYERS:
+            gen = torch.Generator().manual_seed(0)
+            x = torch.randn(batch, channels, hw, hw, generator=gen).to(device, dtype)
+            w = (torch.randn(channels, channels, KERNEL, KERNEL, generator=gen) / (channels * KERNEL * KERNEL) ** 0.5
+                 ).to(device, dtype)
+            b = torch.randn(channels, generator=gen).to(device, dtype)
+            outputs = x.numel()  # channels in = out, padding 1: the output has x's shape
+            flops = 2 * outputs * channels * KERNEL * KERNEL + outputs  # the GEMM's multiply-adds, and the bias
+            nbytes = (2 * x.numel() + w.numel() + b.numel()) * x.element_size()  # x, w, b read; out written
+            yield Case("conv2d_mm fwd", f"{batch}x{channels}x{hw}x{hw} -> {channels} k3 p1", dtype, nbytes,
+                       lambda x=x, w=w, b=b: _labops_conv(x, w, b), lambda x=x, w=w, b=b: _cudnn_conv(x, w, b),
+                       conv_name, flops)

@@ -71,3 +71,17 @@ def cases(device, size=None):
                        fwd_bwd(labops.cross_entropy, (xg, target), None), fwd_bwd(F.cross_entropy, (xg, target), None),
                        "F.cross_entropy", 7 * numel,
                        {"torch.compile": fwd_bwd(compiled(F.cross_entropy), (xg, target), None)})
+
+
+# The ladder (labops.ladder, `labops bench --ladder softmax`): every rung of the softmax forward on the suite's
+# shapes (rows of 1000, 32768 and 128), along the last dim. On the CPU float32 only; on CUDA float32 and float16.
+def ladder_cases(device):
+    shapes = CUDA_SHAPES if device == "cuda" else CPU_SHAPES
+    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
+    gen = torch.Generator(device=device).manual_seed(0)
+    for dtype in dtypes:
+        for n, c in shapes:
+            x = torch.randn(n, c, device=device, dtype=dtype, generator=gen)
+            # read x, write y; per element max, subtract, exp, sum, scale
+            yield Case("softmax fwd", f"{n}x{c}", dtype, 2 * n * c * x.element_size(),
+                       lambda x=x: labops.softmax(x, -1), lambda x=x: torch.softmax(x, -1), "torch.softmax", 5 * n * c)

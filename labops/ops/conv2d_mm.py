@@ -19,6 +19,7 @@ convolution index math it shares with depthwise); the gradient: csrc/conv2d_mm/r
 import torch
 
 from .._checks import check_tensor, pair
+from ..ladder import ALL_DTYPES, Default
 
 __all__ = ["col2im", "conv2d_mm", "im2col"]
 
@@ -118,3 +119,31 @@ def _window(op, kernel_size, stride, padding, dilation):
 
 # Autograd: csrc/conv2d_mm/register.cpp (im2col and col2im build their graph nodes by hand and are each other's gradient;
 # conv2d_mm's is conv2d_mm_backward_input and conv2d_mm_backward_weight, accGradParameters into new tensors).
+
+
+# ---- the ladder: which rung the forward runs when none is forced ----------------------------------------------
+
+# Which rung the forward runs when none is forced (labops.ladder.DEFAULTS reads this): per device, the first
+# line whose dtype and condition hold. tests/test_ladder.py holds the kernels to it. One GEMM rung on the CPU,
+# whichever library multiplies (forward_ladder in csrc/conv2d_mm/entry.h says why).
+LADDER_DEFAULTS = {
+    "cpu": (
+        Default("im2col_gemm", ALL_DTYPES, "always (the GEMM is oneDNN's for float32 ones of 2^23 multiply-adds "
+                "or more where this CPU runs it, else ATen's: Note [oneDNN GEMMs])"),
+    ),
+    "cuda": (
+        Default("im2col_gemm", ALL_DTYPES, "always"),
+    ),
+}
+
+
+def ladder_runs_kernel(x, weight, bias=None, stride=1, padding=0, dilation=1) -> bool:
+    """Whether a forward call runs a kernel (and records its rung): the output is not empty. x may be empty
+    and the output not (no input channels: the output is the bias)."""
+    (sh, sw), (ph, pw), (dh, dw) = (pair(v, "conv2d_mm", name) for v, name in
+                                    ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
+    kh, kw = weight.shape[2:]
+    out_h = (x.shape[-2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (x.shape[-1] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    batch = x.shape[0] if x.dim() == 4 else 1
+    return batch * weight.shape[0] * out_h * out_w > 0

@@ -6,9 +6,12 @@ csrc/softmax/softmax.h (the row bodies), csrc/softmax/cpu.cpp and
 csrc/softmax/cuda.cu (the launchers); the gradient: csrc/softmax/register.cpp.
 """
 
+import math
+
 import torch
 
 from .._checks import check_choice, check_tensor
+from ..ladder import ALL_DTYPES, Default
 
 __all__ = ["CROSS_ENTROPY_REDUCTIONS", "cross_entropy", "softmax"]
 
@@ -78,3 +81,74 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, reduction: str = "
 
 # Autograd: a graph node built in csrc/softmax/register.cpp (softmax_backward from the saved output,
 # cross_entropy_backward from the logits).
+
+
+# ---- the ladder: which rung the forward runs when none is forced ----------------------------------------------
+
+# The CUDA launcher (SoftmaxLauncher::softmax_forward, csrc/softmax/cuda.cu): strided rows are moved last first
+# when there are fewer than this many (Entry::softmax_forward, csrc/softmax/entry.h) ...
+_CUDA_MIN_STRIDED_ROWS = 32768
+# ... and a row is held in registers by up to 1024 threads of at most this many 16-byte loads (max_loads).
+_CUDA_LOADS_PER_THREAD = {8: 2, 4: 8, 2: 4}  # by element size
+
+
+def _cuda_rows(x, dim):
+    """How SoftmaxLauncher sees x's rows (csrc/softmax/cuda.cu, plan_rows): "strided" (one thread per row),
+    "block" (rows that need a whole 1024-thread block of 16-byte loads), "fits" (other rows that fit in
+    registers) or "long" (rows too long for registers); and the number of rows."""
+    d = dim % max(x.dim(), 1)
+    n = x.shape[d] if x.dim() else 1
+    rows = x.numel() // max(n, 1)
+    strided = math.prod(x.shape[d + 1:]) > 1
+    if strided and rows >= _CUDA_MIN_STRIDED_ROWS:
+        return "strided", rows
+    # The rows the kernel reads: x's (few strided rows moved last first), in place when contiguous, else a
+    # fresh copy's (aligned: say 256).
+    rows_of = x.movedim(d, -1) if strided else x
+    aligned = (rows_of.data_ptr() if rows_of.is_contiguous() else 256) % 16 == 0
+    pack = 16 // x.element_size()
+    loads_cap = _CUDA_LOADS_PER_THREAD[x.element_size()]
+    vec = pack if aligned and n % pack == 0 else 1  # elements per load
+    loads = -(-n // vec)  # loads per row
+    if loads > 1024 * loads_cap:
+        return "long", rows
+    if loads > 512 * min(4, loads_cap) and vec == pack:  # more than 512 threads of up to 4 loads each
+        return "block", rows
+    return "fits", rows
+
+
+def _cuda_multiprocessors(x):
+    """The multiprocessors of x's GPU; for a tensor elsewhere, an H100's 132 (what the table is read against)."""
+    return torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 132
+
+
+def _cuda_many_block_rows(x, dim=-1):
+    """Rows that need a whole 1024-thread block, more of them than twice the multiprocessors."""
+    kind, rows = _cuda_rows(x, dim)
+    return kind == "block" and rows > 2 * _cuda_multiprocessors(x)
+
+
+# Which rung the forward runs when none is forced (labops.ladder.DEFAULTS reads this): per device, the first
+# line whose dtype and condition hold. tests/test_ladder.py holds the kernels to it.
+LADDER_DEFAULTS = {
+    "cpu": (
+        Default("vectorized", ALL_DTYPES, "always (float16 and bfloat16 run its bodies one element at a time)"),
+    ),
+    "cuda": (
+        Default("textbook", ALL_DTYPES, f"strided rows (dim not the last) and at least {_CUDA_MIN_STRIDED_ROWS} of "
+                "them; fewer are moved last and take the lines below",
+                lambda x, dim=-1: _cuda_rows(x, dim)[0] == "strided"),
+        Default("block_two_pass", ("float32",), "rows that need a whole 1024-thread block of 16-byte loads (more "
+                "than 8K, up to 32K float32): faster in two passes (Note [softmax kernels], prefers_long)",
+                lambda x, dim=-1: _cuda_rows(x, dim)[0] == "block"),
+        Default("register_prefetch", ("float64", "float16", "bfloat16"), "rows that need a whole 1024-thread block "
+                "of 16-byte loads (more than 2K, up to 4K float64; more than 16K, up to 32K float16 or bfloat16), "
+                "more rows than twice the multiprocessors",
+                lambda x, dim=-1: _cuda_many_block_rows(x, dim)),
+        Default("register_rows", ALL_DTYPES, "other rows that fit in registers: 1024 threads of up to 8 loads "
+                "(float32), 4 (float16, bfloat16) or 2 (float64), a load 16 bytes when x is 16-byte aligned and "
+                "the row a whole number of them, else one element",
+                lambda x, dim=-1: _cuda_rows(x, dim)[0] in ("fits", "block")),
+        Default("block_two_pass", ALL_DTYPES, "rows too long for registers"),
+    ),
+}

@@ -91,17 +91,17 @@ def ladder_cases(device, dtype):
 
 
 def ladder_refusals(device):
-    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`. (The ladder's messages
-    name tanh, the op it was declared with, for gelu's calls too: hence tanh here.)"""
+    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`; tanh and gelu share
+    the ladder, and a refusal names the op that was called."""
     if device == "cpu":
         x = torch.randn(4, 5)
         yield (2, labops.tanh, (x.half(),),
                r"rung 2 \(simd\) cannot take this input: it vectorizes float32 and float64 only, got Half")
-        yield 2, labops.tanh, (x.bfloat16(),), r"rung 2 \(simd\) cannot take this input: .*got BFloat16"
+        yield 2, labops.gelu, (x.bfloat16(), "tanh"), r"rung 2 \(simd\) cannot take this input: .*got BFloat16"
     else:
         misaligned = torch.randn(1 + 64, device=device)[1:]  # starts 4 bytes into its storage
-        yield (2, labops.tanh, (misaligned,),
-               r"rung 2 \(vector_loads\) cannot take this input: x is not 16-byte aligned")
+        for op in (labops.tanh, labops.gelu):
+            yield 2, op, (misaligned,), r"rung 2 \(vector_loads\) cannot take this input: x is not 16-byte aligned"
 
 
 def test_ladder_defaults_activation():

@@ -85,6 +85,7 @@ LABOPS_HOST_DEVICE T gelu_backward(T grad_output, T x) {
 // Function objects wrapping the bodies above, so an elementwise launcher can
 // take "the layer" as one template argument on either device.
 struct TanhForward {
+  static constexpr const char* kOp = "tanh";  // the op, for the ladder's messages
   template <typename T>
   LABOPS_HOST_DEVICE T operator()(T x) const { return tanh_forward(x); }
 };
@@ -96,6 +97,7 @@ struct TanhBackward {
 };
 template <GeluApprox A>
 struct GeluForward {
+  static constexpr const char* kOp = "gelu";
   template <typename T>
   LABOPS_HOST_DEVICE T operator()(T x) const { return gelu_forward<A>(x); }
 };

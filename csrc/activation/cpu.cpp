@@ -28,7 +28,7 @@ struct ActivationLauncher : ElementwiseLauncher {  // run(): the backward ops
         if (r != 2 || kSimdElementwise<scalar_t>) return std::string();
         return std::string("it vectorizes float32 and float64 only, got ") +
                c10::toString(c10::CppTypeToScalarType<scalar_t>::value);
-      });
+      }, Body::kOp);
       if (rung == 1) {
         map_elementwise_scalar(in, out, n, body);
       } else {

@@ -24,7 +24,7 @@ struct ActivationLauncher : ElementwiseLauncher {  // run(): the backward ops
       ladder::Ladder& rungs = activation::forward_ladder();
       const int rung = rungs.run(c10::DeviceType::CUDA, rungs.forced(), aligned ? 2 : 1, [&](int r) {
         return r == 2 && !aligned ? std::string("x is not 16-byte aligned") : std::string();
-      });
+      }, Body::kOp);
       launch_elementwise(in, out, n, body, /*vector_loads=*/rung == 2);
     }
   };

@@ -21,7 +21,7 @@
 namespace labops::activation {
 
 // The forward's rungs (Note [the ladder], common/ladder.h), shared by tanh and gelu (the same
-// loops run either body); rung 1 the textbook body. Messages name tanh, the first of the two ops.
+// loops run either body); rung 1 the textbook body. A refusal names the op of the call (Body::kOp).
 // Which rung runs by default: LADDER_DEFAULTS in labops/ops/activation.py, docs/layers/activation.md
 // "The ladder".
 inline ladder::Ladder& forward_ladder() {

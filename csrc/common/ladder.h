@@ -63,18 +63,20 @@ class Ladder {
   // The rung a call on `device` runs: `automatic` (the launcher's own choice) unless `forced`
   // (the entry's one read of forced()) names one. A forced rung must exist on `device`, and
   // why_not(rung), called only then, must return "" (else: why that rung cannot take this
-  // input); otherwise ValueError naming the op, the layer and the rung. Never a fallback.
+  // input); otherwise ValueError naming the op, the layer and the rung. Never a fallback. `op`
+  // names the op of this call where the ladder serves several (activation's tanh and gelu).
   template <typename WhyNot>
-  int run(c10::DeviceType device, int forced, int automatic, WhyNot&& why_not) {
+  int run(c10::DeviceType device, int forced, int automatic, WhyNot&& why_not, const char* op = nullptr) {
+    if (op == nullptr) op = op_;
     int rung = automatic;
     if (forced != 0) {
       const std::vector<Rung>& here = rungs(device);
       const char* where = device == c10::DeviceType::CUDA ? "CUDA" : "CPU";
-      LABOPS_CHECK(static_cast<size_t>(forced) <= here.size(), "labops.", op_, ": layer '", layer_,
+      LABOPS_CHECK(static_cast<size_t>(forced) <= here.size(), "labops.", op, ": layer '", layer_,
                    "' has no rung ", forced, " on ", where, " (rungs 1..", here.size(),
                    "); forced with labops.ladder.use");
       const std::string why = why_not(forced);
-      LABOPS_CHECK(why.empty(), "labops.", op_, ": layer '", layer_, "' rung ", forced, " (",
+      LABOPS_CHECK(why.empty(), "labops.", op, ": layer '", layer_, "' rung ", forced, " (",
                    here[forced - 1].name, ") cannot take this input: ", why,
                    "; force another rung, or none (labops.ladder.use)");
       rung = forced;

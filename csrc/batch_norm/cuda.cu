@@ -7,9 +7,9 @@
 //   2 split_channels     the statistics in two kernels, channel_partial_sums_kernel then
 //                        finish_statistics_kernel (Note [channel partial sums]), then per_value_kernel,
 //                        a grid-stride loop over 16-byte packs: three launches in training. The default
-//                        in evaluation and for fewer than 64 channels.
+//                        for fewer than 64 channels.
 //   3 block_per_channel  block_per_channel_kernel (Note [one block per channel]): one launch, a block
-//                        per channel for its statistics and y. The default in training from 64 channels.
+//                        per channel for its statistics and y. The default from 64 channels.
 // In evaluation rungs 1 and 2 take the statistics from running_statistics_kernel.
 //
 // The backward has no rungs: its reduction (the parameter gradients) is channel_partial_sums_kernel
@@ -453,19 +453,19 @@ void block_per_channel(const Shape& s, const ForwardArgs<scalar_t, param_t>& a, 
   }
 }
 
-// From this many channels a training forward runs rung 3 by default: 64 blocks of kFusedThreads
-// threads, each with 64 KB of loads in flight, keep about 4 MB in flight, more than an H100 needs to
-// stream from HBM (3.35 TB/s x ~1 us of latency), and rung 3 saves rung 2's two extra launches and its
-// second read of x from HBM. With fewer channels too many multiprocessors would idle: rung 2 splits
-// each channel over many blocks. An estimate, not a measurement: LADDER_DEFAULTS in
-// labops/ops/batch_norm.py states the same rule, and the benchmark (labops bench --ladder batch_norm)
-// is where to check it.
+// From this many channels the forward runs rung 3 by default: 64 blocks of kFusedThreads threads,
+// each with 64 KB of loads in flight, keep about 4 MB in flight, more than an H100 needs to stream
+// from HBM (3.35 TB/s x ~1 us of latency), and in training rung 3 saves rung 2's two extra launches
+// and its second read of x from HBM. Measured (docs/benchmarks/ladder/cuda_batch_norm.json, H100):
+// rung 3 beat rung 2 on all 12 eager rows of ResNet's 64, 128 and 256 channels, training and
+// evaluation. With fewer channels too many multiprocessors would idle: rung 2 splits each channel
+// over many blocks. LADDER_DEFAULTS in labops/ops/batch_norm.py states the same rule.
 constexpr int64_t kChannelsForBlockPerChannel = 64;
 
 struct CudaLauncher {
   template <typename scalar_t, typename param_t>
   static void forward(const Shape& s, const ForwardArgs<scalar_t, param_t>& a, int forced) {
-    const int automatic = a.training && s.channels >= kChannelsForBlockPerChannel ? 3 : 2;
+    const int automatic = s.channels >= kChannelsForBlockPerChannel ? 3 : 2;
     // Every rung takes every input: nothing to refuse.
     const int rung = forward_ladder().run(c10::DeviceType::CUDA, forced, automatic, [](int) { return std::string(); });
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();

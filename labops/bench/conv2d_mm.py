@@ -113,12 +113,15 @@ def cases(device, size=None):
 
 
 # The ladder (labops.ladder, `labops bench --ladder conv2d_mm`): every rung of the forward on the suite's three
-# layers, against F.conv2d (cuDNN on a GPU, oneDNN on the CPU). Compute-bound: read the FLOP rate, not % copy.
+# layers, against F.conv2d at labops's precision (cuDNN on a GPU, float32 without TF32; oneDNN on the CPU).
+# Compute-bound: measured against the matmul peak of each dtype (LADDER_ROOF), not the copy bandwidth.
 # On the CPU 4 images of float32; on CUDA 32 images of float32 and float16.
+LADDER_ROOF = "flops"
+
+
 def ladder_cases(device):
     batch = 32 if device == "cuda" else 4
     dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
-    conv_name = "F.conv2d (cuDNN)" if device == "cuda" else "F.conv2d"
     for dtype in dtypes:
         for channels, hw in LAYERS:
             gen = torch.Generator().manual_seed(0)
@@ -129,6 +132,10 @@ def ladder_cases(device):
             outputs = x.numel()  # channels in = out, padding 1: the output has x's shape
             flops = 2 * outputs * channels * KERNEL * KERNEL + outputs  # the GEMM's multiply-adds, and the bias
             nbytes = (2 * x.numel() + w.numel() + b.numel()) * x.element_size()  # x, w, b read; out written
+            native, conv_name = (lambda x=x, w=w, b=b: _cudnn_conv(x, w, b)), "F.conv2d"
+            if device == "cuda":
+                tf32_matters = dtype == torch.float32
+                native = _ieee(native) if tf32_matters else native
+                conv_name = "F.conv2d (cuDNN, no TF32)" if tf32_matters else "F.conv2d (cuDNN)"
             yield Case("conv2d_mm fwd", f"{batch}x{channels}x{hw}x{hw} -> {channels} k3 p1", dtype, nbytes,
-                       lambda x=x, w=w, b=b: _labops_conv(x, w, b), lambda x=x, w=w, b=b: _cudnn_conv(x, w, b),
-                       conv_name, flops)
+                       lambda x=x, w=w, b=b: _labops_conv(x, w, b), native, conv_name, flops)

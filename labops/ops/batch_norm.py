@@ -93,13 +93,9 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, t
 # Which rung the forward runs when none is forced (labops.ladder.DEFAULTS reads this): per device, the first
 # line whose dtype and condition hold. tests/test_ladder.py holds the kernels to it. The inputs are
 # labops.batch_norm's: (x, running_mean, running_var, weight, bias, training, momentum, eps).
-def _training(x, running_mean=None, running_var=None, weight=None, bias=None, training=False, *rest):
-    return bool(training)
-
-
-def _training_with_many_channels(*inputs):
-    """block_per_channel's rule (kChannelsForBlockPerChannel in csrc/batch_norm/cuda.cu): training, C >= 64."""
-    return _training(*inputs) and inputs[0].shape[1] >= 64
+def _many_channels(x, *rest):
+    """block_per_channel's rule (kChannelsForBlockPerChannel in csrc/batch_norm/cuda.cu): C >= 64."""
+    return x.shape[1] >= 64
 
 
 LADDER_DEFAULTS = {
@@ -108,11 +104,9 @@ LADDER_DEFAULTS = {
     ),
     "cuda": (
         Default("block_per_channel", ALL_DTYPES,
-                "training with at least 64 channels: a block per channel keeps enough loads in flight, and one "
-                "launch with x reread from L2 beats three (an estimate from the kernel's design, to check with "
-                "labops bench --ladder batch_norm)", _training_with_many_channels),
-        Default("split_channels", ALL_DTYPES,
-                "otherwise: evaluation (a grid-stride pass over every value; nothing to fuse), or fewer than 64 "
-                "channels (several blocks share each channel)"),
+                "at least 64 channels, training or evaluation: a block per channel keeps enough loads in flight, "
+                "and in training one launch with x reread from L2 beats three (measured on an H100: "
+                "docs/benchmarks/ladder/cuda_batch_norm.json)", _many_channels),
+        Default("split_channels", ALL_DTYPES, "fewer than 64 channels (several blocks share each channel)"),
     ),
 }

@@ -108,8 +108,14 @@ ARG_RULE_CASES = [
 
 # ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
 # (name, labops fn, native fn, input shape, whether the node saves a tensor)
+_NODE = torch.Generator().manual_seed(7)
+NODE_WEIGHT, NODE_BIAS = (torch.randn(*shape, dtype=torch.float64, generator=_NODE) for shape in ((4, 3, 3, 3), (4,)))
 AUTOGRAD_NODE_CASES = [
     ("im2col", lambda a: labops.im2col(a, 3, 1, 1), lambda a: F.unfold(a, 3, 1, 1), (2, 3, 4, 4), False),
+    ("col2im", lambda a: labops.col2im(a, (4, 4), 3, 1, 1), lambda a: F.fold(a, (4, 4), 3, 1, 1), (2, 27, 16), False),
+    # the weight and bias closed over need no gradient: the node saves the weight alone (for grad x)
+    ("conv2d_mm", lambda a: labops.conv2d_mm(a, NODE_WEIGHT, NODE_BIAS, 1, 1),
+     lambda a: F.conv2d(a, NODE_WEIGHT, NODE_BIAS, 1, 1), (2, 3, 5, 5), True),
 ]
 
 

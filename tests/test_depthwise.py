@@ -122,9 +122,12 @@ ARG_RULE_CASES = [
 
 # ---- graph nodes (tests/test_autograd_nodes.py checks each against native PyTorch's) ----
 # (name, labops fn, native fn, input shape, whether the node saves a tensor)
-# None yet: a row's fn takes x alone, so depthwise_conv2d's node (ConvBackward, csrc/common/autograd.h)
-# would need a fixed weight closed over, as cross_entropy's row closes over its target.
-AUTOGRAD_NODE_CASES = []
+# A row's fn takes x alone: the weight is closed over (it needs no gradient, so the node saves it alone).
+NODE_WEIGHT = torch.randn(6, 1, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+AUTOGRAD_NODE_CASES = [
+    ("depthwise_conv2d", lambda a: labops.depthwise_conv2d(a, NODE_WEIGHT, None, 1, 1),
+     lambda a: F.conv2d(a, NODE_WEIGHT, None, 1, 1, groups=3), (2, 3, 5, 5), True),
+]
 
 
 def layout_of(t):

@@ -254,3 +254,15 @@ def test_a_compute_bound_ladder_is_measured_against_the_matmul_peak(monkeypatch)
     assert "% peak" in bench.format_ladder(result)
     fig = viz.ladder_bars(result)
     assert "matmul peak" in fig.axes[0].get_xlabel() and "float32 peak 0 TFLOP/s" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize("layer", LADDER_LAYERS)
+def test_the_summary_a_notebook_prints_names_every_rung_of_the_committed_runs(layer):
+    for where in ("cpu", "cuda"):
+        path = ROOT / "docs" / "benchmarks" / "ladder" / f"{where}_{layer}.json"
+        result = viz.load_bench(path)
+        lines = bench.ladder_summary(path).splitlines()
+        assert len(lines) == 1 + len(result["rows"])
+        for line, row in zip(lines[1:], result["rows"]):
+            assert all(f"{name}{'*' if n == row['default_rung'] else ''} " in line
+                       for n, name in enumerate(result["rungs"], start=1)), line

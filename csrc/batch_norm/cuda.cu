@@ -458,7 +458,7 @@ void block_per_channel(const Shape& s, const ForwardArgs<scalar_t, param_t>& a, 
 // from HBM (3.35 TB/s x ~1 us of latency), and in training rung 3 saves rung 2's two extra launches
 // and its second read of x from HBM. Measured (docs/benchmarks/ladder/cuda_batch_norm.json, H100):
 // rung 3 beat rung 2 on all 12 eager rows of ResNet's 64, 128 and 256 channels, training and
-// evaluation. With fewer channels too many multiprocessors would idle: rung 2 splits each channel
+// evaluation, and on 10 of 12 as GPU time (two evaluation rows within 10 %). With fewer channels too many multiprocessors would idle: rung 2 splits each channel
 // over many blocks. LADDER_DEFAULTS in labops/ops/batch_norm.py states the same rule.
 constexpr int64_t kChannelsForBlockPerChannel = 64;
 

@@ -521,6 +521,29 @@ def ladder_run(layer, device="cuda", json_path=None, print_table=True, min_time=
     return result
 
 
+def ladder_summary(result) -> str:
+    """One line per case of a ladder run (``ladder_run``'s result or its JSON path): each rung's share of the
+    roof (% of copy bandwidth, or of the matmul peak for a compute-bound layer), then native's; GPU time from
+    the CUDA graph where the run has it, else eager. What a notebook prints beside ``viz.ladder_bars``."""
+    from labops.viz import load_bench
+
+    result = load_bench(result)
+    rows = result["rows"]
+    key = "graph_" if any(r.get("native_graph_pct_copy") is not None for r in rows) else ""
+    roof = "matmul peak" if result.get("roof") == "flops" else "copy bandwidth"
+    lines = [f"% of the {roof}, {'GPU time (CUDA graph)' if key else 'eager'}; * the default rung"]
+    for r in rows:
+        cells = []
+        for e in r["rungs"]:
+            mark = "*" if e["rung"] == r["default_rung"] else ""
+            pct = e.get(f"{key}pct_copy")
+            cells.append(f"{e['name']}{mark} " + ("n/a" if "error" in e or pct is None else f"{pct:.0f}"))
+        native = r.get(f"native_{key}pct_copy")
+        cells.append(f"{r['native_name']} " + ("n/a" if native is None else f"{native:.0f}"))
+        lines.append(f"  {r['op']} {r['shape']} {r['dtype']}: " + ", ".join(cells))
+    return "\n".join(lines)
+
+
 def refusal_reason(error: str) -> str:
     """Why a forced rung refused a case, from its ValueError: the part after "cannot take this input: "."""
     reason = error.split("cannot take this input: ", 1)[-1]

@@ -65,17 +65,22 @@ def ladder_bars(source, timing: str | None = None, title: str | None = None):
                 Line2D([], [], color=_HIGHLIGHT, linestyle="--", linewidth=1.0,
                        label="matmul peak" if flops else "copy bandwidth")]
     natives = sorted({r["native_name"] for r in rows})
-    labels = [f"{r['shape']} {r['dtype']}" + ("" if len(natives) == 1 else f"\nvs {r['native_name']}") for r in rows]
+    ops = {r["op"] for r in rows}
+    # Several ops (reorg's three orders, batch_norm's training and evaluation): each label names its op; one op
+    # against several natives: its native.
+    labels = [f"{r['shape']} {r['dtype']}" + (f"\n{r['op']}" if len(ops) > 1 else "" if len(natives) == 1
+                                              else f"\nvs {r['native_name']}") for r in rows]
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(top, 100.0 if top > 25.0 else top) * 1.2 or 1.0)
     ax.set_xlabel("% of the matmul peak of the case's dtype (the op's FLOP/s over a large matmul's)" if flops
                   else "% of copy bandwidth (bytes the op must move / time, over a device copy's)")
-    ax.set_ylabel(rows[0]["op"] if len({r["op"] for r in rows}) == 1 else "case")
+    ax.set_ylabel(rows[0]["op"] if len(ops) == 1 else "case")
     timed = "GPU time from a CUDA graph" if timing == "graph" else "calls from Python (eager)"
     native_text = f"; native: {natives[0]}" if len(natives) == 1 else ""
-    roof = (", ".join(f"{mode} {t:.0f} TFLOP/s" for mode, t in result["peak_TFLOPs"].items()) if flops
-            else f"copy {result['copy_GBps']:.0f} GB/s")
+    used = {{"bfloat16": "float16"}.get(r["dtype"], r["dtype"]) for r in rows}  # the peaks the bars are read against
+    roof = (", ".join(f"{mode} peak {t:.0f} TFLOP/s" for mode, t in result["peak_TFLOPs"].items() if mode in used)
+            if flops else f"copy {result['copy_GBps']:.0f} GB/s")
     fig.suptitle(title or f"The {result['layer']} ladder: {result['device']} ({roof}), "
                  f"torch {result['torch']}, {result.get('date', 'date not recorded')}\n{timed}{native_text}",
                  fontsize=10)

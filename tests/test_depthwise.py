@@ -312,6 +312,23 @@ def test_opcheck(device):
     opcheck_every(op_samples(device))
 
 
+def test_dynamic_shapes_compile_the_backward_once():
+    """The backward ops take the input and weight sizes as SymInt[]: under dynamic=True a second batch size and
+    image size reuse the first graph, forward and backward (int[] sizes would pin them and recompile)."""
+    import torch._dynamo.testing
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    w = torch.randn(*(3, 1, 3, 3), requires_grad=True)
+    step = torch.compile(lambda x, w: labops.depthwise_conv2d(x, w, None, 1, 1).square().sum(), backend=counter, dynamic=True, fullgraph=True)
+    for shape in ((2, 3, 8, 10), (3, 3, 11, 9)):  # no two sizes alike (duck sizing would tie them)
+        x = torch.randn(*shape, requires_grad=True)
+        step(x, w).backward()
+        want = torch.autograd.grad(labops.depthwise_conv2d(x, w, None, 1, 1).square().sum(), (x, w))
+        torch.testing.assert_close((x.grad, w.grad), want)
+        w.grad = None
+    assert counter.frame_count == 1
+
+
 def test_torch_compile_fullgraph(device):
     layer = labops.nn.DepthwiseConv2d(4, 3, stride=2, padding=1, multiplier=2).to(device)
 

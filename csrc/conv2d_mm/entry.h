@@ -279,11 +279,10 @@ inline at::Tensor conv2d_mm_meta(const at::Tensor& x, const at::Tensor& weight, 
 }
 
 inline at::Tensor conv2d_mm_backward_input_meta(const at::Tensor& grad_output, const at::Tensor& weight,
-                                                at::IntArrayRef input_size, at::IntArrayRef stride,
+                                                c10::SymIntArrayRef input_size, at::IntArrayRef stride,
                                                 at::IntArrayRef padding, at::IntArrayRef dilation) {
-  const c10::SymDimVector sizes = as_sym_sizes(input_size);
-  check_conv2d_mm_backward_input(grad_output, weight, sizes, stride, padding, dilation);
-  return at::empty_symint(sizes, grad_output.options());
+  check_conv2d_mm_backward_input(grad_output, weight, input_size, stride, padding, dilation);
+  return at::empty_symint(input_size, grad_output.options());
 }
 
 inline void conv2d_mm_acc_grad_parameters_meta(const at::Tensor& grad_output, const at::Tensor& x,
@@ -295,14 +294,13 @@ inline void conv2d_mm_acc_grad_parameters_meta(const at::Tensor& grad_output, co
 
 inline std::tuple<at::Tensor, at::Tensor> conv2d_mm_backward_weight_meta(const at::Tensor& grad_output,
                                                                          const at::Tensor& x,
-                                                                         at::IntArrayRef weight_size,
+                                                                         c10::SymIntArrayRef weight_size,
                                                                          at::IntArrayRef stride,
                                                                          at::IntArrayRef padding,
                                                                          at::IntArrayRef dilation) {
-  const c10::SymDimVector sizes = as_sym_sizes(weight_size);
-  check_conv2d_mm_backward_weight(grad_output, x, sizes, stride, padding, dilation);
-  return {at::empty_symint(sizes, grad_output.options()),
-          at::empty_symint(c10::SymIntArrayRef(sizes[0]), grad_output.options())};
+  check_conv2d_mm_backward_weight(grad_output, x, weight_size, stride, padding, dilation);
+  return {at::empty_symint(weight_size, grad_output.options()),
+          at::empty_symint(c10::SymIntArrayRef(weight_size[0]), grad_output.options())};
 }
 
 // ---- the geometry the eager kernels run, from the checked, concrete sizes ----

@@ -15,13 +15,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   // conv2d_mm == F.conv2d (groups=1) as SpatialConvolutionMM: im2col + GEMM.
   m.def("conv2d_mm(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, "
         "int[2] dilation=1) -> Tensor");
-  m.def("conv2d_mm_backward_input(Tensor grad_output, Tensor weight, int[] input_size, int[2] stride, "
+  m.def("conv2d_mm_backward_input(Tensor grad_output, Tensor weight, SymInt[] input_size, int[2] stride, "
         "int[2] padding, int[2] dilation) -> Tensor");
   // accGradParameters: grad_weight += scale * dE/dW, grad_bias += scale * dE/db, in place.
   m.def("conv2d_mm_acc_grad_parameters(Tensor grad_output, Tensor x, Tensor(a!) grad_weight, "
         "Tensor(b!)? grad_bias, int[2] stride, int[2] padding, int[2] dilation, float scale=1) -> ()");
   // What autograd calls: accGradParameters at scale 1 into new tensors (grad_weight, grad_bias), one op.
-  m.def("conv2d_mm_backward_weight(Tensor grad_output, Tensor x, int[] weight_size, int[2] stride, "
+  m.def("conv2d_mm_backward_weight(Tensor grad_output, Tensor x, SymInt[] weight_size, int[2] stride, "
         "int[2] padding, int[2] dilation) -> (Tensor, Tensor)");
 }
 

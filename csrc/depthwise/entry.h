@@ -178,19 +178,18 @@ inline at::Tensor depthwise_conv2d_meta(const at::Tensor& x, const at::Tensor& w
 }
 
 inline at::Tensor depthwise_conv2d_backward_input_meta(const at::Tensor& grad_output, const at::Tensor& weight,
-                                                       at::IntArrayRef input_size, at::IntArrayRef stride,
+                                                       c10::SymIntArrayRef input_size, at::IntArrayRef stride,
                                                        at::IntArrayRef padding, at::IntArrayRef dilation) {
-  const c10::SymDimVector sizes = as_sym_sizes(input_size);
-  check_depthwise_conv2d_backward_input(grad_output, weight, sizes, stride, padding, dilation);
-  return at::empty_symint(sizes, grad_output.options().memory_format(memory_format(is_channels_last(grad_output))));
+  check_depthwise_conv2d_backward_input(grad_output, weight, input_size, stride, padding, dilation);
+  return at::empty_symint(input_size,
+                          grad_output.options().memory_format(memory_format(is_channels_last(grad_output))));
 }
 
 inline at::Tensor depthwise_conv2d_backward_weight_meta(const at::Tensor& grad_output, const at::Tensor& x,
-                                                        at::IntArrayRef weight_size, at::IntArrayRef stride,
+                                                        c10::SymIntArrayRef weight_size, at::IntArrayRef stride,
                                                         at::IntArrayRef padding, at::IntArrayRef dilation) {
-  const c10::SymDimVector sizes = as_sym_sizes(weight_size);
-  check_weight_gradient("depthwise_conv2d_backward_weight", grad_output, x, sizes, stride, padding, dilation);
-  return at::empty_symint(sizes, grad_output.options());
+  check_weight_gradient("depthwise_conv2d_backward_weight", grad_output, x, weight_size, stride, padding, dilation);
+  return at::empty_symint(weight_size, grad_output.options());
 }
 
 inline at::Tensor depthwise_conv2d_backward_bias_meta(const at::Tensor& grad_output) {

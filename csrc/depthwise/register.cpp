@@ -11,9 +11,9 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   // are updateGradInput (a gather) and accGradParameters (reductions over N*outH*outW).
   m.def("depthwise_conv2d(Tensor x, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
         "int[2] dilation) -> Tensor");
-  m.def("depthwise_conv2d_backward_input(Tensor grad_output, Tensor weight, int[] input_size, "
+  m.def("depthwise_conv2d_backward_input(Tensor grad_output, Tensor weight, SymInt[] input_size, "
         "int[2] stride, int[2] padding, int[2] dilation) -> Tensor");
-  m.def("depthwise_conv2d_backward_weight(Tensor grad_output, Tensor x, int[] weight_size, "
+  m.def("depthwise_conv2d_backward_weight(Tensor grad_output, Tensor x, SymInt[] weight_size, "
         "int[2] stride, int[2] padding, int[2] dilation) -> Tensor");
   m.def("depthwise_conv2d_backward_bias(Tensor grad_output) -> Tensor");
   // accGradParameters: grad_weight += scale * dE/dW, grad_bias += scale * dE/db, in place (as conv2d_mm's).

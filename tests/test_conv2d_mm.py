@@ -212,9 +212,18 @@ def ladder_cases(device, dtype):
 
 
 def ladder_refusals(device):
-    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`: none. Both rungs
-    take every input, and both devices have both (ladder.use itself refuses a rung 3, before any call)."""
-    return iter(())
+    """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`. The CPU's ladder
+    stops at rung 2. On CUDA the textbook and im2col_gemm take every input, and implicit_gemm all but
+    K = C*kH*kW of 2^30 or more (it counts along K in 32 bits): x and weight here are one element expanded,
+    no memory, and the rung is refused before x is copied. (Its other refusal, 2^31 thread blocks or more,
+    needs an output of about 2^43 elements.)"""
+    x = torch.randn(1, 1, 1, 1, device=device)
+    if device == "cpu":
+        yield 3, labops.conv2d_mm, (x, x, None, 1, 0, 1), r"has no rung 3 on CPU \(rungs 1..2\)"
+        return
+    wide = x.expand(1, 2**30, 1, 1)
+    yield 3, labops.conv2d_mm, (wide, wide, None, 1, 0, 1), \
+        r"rung 3 \(implicit_gemm\) cannot take this input: C\*kH\*kW = 1073741824 is 2\^30 or more"
 
 
 def test_ladder_defaults_conv2d_mm():
@@ -237,11 +246,121 @@ def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):
 
     x, w = torch.randn(2, 0, 5, 5, device=device), torch.randn(3, 0, 3, 3, device=device)
     b = torch.randn(3, device=device)
-    for rung in (1, 2):
+    for rung in range(1, len(ladder.rungs("conv2d_mm", device)) + 1):  # implicit_gemm: K = 0, no steps
         with ladder.use("conv2d_mm", rung):
             out = labops.conv2d_mm(x, w, b, 1, 1)
             assert ladder.last_rung("conv2d_mm") == rung
         torch.testing.assert_close(out, b.view(1, 3, 1, 1).expand(2, 3, 5, 5))
+
+
+# ---- the implicit GEMM (CUDA rung 3), its tiling emulated on the CPU ----
+
+IGEMM_BK, IGEMM_MICRO, IGEMM_PAD_A = 8, 8, 4  # csrc/conv2d_mm/cuda.cu: kIgemmBK, kIgemmMicro, kIgemmPadA
+IGEMM_TILES = [(128, 128), (64, 64)]  # (BM, BN) of the two implicit_gemm_kernel instantiations
+
+
+def emulate_implicit_gemm(x, w, bias, params, bm, bn):
+    """implicit_gemm_kernel (Note [implicit GEMM], csrc/conv2d_mm/cuda.cu) in float64 on the CPU, block by
+    block and step by step, with the kernel's maps: which thread loads which element of each tile, which
+    outputs a thread's micro-tile holds, and the epilogue's walk over (n, p). The threads of a block run as
+    one tensor. Column element (k, j) comes from labops.im2col (im2col_source, as in the kernel). Shared
+    tiles start as NaN, so an element read but never loaded poisons the result, and every output must be
+    written exactly once. Keep in step with the kernel."""
+    k_size, stride, padding, dilation = params
+    x4 = x if x.dim() == 4 else x[None]
+    cols = labops.im2col(x4.double(), k_size, stride, padding, dilation)  # (batch, K, L)
+    batch, K, L = cols.shape
+    O, columns, BK, TM = w.shape[0], batch * L, IGEMM_BK, IGEMM_MICRO
+    W = w.reshape(O, -1).double()
+    bias_of = torch.zeros(O, dtype=torch.float64) if bias is None else bias.double()
+    threads = (bm // TM) * (bn // TM)
+    t = torch.arange(threads)
+    tiles_o = -(-O // bm)
+    out = torch.zeros(batch, O, L, dtype=torch.float64)
+    written = torch.zeros(batch, O, L, dtype=torch.long)
+    a_row, b_col4 = (t // (bn // TM)) * TM, (t % (bn // TM)) * 4
+    rows = a_row[:, None] + torch.arange(TM)  # (threads, 8) filters of each micro-tile, from o0
+    quad = torch.arange(4)
+    for block in range(tiles_o * -(-columns // bn)):
+        o0, j0 = (block % tiles_o) * bm, (block // tiles_o) * bn
+        b_col = t % bn
+        j = j0 + b_col
+        has_column = j < columns
+        n_b, p_b = (j // L).clamp(max=batch - 1), j % L
+        acc = torch.zeros(threads, TM, TM, dtype=torch.float64)
+        for k0 in range(0, K, BK):
+            a_tile = torch.full((BK, bm + IGEMM_PAD_A), float("nan"), dtype=torch.float64)
+            b_tile = torch.full((BK, bn), float("nan"), dtype=torch.float64)
+            for r in range(bm * BK // threads):
+                e = t + r * threads
+                m, kk = e // BK, e % BK
+                o, k = o0 + m, k0 + kk
+                ok = (o < O) & (k < K)
+                a_tile[kk, m] = torch.where(ok, W[o.clamp(max=O - 1), k.clamp(max=K - 1)], 0.0)
+            for r in range(BK * bn // threads):
+                kk = t // bn + r * (threads // bn)
+                k = k0 + kk
+                ok = has_column & (k < K)
+                b_tile[kk, b_col] = torch.where(ok, cols[n_b, k.clamp(max=K - 1), p_b], 0.0)
+            for kk in range(BK):
+                a = a_tile[kk][rows]  # a_tile[kk][a_row .. a_row + 7]
+                b = b_tile[kk][torch.cat([b_col4[:, None] + quad, bn // 2 + b_col4[:, None] + quad], 1)]
+                acc += a[:, :, None] * b[:, None, :]
+        for g in range(2):
+            first = j0 + g * (bn // 2) + b_col4
+            n, p = first // L, first % L
+            for u in range(4):
+                for i in range(TM):
+                    o = o0 + a_row + i
+                    ok = (first + u < columns) & (o < O)
+                    idx = (n[ok], o[ok], p[ok])
+                    out.index_put_(idx, acc[ok, i, g * 4 + u] + bias_of[o[ok]])
+                    written.index_put_(idx, torch.ones_like(o[ok]), accumulate=True)
+                p = p + 1
+                n, p = torch.where(p == L, n + 1, n), torch.where(p == L, 0, p)
+    assert (written == 1).all(), "an output written twice or never"
+    out_hw = [(x4.shape[2 + a] + 2 * padding[a] - dilation[a] * (k_size[a] - 1) - 1) // stride[a] + 1
+              for a in range(2)]
+    return out.view(batch, O, *out_hw)
+
+
+@pytest.mark.parametrize("bm,bn", IGEMM_TILES)
+def test_implicit_gemm_tiling_emulated_on_the_cpu(bm, bn):
+    """The kernel's tiling covers every output once, reads only loaded tile elements, and sums to F.conv2d:
+    over every sample geometry, with filters over several tiles of either size (the last one partial)."""
+    for i, (case, x, params) in enumerate(sample_inputs("cpu", torch.float64)):
+        if x.numel() == 0:
+            continue
+        _, s, p, d = params
+        w, b = conv_weight(x, params, out_channels=bm + 3)
+        bias = b if i % 2 == 0 else None
+        got = emulate_implicit_gemm(x, w, bias, params, bm, bn)
+        expected = F.conv2d(x.double() if x.dim() == 4 else x.double()[None], w, bias, s, p, d)
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12, msg=case)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_implicit_gemm_both_tile_sizes(dtype):
+    """implicit_gemm picks 128 x 128 tiles when they make a block per multiprocessor, else 64 x 64 ones;
+    the sample inputs of the ladder test are all small. Here a batch large enough for the large tiles,
+    against float64 F.conv2d, and its first image alone (small tiles): the same bits, since every output is
+    one thread's sum over k in order whatever the tile (Note [implicit GEMM])."""
+    from labops import ladder
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    hw, c, o = 40, 8, 130  # 2 filter tiles of 128; 1600 pixels an image
+    batch = -(-sms * 128 // (hw * hw)) + 1
+    randn = Seeded("cuda", dtype, seed=9).randn
+    x = randn(batch, c, hw, hw)
+    params = ((3, 3), (1, 1), (1, 1), (1, 1))
+    w, b = conv_weight(x, params, out_channels=o)
+    with ladder.use("conv2d_mm", "implicit_gemm"):
+        big = labops.conv2d_mm(x, w, b, 1, 1)
+        small = labops.conv2d_mm(x[:1], w, b, 1, 1)
+        assert ladder.last_rung("conv2d_mm") == 3
+    assert_close_scaled(big, F.conv2d(x.double(), w.double(), b.double(), 1, 1), dtype, factor=4)
+    torch.testing.assert_close(small, big[:1], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -8,6 +8,11 @@
 //                  forward_at (the direct convolution), grid-stride loop;
 //   2 im2col_gemm  im2col_kernel, then one strided-batched cuBLAS GEMM per
 //                  chunk of images; the default for every input.
+//   3 implicit_gemm  implicit_gemm_kernel: the same GEMM over the whole batch,
+//                  its columns loaded from x into shared memory tile by tile
+//                  and never written (Note [implicit GEMM]); FFMA in float32
+//                  (float64 for float64), any stride, padding, dilation.
+// Every rung reads x as NCHW: entry.h makes a channels_last x contiguous first.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -23,6 +28,7 @@
 #include <cuda_runtime.h>
 #include <torch/library.h>
 
+#include "../common/fast_divider.h"
 #include "../common/loop.h"
 #include "entry.h"
 #include "conv2d_mm.h"
@@ -71,6 +77,157 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   using acc_t = at::opmath_type<scalar_t>;
   LABOPS_KERNEL_LOOP(i, n) {
     out[i] = static_cast<scalar_t>(conv2d_mm::forward_at<acc_t>(s, x, w, bias, out_channels, i));
+  }
+}
+
+// Note [implicit GEMM]
+// Rung 3 of the forward: rung 2's GEMM, out[n] = W . columns[n] + bias, without the columns in memory.
+// Over the whole batch it is one GEMM of M = O rows (the filters), N = batch * L columns (column j is
+// output pixel p = j % L of image n = j / L) and K = C*kH*kW, whose B operand, column element (k, j) with
+// k = (c, kh, kw), is the pixel of x that im2col_source finds (0 in the padding): Note [im2col columns].
+//
+// A block computes a BM x BN tile of out (BM filters x BN pixels; a tile may span images) in steps of
+// kIgemmBK along K. Each step it loads W's BM x BK tile and the columns' BK x BN tile, gathered straight
+// from x, into shared memory (as acc_t: float16 and bfloat16 become float), waits at a barrier, and each
+// thread multiplies its kIgemmMicro x kIgemmMicro micro-tile of outputs in registers out of shared memory;
+// a second barrier keeps the next step's loads from overwriting a tile still being read. It is
+// labops/sgemm.py's "vectorized" step with B gathered from x: a thread's 8 filters for one k are two
+// 16-byte shared loads (W's tile is stored transposed), its 8 pixels two more, columns b_col4 .. + 3 and
+// BN/2 + the same, so that a quarter-warp's loads are 128 contiguous bytes; 64 multiply-adds per 4 loads.
+// Plain synchronous steps: no cp.async double buffering yet.
+//
+// Who loads what: thread t loads W's tile elements e = t, t + threads, ... (filter e / BK, k e % BK: runs
+// of BK consecutive weights of a filter), and one column of B's tile, t % BN, in every step (rows t / BN,
+// + threads / BN, ...): that column's (n, oh, ow) is worked out once, before the loop, and each step
+// splits k into (c, kh, kw) with two FastDivider divisions and asks im2col_source for the pixel, so the
+// index math is conv2d_mm.h's. Neighbouring threads load neighbouring pixels (coalesced at stride 1).
+//
+// Each output is one thread's sum over k = 0, 1, ..., K-1 in that order, whatever the tile size: the
+// result is deterministic and the same for both tile sizes. The bias is added last (the epilogue), as
+// rung 2's GEMM adds the products onto it.
+constexpr int kIgemmBK = 8;      // K per step
+constexpr int kIgemmMicro = 8;   // a thread's micro-tile: 8 filters x 8 pixels
+constexpr int kIgemmPadA = 4;    // W's tile rows are BM + 4 long: its transposing stores then hit 32 banks, not 4
+
+template <int BM, int BN>
+constexpr int igemm_threads() {
+  return (BM / kIgemmMicro) * (BN / kIgemmMicro);
+}
+
+template <int BM, int BN, typename scalar_t>
+__global__ void __launch_bounds__(igemm_threads<BM, BN>())
+    implicit_gemm_kernel(const conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x,
+                         const scalar_t* __restrict__ w, const scalar_t* __restrict__ bias, int64_t out_channels,
+                         int K, FastDivider kernel_area, FastDivider kernel_w, scalar_t* __restrict__ out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int BK = kIgemmBK, TM = kIgemmMicro, TN = kIgemmMicro, kThreads = igemm_threads<BM, BN>();
+  static_assert(kThreads % BN == 0 && (BM * BK) % kThreads == 0 && (BK * BN) % kThreads == 0,
+                "every thread loads as many elements of each tile as every other");
+  __shared__ __align__(32) acc_t a_tile[BK][BM + kIgemmPadA];  // W's tile, transposed: a_tile[kk][m]
+  __shared__ __align__(32) acc_t b_tile[BK][BN];               // the columns' tile: b_tile[kk][col]
+
+  const int t = threadIdx.x;
+  const int64_t O = out_channels, L = s.blocks(), columns = s.batch * L;
+  // Filter tiles vary fastest along the grid: blocks running together share B's tile (gathered from x)
+  // in L2; W is small and stays there.
+  const int64_t tiles_o = (O + BM - 1) / BM;
+  const int64_t o0 = (blockIdx.x % tiles_o) * BM, j0 = (blockIdx.x / tiles_o) * BN;
+
+  // The column of B's tile this thread loads, every step: pixel (oh, ow) of image n, or none past the batch.
+  const int b_col = t % BN;
+  const int64_t j = j0 + b_col;
+  const bool has_column = j < columns;
+  int64_t plane0 = 0, oh = 0, ow = 0;  // plane0 = n * C: the plane of channel 0 of image n
+  if (has_column) {
+    const int64_t n = j / L, p = j - n * L;
+    oh = p / s.out_w;
+    ow = p - oh * s.out_w;
+    plane0 = n * s.channels;
+  }
+  // The micro-tile: filters o0 + a_row .. + 7; pixels j0 + b_col4 .. + 3 and j0 + BN/2 + b_col4 .. + 3.
+  const int a_row = (t / (BN / TN)) * TM, b_col4 = (t % (BN / TN)) * 4;
+
+  acc_t acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+#pragma unroll
+    for (int u = 0; u < TN; ++u) acc[i][u] = acc_t(0);
+  }
+
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    // W's tile: a_tile[kk][m] = w[o0 + m, k0 + kk], 0 past the filters or past K.
+#pragma unroll
+    for (int r = 0; r < BM * BK / kThreads; ++r) {
+      const int e = t + r * kThreads, m = e / BK, kk = e % BK;
+      const int64_t o = o0 + m;
+      const int k = k0 + kk;
+      a_tile[kk][m] = o < O && k < K ? static_cast<acc_t>(w[o * K + k]) : acc_t(0);
+    }
+    // The columns' tile: b_tile[kk][b_col] = column element (k0 + kk, j), read from x; 0 in the padding,
+    // past the batch or past K.
+#pragma unroll
+    for (int r = 0; r < BK * BN / kThreads; ++r) {
+      const int kk = t / BN + r * (kThreads / BN), k = k0 + kk;
+      acc_t v = acc_t(0);
+      if (has_column && k < K) {
+        const int c = static_cast<int>(kernel_area.div(static_cast<uint32_t>(k)));
+        const int tap = k - c * static_cast<int>(kernel_area.d);
+        const int kh = static_cast<int>(kernel_w.div(static_cast<uint32_t>(tap)));
+        const int kw = tap - kh * static_cast<int>(kernel_w.d);
+        const int64_t src = conv2d_mm::im2col_source(s, plane0 + c, kh, kw, oh, ow);
+        if (src >= 0) v = static_cast<acc_t>(x[src]);
+      }
+      b_tile[kk][b_col] = v;
+    }
+    __syncthreads();  // both tiles are whole
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      const Pack<acc_t, 4> a0 = load_pack<4>(&a_tile[kk][a_row]), a1 = load_pack<4>(&a_tile[kk][a_row + 4]);
+      const Pack<acc_t, 4> b0 = load_pack<4>(&b_tile[kk][b_col4]), b1 = load_pack<4>(&b_tile[kk][BN / 2 + b_col4]);
+      acc_t a[TM], b[TN];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        a[u] = a0.val[u];
+        a[u + 4] = a1.val[u];
+        b[u] = b0.val[u];
+        b[u + 4] = b1.val[u];
+      }
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+#pragma unroll
+        for (int u = 0; u < TN; ++u) acc[i][u] += a[i] * b[u];
+      }
+    }
+    __syncthreads();  // every thread is done with the tiles before the next step overwrites them
+  }
+
+  // The epilogue: out[n, o, p] = acc + bias[o], out (batch, O, L) contiguous. Each group of 4 pixels finds
+  // its (n, p) with one division, then steps along (the 4 may cross into the next image).
+  acc_t bias_of[TM];
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int64_t o = o0 + a_row + i;
+    bias_of[i] = bias != nullptr && o < O ? static_cast<acc_t>(bias[o]) : acc_t(0);
+  }
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    const int64_t first = j0 + g * (BN / 2) + b_col4;
+    if (first >= columns) continue;
+    int64_t n = first / L, p = first - n * L;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (first + u < columns) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+          const int64_t o = o0 + a_row + i;
+          if (o < O) out[(n * O + o) * L + p] = static_cast<scalar_t>(acc[i][g * 4 + u] + bias_of[i]);
+        }
+      }
+      if (++p == L) {
+        p = 0;
+        ++n;
+      }
+    }
   }
 }
 
@@ -219,6 +376,31 @@ int64_t leading_dim(const at::Tensor& m) {
   return m.size(-2) == 1 ? std::max<int64_t>(1, m.size(-1)) : m.stride(-2);
 }
 
+// How implicit_gemm_kernel covers a convolution with out_channels filters: 128 x 128 tiles (256 threads)
+// when they make at least one block per multiprocessor, else 64 x 64 tiles (64 threads), four times as
+// many blocks, for the small layers (14 x 14, 7 x 7) whose large tiles would leave most of the GPU idle.
+// Either size gives the same bits (Note [implicit GEMM]). why_not: why the kernel cannot take the
+// convolution ("" when it can): it counts K and its blocks in 32 bits (K below 2^30, so that k0 + BK and
+// the FastDivider's numerators stay far from 2^31).
+struct ImplicitGemmPlan {
+  bool big_tiles = false;
+  int64_t blocks = 0;
+  std::string why_not;
+
+  ImplicitGemmPlan(const conv2d_mm::Im2colShape& s, int64_t out_channels) {
+    const int64_t K = s.channels * s.kernel_area(), columns = s.batch * s.blocks();
+    if (K >= (int64_t(1) << 30)) {
+      why_not = "C*kH*kW = " + std::to_string(K) + " is 2^30 or more (the kernel counts along it in 32 bits)";
+      return;
+    }
+    constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+    const auto tiles = [&](int64_t bm, int64_t bn) { return ceil_div(out_channels, bm) * ceil_div(columns, bn); };
+    big_tiles = tiles(128, 128) >= multiprocessor_count();
+    blocks = big_tiles ? tiles(128, 128) : tiles(64, 64);
+    if (blocks > kMaxInt) why_not = "it would need 2^31 thread blocks or more";
+  }
+};
+
 struct Conv2dMMLauncher {
   // Columns of at most this many bytes at a time (the benchmark layers need
   // up to 231 MB in float32, so they run as one batched GEMM: one
@@ -227,9 +409,34 @@ struct Conv2dMMLauncher {
   // against the per-image loop on a GPU).
   static constexpr int64_t kColumnBudgetBytes = int64_t(512) << 20;
 
-  // The forward's rung (forward_ladder, entry.h): im2col_gemm unless the textbook is forced; both take any input.
-  static int forward_rung(int forced) {
-    return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, 2, [](int) { return std::string(); });
+  // The forward's rung (forward_ladder, entry.h): im2col_gemm unless another is forced. The textbook and
+  // im2col_gemm take any input; implicit_gemm all but sizes past its 32-bit counts (ImplicitGemmPlan).
+  static int forward_rung(int forced, const conv2d_mm::Im2colShape& s, int64_t out_channels) {
+    return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, 2, [&](int rung) {
+      return rung == 3 ? ImplicitGemmPlan(s, out_channels).why_not : std::string();
+    });
+  }
+
+  static constexpr bool kImplicitGemm = true;
+
+  // Rung 3 (Note [implicit GEMM]): out (batch, O, out_h, out_w) contiguous, x, w and bias contiguous.
+  template <typename scalar_t>
+  static void forward_implicit_gemm(const conv2d_mm::Im2colShape& s, const scalar_t* x, const scalar_t* w,
+                                    const scalar_t* bias, int64_t out_channels, scalar_t* out) {
+    const ImplicitGemmPlan plan(s, out_channels);
+    TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: implicit_gemm forced past its refusal: ", plan.why_not);
+    const int K = static_cast<int>(s.channels * s.kernel_area());
+    const FastDivider kernel_area(static_cast<uint32_t>(s.kernel_area())), kernel_w(static_cast<uint32_t>(s.kernel_w));
+    const auto launch = [&](auto kernel, int threads) {
+      kernel<<<static_cast<unsigned>(plan.blocks), threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          s, x, w, bias, out_channels, K, kernel_area, kernel_w, out);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (plan.big_tiles) {
+      launch(implicit_gemm_kernel<128, 128, scalar_t>, igemm_threads<128, 128>());
+    } else {
+      launch(implicit_gemm_kernel<64, 64, scalar_t>, igemm_threads<64, 64>());
+    }
   }
 
   template <typename scalar_t>

@@ -14,9 +14,12 @@
 //   static constexpr bool kSumsBiasWhileGathering;  // whether gather_rows takes a bias to sum into
 //   static void gather_rows(g, rows, bias, add_to_bias);  // rows (O, nb*L) = g (nb, O, L), images inside
 // and the forward's ladder (forward_ladder below):
-//   static int forward_rung(int forced);  // the rung a forward runs; forced: the forced rung, 0 for none
+//   static int forward_rung(int forced, const Im2colShape&, int64_t out_channels);  // the rung a forward runs;
+//       forced: the forced rung, 0 for none (the shape: for why_not, when a forced rung cannot take it)
 //   template <typename scalar_t> static void forward_textbook(const Im2colShape&, const scalar_t* x,
 //       const scalar_t* w, const scalar_t* bias, int64_t out_channels, scalar_t* out);  // rung 1, bias may be null
+//   static constexpr bool kImplicitGemm;  // whether the device has rung 3, and with it
+//   template <typename scalar_t> static void forward_implicit_gemm(...);  // the same arguments as forward_textbook
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (tools/host_time.py).
@@ -48,7 +51,8 @@ namespace labops::conv2d_mm {
 // The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body forward_at of
 // conv2d_mm.h. The conv2d_mm forward only: im2col, col2im and the backward ops have no rungs. Which rung
 // runs by default: labops/ops/conv2d_mm.py LADDER_DEFAULTS, docs/layers/conv2d_mm.md "The ladder".
-// A list, open for more rungs (implicit GEMM, tensor cores: issue #33).
+// Rung 3, the implicit GEMM (Note [implicit GEMM], cuda.cu), is the CUDA ladder's alone. A list, open for
+// more rungs (tensor cores: issue #33).
 //
 // On the CPU the GEMM of im2col_gemm is oneDNN's or ATen's (Note [oneDNN GEMMs], cpu.cpp), chosen per GEMM:
 // one rung, not two. The kernel this course writes (im2col) and the math are the same; which library
@@ -65,7 +69,10 @@ inline ladder::Ladder& forward_ladder() {
                        "among the threads"}},
       {{"textbook", "forward_textbook_kernel: forward_at per output element, grid-stride loop"},
        {"im2col_gemm", "im2col_kernel into the columns of up to 512 MB of images at a time, then one "
-                       "strided-batched cuBLAS GEMM per chunk onto the broadcast bias"}});
+                       "strided-batched cuBLAS GEMM per chunk onto the broadcast bias"},
+       {"implicit_gemm", "implicit_gemm_kernel: the GEMM of im2col_gemm over the whole batch without the "
+                         "columns, each block a tile of filters x output pixels whose columns it loads from x "
+                         "into shared memory, 8 x 8 outputs per thread in registers, the bias added last"}});
   return rungs;
 }
 
@@ -485,25 +492,33 @@ struct Entry {
   // per band of output rows when an image passes the budget (the GEMM then
   // writes that band's columns of out[n], a strided view). See Note [chunks
   // in parallel] for who runs which chunk. That is rung 2 (im2col_gemm) of the
-  // forward's ladder; rung 1 (textbook), when forced, sums each output directly.
+  // forward's ladder; rung 1 (textbook), when forced, sums each output directly, and
+  // rung 3 (implicit_gemm, CUDA only) runs the same GEMM without the columns.
+  // Every rung reads x as NCHW: a channels_last x is made contiguous first.
   static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     conv2d_mm_output_size(x, weight, bias, stride, padding, dilation);  // the rules
     const Im2colShape s = conv_shape(x.sizes(), weight.size(2), weight.size(3), stride, padding, dilation);
     const int64_t O = weight.size(0);
     c10::OptionalDeviceGuard guard(x.device());
-    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
-    at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x4.options());
-    // The rung (forward_ladder), asked only when a kernel runs: an empty output records nothing.
-    const int rung = out.numel() > 0 ? Launcher::forward_rung(forward_ladder().forced()) : 0;
-    if (rung == 1) {  // the textbook: forward_at per output element
+    at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x.options());
+    // The rung (forward_ladder), asked only when a kernel runs: an empty output records nothing. Asked
+    // before x is copied, so a forced rung that refuses the input has cost no copy.
+    const int rung = out.numel() > 0 ? Launcher::forward_rung(forward_ladder().forced(), s, O) : 0;
+    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
+    if (rung == 1 || rung == 3) {  // no columns: the textbook (forward_at per output), or the implicit GEMM
       const at::Tensor wc = weight.contiguous();
       const at::Tensor bc = bias.has_value() ? bias->contiguous() : at::Tensor();
-      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_conv2d_mm_textbook", [&] {
-        Launcher::forward_textbook(s, x4.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(),
-                                   bc.defined() ? bc.const_data_ptr<scalar_t>() : nullptr, O,
-                                   out.mutable_data_ptr<scalar_t>());
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_conv2d_mm_direct", [&] {
+        const scalar_t* b = bc.defined() ? bc.const_data_ptr<scalar_t>() : nullptr;
+        if (rung == 1) {
+          Launcher::forward_textbook(s, x4.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(), b, O,
+                                     out.mutable_data_ptr<scalar_t>());
+        } else if constexpr (Launcher::kImplicitGemm) {  // a device without rung 3 never gets here (Ladder::run)
+          Launcher::forward_implicit_gemm(s, x4.const_data_ptr<scalar_t>(), wc.const_data_ptr<scalar_t>(), b, O,
+                                          out.mutable_data_ptr<scalar_t>());
+        }
       });
     } else if (rung == 2) {  // im2col + GEMM
       at::Tensor w2 = weight.reshape({O, rows});

@@ -82,6 +82,24 @@ def poison_allocator(device, nbytes=64 * 2**20):
         del junk
 
 
+def assert_one_graph_for_two_shapes(conv, weight):
+    """``conv(x, weight)`` compiled with dynamic=True, run forward and backward on two batch and image sizes
+    (no two sizes alike: duck sizing would tie them): the gradients match eager's and one graph serves both.
+    What a backward op whose sizes are SymInt[] allows (int[] sizes would pin them and recompile)."""
+    import torch._dynamo.testing
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    weight = weight.detach().requires_grad_()
+    step = torch.compile(lambda x, w: conv(x, w).square().sum(), backend=counter, dynamic=True, fullgraph=True)
+    for shape in ((2, 3, 8, 10), (3, 3, 11, 9)):
+        x = torch.randn(*shape, requires_grad=True)
+        step(x, weight).backward()
+        want = torch.autograd.grad(conv(x, weight).square().sum(), (x, weight))
+        torch.testing.assert_close((x.grad, weight.grad), want)
+        weight.grad = None
+    assert counter.frame_count == 1
+
+
 def assert_compiled_matches_eager(fn, *inputs, params=(), loss=torch.sum, backend="aot_eager"):
     """``torch.compile(fn, fullgraph=True)`` gives eager's output and eager's gradients.
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ONE, ZERO, Seeded, assert_compiled_matches_eager, opcheck_every, t, tolerances
+from conftest import (ONE, ZERO, Seeded, assert_compiled_matches_eager, assert_one_graph_for_two_shapes, opcheck_every,
+                      t, tolerances)
 
 import labops
 from labops import reference
@@ -313,20 +314,8 @@ def test_opcheck(device):
 
 
 def test_dynamic_shapes_compile_the_backward_once():
-    """The backward ops take the input and weight sizes as SymInt[]: under dynamic=True a second batch size and
-    image size reuse the first graph, forward and backward (int[] sizes would pin them and recompile)."""
-    import torch._dynamo.testing
-
-    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
-    w = torch.randn(*(3, 1, 3, 3), requires_grad=True)
-    step = torch.compile(lambda x, w: labops.depthwise_conv2d(x, w, None, 1, 1).square().sum(), backend=counter, dynamic=True, fullgraph=True)
-    for shape in ((2, 3, 8, 10), (3, 3, 11, 9)):  # no two sizes alike (duck sizing would tie them)
-        x = torch.randn(*shape, requires_grad=True)
-        step(x, w).backward()
-        want = torch.autograd.grad(labops.depthwise_conv2d(x, w, None, 1, 1).square().sum(), (x, w))
-        torch.testing.assert_close((x.grad, w.grad), want)
-        w.grad = None
-    assert counter.frame_count == 1
+    # the backward ops take the input and weight sizes as SymInt[]
+    assert_one_graph_for_two_shapes(lambda x, w: labops.depthwise_conv2d(x, w, None, 1, 1), torch.randn(3, 1, 3, 3))
 
 
 def test_torch_compile_fullgraph(device):

@@ -216,8 +216,9 @@ def ladder_refusals(device):
     """(rung, op, inputs, message regex) for inputs a forced rung cannot take on `device`. The CPU's ladder
     stops at rung 2. On CUDA the textbook and im2col_gemm take every input, and implicit_gemm all but
     K = C*kH*kW of 2^30 or more (it counts along K in 32 bits): x and weight here are one element expanded,
-    no memory, and the rung is refused before x is copied. (Its other refusal, 2^31 thread blocks or more,
-    needs an output of about 2^43 elements.)"""
+    no memory, and the rung is refused before x is copied; so is an image of 2^31 elements (it indexes
+    inside an image in 32 bits). (Its other refusal, 2^31 thread blocks or more, needs an output of about
+    2^43 elements.)"""
     x = torch.randn(1, 1, 1, 1, device=device)
     if device == "cpu":
         yield 3, labops.conv2d_mm, (x, x, None, 1, 0, 1), r"has no rung 3 on CPU \(rungs 1..2\)"
@@ -225,6 +226,9 @@ def ladder_refusals(device):
     wide = x.expand(1, 2**30, 1, 1)
     yield 3, labops.conv2d_mm, (wide, wide, None, 1, 0, 1), \
         r"rung 3 \(implicit_gemm\) cannot take this input: C\*kH\*kW = 1073741824 is 2\^30 or more"
+    big = x.expand(1, 2**21, 32, 32)  # C*H*W = 2^31, K = 2^21
+    yield 3, labops.conv2d_mm, (big, big[:, :, :1, :1], None, 1, 0, 1), \
+        r"rung 3 \(implicit_gemm\) cannot take this input: an image of x has 2\^31 elements or more"
 
 
 def test_ladder_defaults_conv2d_mm():
@@ -265,8 +269,11 @@ def emulate_implicit_gemm(x, w, bias, params, bm, bn):
     block and step by step, with the kernel's maps: which thread loads which element of each tile, which
     outputs a thread's micro-tile holds, and the epilogue's walk over (n, p). The threads of a block run as
     one tensor. Column element (k, j) comes from labops.im2col (im2col_source, as in the kernel). Shared
-    tiles start as NaN, so an element read but never loaded poisons the result, and every output must be
-    written exactly once. Keep in step with the kernel."""
+    tiles start as NaN every step, so an element read but not loaded for that step poisons the result
+    (stricter than the kernel's two copies, which hold the step before last's values), and every output
+    must be written exactly once: by 4-pixel vectors when L % 4 == 0, else element by element. The
+    register staging of the next step's tiles changes when a load is issued, not which; it is not modelled.
+    Keep in step with the kernel."""
     k_size, stride, padding, dilation = params
     x4 = x if x.dim() == 4 else x[None]
     cols = labops.im2col(x4.double(), k_size, stride, padding, dilation)  # (batch, K, L)
@@ -310,6 +317,16 @@ def emulate_implicit_gemm(x, w, bias, params, bm, bn):
         for g in range(2):
             first = j0 + g * (bn // 2) + b_col4
             n, p = first // L, first % L
+            if L % 4 == 0:  # vector_stores: each group is p .. p + 3 of one image, p % 4 == 0
+                assert (p % 4 == 0).all()
+                for i in range(TM):
+                    o = o0 + a_row + i
+                    ok = (first < columns) & (o < O)
+                    for u in range(4):
+                        idx = (n[ok], o[ok], p[ok] + u)
+                        out.index_put_(idx, acc[ok, i, g * 4 + u] + bias_of[o[ok]])
+                        written.index_put_(idx, torch.ones_like(o[ok]), accumulate=True)
+                continue
             for u in range(4):
                 for i in range(TM):
                     o = o0 + a_row + i

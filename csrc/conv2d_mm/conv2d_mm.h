@@ -66,13 +66,21 @@ struct Im2colShape {
 // ---- im2col: column element -> image element ----
 
 // Offset in x of column element (plane, kh, kw, oh, ow), or -1 when the tap
-// lands in the zero padding.
-LABOPS_HOST_DEVICE int64_t im2col_source(const Im2colShape& s, int64_t plane, int64_t kh, int64_t kw,
-                                         int64_t oh, int64_t ow) {
-  int64_t ih = conv::input_coord(oh, kh, s.stride_h, s.pad_h, s.dilation_h);
-  int64_t iw = conv::input_coord(ow, kw, s.stride_w, s.pad_w, s.dilation_w);
-  if (!conv::in_bounds(ih, s.height) || !conv::in_bounds(iw, s.width)) return -1;
-  return (plane * s.height + ih) * s.width + iw;
+// lands in the zero padding. index_t is int64_t for any x (Note [int64 offsets]);
+// the implicit GEMM kernel (conv2d_mm/cuda.cu) runs it in int, with plane counted
+// from its image's first channel, when one image has fewer than 2^31 elements and
+// its padded height and width are below 2^31 (every intermediate then fits). In
+// its K loop oh and ow are fixed, so the compiler keeps oh * stride - pad out of it.
+template <typename index_t>
+LABOPS_HOST_DEVICE index_t im2col_source(const Im2colShape& s, index_t plane, index_t kh, index_t kw, index_t oh,
+                                         index_t ow) {
+  const index_t ih = conv::input_coord<index_t>(oh, kh, static_cast<index_t>(s.stride_h),
+                                                static_cast<index_t>(s.pad_h), static_cast<index_t>(s.dilation_h));
+  const index_t iw = conv::input_coord<index_t>(ow, kw, static_cast<index_t>(s.stride_w),
+                                                static_cast<index_t>(s.pad_w), static_cast<index_t>(s.dilation_w));
+  const index_t height = static_cast<index_t>(s.height), width = static_cast<index_t>(s.width);
+  if (!conv::in_bounds(ih, height) || !conv::in_bounds(iw, width)) return index_t(-1);
+  return (plane * height + ih) * width + iw;
 }
 
 // One row of the columns: the out_w values of tap (kh, kw) at output row oh

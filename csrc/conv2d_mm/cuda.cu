@@ -87,24 +87,33 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // k = (c, kh, kw), is the pixel of x that im2col_source finds (0 in the padding): Note [im2col columns].
 //
 // A block computes a BM x BN tile of out (BM filters x BN pixels; a tile may span images) in steps of
-// kIgemmBK along K. Each step it loads W's BM x BK tile and the columns' BK x BN tile, gathered straight
-// from x, into shared memory (as acc_t: float16 and bfloat16 become float), waits at a barrier, and each
-// thread multiplies its kIgemmMicro x kIgemmMicro micro-tile of outputs in registers out of shared memory;
-// a second barrier keeps the next step's loads from overwriting a tile still being read. It is
-// labops/sgemm.py's "vectorized" step with B gathered from x: a thread's 8 filters for one k are two
-// 16-byte shared loads (W's tile is stored transposed), its 8 pixels two more, columns b_col4 .. + 3 and
-// BN/2 + the same, so that a quarter-warp's loads are 128 contiguous bytes; 64 multiply-adds per 4 loads.
-// Plain synchronous steps: no cp.async double buffering yet.
+// kIgemmBK along K. Each step multiplies W's BM x BK tile by the columns' BK x BN tile, both in shared
+// memory (as acc_t: float16 and bfloat16 become float): each thread sums its kIgemmMicro x kIgemmMicro
+// micro-tile of outputs in registers. It is labops/sgemm.py's "vectorized" step with B gathered from x:
+// a thread's 8 filters for one k are two 16-byte shared loads (W's tile is stored transposed), its 8
+// pixels two more, columns b_col4 .. + 3 and BN/2 + the same, so that a quarter-warp's loads are 128
+// contiguous bytes; 64 multiply-adds per 4 loads.
+//
+// The loads are pipelined through registers (double buffering, without cp.async): the tiles live twice
+// in shared memory, and while a step multiplies out of one copy, each thread has already issued the
+// global loads of its elements of the next step's tiles into registers (load_tiles); they arrive while
+// the multiply-adds run, and the thread then writes them into the other copy (store_tiles). One barrier
+// per step suffices: after it, the copy just written is whole, and nobody reads the copy the next step
+// overwrites any more (it was read before that barrier).
 //
 // Who loads what: thread t loads W's tile elements e = t, t + threads, ... (filter e / BK, k e % BK: runs
 // of BK consecutive weights of a filter), and one column of B's tile, t % BN, in every step (rows t / BN,
-// + threads / BN, ...): that column's (n, oh, ow) is worked out once, before the loop, and each step
-// splits k into (c, kh, kw) with two FastDivider divisions and asks im2col_source for the pixel, so the
-// index math is conv2d_mm.h's. Neighbouring threads load neighbouring pixels (coalesced at stride 1).
+// + threads / BN, ...). That column's image n and pixel (oh, ow) are fixed for the whole K loop: they are
+// worked out once, before it, as is the pointer to image n of x; each load then splits k into (c, kh, kw)
+// with two FastDivider divisions and asks im2col_source, in 32-bit ints, for the pixel's offset inside
+// the image, so the index math is conv2d_mm.h's (the launcher refuses images too large for that).
+// Neighbouring threads load neighbouring pixels (coalesced at stride 1).
 //
 // Each output is one thread's sum over k = 0, 1, ..., K-1 in that order, whatever the tile size: the
 // result is deterministic and the same for both tile sizes. The bias is added last (the epilogue), as
-// rung 2's GEMM adds the products onto it.
+// rung 2's GEMM adds the products onto it. The epilogue stores a thread's 4 consecutive pixels of a filter
+// as one vector (16 bytes in float32) when L is a multiple of 4 (the 4 then lie in one output row, at an
+// aligned offset), else one element at a time.
 constexpr int kIgemmBK = 8;      // K per step
 constexpr int kIgemmMicro = 8;   // a thread's micro-tile: 8 filters x 8 pixels
 constexpr int kIgemmPadA = 4;    // W's tile rows are BM + 4 long: its transposing stores then hit 32 banks, not 4
@@ -114,17 +123,29 @@ constexpr int igemm_threads() {
   return (BM / kIgemmMicro) * (BN / kIgemmMicro);
 }
 
+// How many blocks of a tile size each multiprocessor must have the registers for (__launch_bounds__).
+// One: the 128 x 128 tiles in float take about 150 registers a thread, so one block (8 warps) a
+// multiprocessor, and the double buffering hides the loads' latency within it. Two would cap them at 128
+// registers (16 warps), which nvcc 13 (sm_90) meets only by spilling about 50 bytes a thread: untimed.
+template <int BM, typename scalar_t>
+constexpr int igemm_min_blocks() {
+  return 1;
+}
+
 template <int BM, int BN, typename scalar_t>
-__global__ void __launch_bounds__(igemm_threads<BM, BN>())
+__global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, scalar_t>())
     implicit_gemm_kernel(const conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x,
                          const scalar_t* __restrict__ w, const scalar_t* __restrict__ bias, int64_t out_channels,
-                         int K, FastDivider kernel_area, FastDivider kernel_w, scalar_t* __restrict__ out) {
+                         int K, FastDivider kernel_area, FastDivider kernel_w, bool vector_stores,
+                         scalar_t* __restrict__ out) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int BK = kIgemmBK, TM = kIgemmMicro, TN = kIgemmMicro, kThreads = igemm_threads<BM, BN>();
-  static_assert(kThreads % BN == 0 && (BM * BK) % kThreads == 0 && (BK * BN) % kThreads == 0,
+  static_assert(kThreads % BN == 0 && kThreads % BK == 0 && (BM * BK) % kThreads == 0 && (BK * BN) % kThreads == 0,
                 "every thread loads as many elements of each tile as every other");
-  __shared__ __align__(32) acc_t a_tile[BK][BM + kIgemmPadA];  // W's tile, transposed: a_tile[kk][m]
-  __shared__ __align__(32) acc_t b_tile[BK][BN];               // the columns' tile: b_tile[kk][col]
+  constexpr int kLoadsA = BM * BK / kThreads, kLoadsB = BK * BN / kThreads;  // a thread's elements per step
+  // Two copies of each tile (Note [implicit GEMM]: one is multiplied while the other is filled).
+  __shared__ __align__(32) acc_t a_tile[2][BK][BM + kIgemmPadA];  // W's tile, transposed: a_tile[.][kk][m]
+  __shared__ __align__(32) acc_t b_tile[2][BK][BN];               // the columns' tile: b_tile[.][kk][col]
 
   const int t = threadIdx.x;
   const int64_t O = out_channels, L = s.blocks(), columns = s.batch * L;
@@ -137,15 +158,54 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>())
   const int b_col = t % BN;
   const int64_t j = j0 + b_col;
   const bool has_column = j < columns;
-  int64_t plane0 = 0, oh = 0, ow = 0;  // plane0 = n * C: the plane of channel 0 of image n
+  const scalar_t* x_n = x;  // image n of x: the 32-bit offsets below count from it
+  int oh = 0, ow = 0;
   if (has_column) {
     const int64_t n = j / L, p = j - n * L;
-    oh = p / s.out_w;
-    ow = p - oh * s.out_w;
-    plane0 = n * s.channels;
+    oh = static_cast<int>(p / s.out_w);
+    ow = static_cast<int>(p - oh * s.out_w);
+    x_n += n * s.channels * s.height * s.width;
   }
   // The micro-tile: filters o0 + a_row .. + 7; pixels j0 + b_col4 .. + 3 and j0 + BN/2 + b_col4 .. + 3.
   const int a_row = (t / (BN / TN)) * TM, b_col4 = (t % (BN / TN)) * 4;
+
+  // This thread's elements of the tiles of step k0, in registers: a_next[r] = w[o0 + m, k0 + kk] (0 past
+  // the filters or past K), b_next[r] = column element (k0 + kk, j) read from x (0 in the padding, past
+  // the batch or past K).
+  // W's elements e = t + r * threads are (m, kk) = (a_m + r * threads / BK, a_kk): one k, filters
+  // threads / BK apart, counted from one pointer.
+  const int a_kk = t % BK, a_m = t / BK;
+  constexpr int kStepA = kThreads / BK;
+  const scalar_t* w_a = w + (o0 + a_m) * K + a_kk;  // w[o0 + a_m, a_kk]; read only while o < O
+  acc_t a_next[kLoadsA], b_next[kLoadsB];
+  const auto load_tiles = [&](int k0) {
+#pragma unroll
+    for (int r = 0; r < kLoadsA; ++r) {
+      const int64_t o = o0 + a_m + r * kStepA;
+      a_next[r] = o < O && k0 + a_kk < K ? static_cast<acc_t>(w_a[int64_t(r * kStepA) * K + k0]) : acc_t(0);
+    }
+#pragma unroll
+    for (int r = 0; r < kLoadsB; ++r) {
+      const int kk = t / BN + r * (kThreads / BN), k = k0 + kk;
+      acc_t v = acc_t(0);
+      if (has_column && k < K) {
+        const int c = static_cast<int>(kernel_area.div(static_cast<uint32_t>(k)));
+        const int tap = k - c * static_cast<int>(kernel_area.d);
+        const int kh = static_cast<int>(kernel_w.div(static_cast<uint32_t>(tap)));
+        const int kw = tap - kh * static_cast<int>(kernel_w.d);
+        const int src = conv2d_mm::im2col_source<int>(s, c, kh, kw, oh, ow);
+        if (src >= 0) v = static_cast<acc_t>(x_n[src]);
+      }
+      b_next[r] = v;
+    }
+  };
+  // ... and into copy `buf` of the shared tiles: the same maps, W's tile transposed.
+  const auto store_tiles = [&](int buf) {
+#pragma unroll
+    for (int r = 0; r < kLoadsA; ++r) a_tile[buf][a_kk][a_m + r * kStepA] = a_next[r];
+#pragma unroll
+    for (int r = 0; r < kLoadsB; ++r) b_tile[buf][t / BN + r * (kThreads / BN)][b_col] = b_next[r];
+  };
 
   acc_t acc[TM][TN];
 #pragma unroll
@@ -154,36 +214,19 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>())
     for (int u = 0; u < TN; ++u) acc[i][u] = acc_t(0);
   }
 
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    // W's tile: a_tile[kk][m] = w[o0 + m, k0 + kk], 0 past the filters or past K.
-#pragma unroll
-    for (int r = 0; r < BM * BK / kThreads; ++r) {
-      const int e = t + r * kThreads, m = e / BK, kk = e % BK;
-      const int64_t o = o0 + m;
-      const int k = k0 + kk;
-      a_tile[kk][m] = o < O && k < K ? static_cast<acc_t>(w[o * K + k]) : acc_t(0);
-    }
-    // The columns' tile: b_tile[kk][b_col] = column element (k0 + kk, j), read from x; 0 in the padding,
-    // past the batch or past K.
-#pragma unroll
-    for (int r = 0; r < BK * BN / kThreads; ++r) {
-      const int kk = t / BN + r * (kThreads / BN), k = k0 + kk;
-      acc_t v = acc_t(0);
-      if (has_column && k < K) {
-        const int c = static_cast<int>(kernel_area.div(static_cast<uint32_t>(k)));
-        const int tap = k - c * static_cast<int>(kernel_area.d);
-        const int kh = static_cast<int>(kernel_w.div(static_cast<uint32_t>(tap)));
-        const int kw = tap - kh * static_cast<int>(kernel_w.d);
-        const int64_t src = conv2d_mm::im2col_source(s, plane0 + c, kh, kw, oh, ow);
-        if (src >= 0) v = static_cast<acc_t>(x[src]);
-      }
-      b_tile[kk][b_col] = v;
-    }
-    __syncthreads();  // both tiles are whole
+  load_tiles(0);
+  store_tiles(0);
+  __syncthreads();  // copy 0 holds step 0's tiles
+  int buf = 0;      // the copy this step multiplies
+  for (int k0 = 0; k0 < K; k0 += BK, buf ^= 1) {
+    const bool more = k0 + BK < K;
+    if (more) load_tiles(k0 + BK);  // the next step's loads, in flight during the multiply-adds below
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
-      const Pack<acc_t, 4> a0 = load_pack<4>(&a_tile[kk][a_row]), a1 = load_pack<4>(&a_tile[kk][a_row + 4]);
-      const Pack<acc_t, 4> b0 = load_pack<4>(&b_tile[kk][b_col4]), b1 = load_pack<4>(&b_tile[kk][BN / 2 + b_col4]);
+      const Pack<acc_t, 4> a0 = load_pack<4>(&a_tile[buf][kk][a_row]);
+      const Pack<acc_t, 4> a1 = load_pack<4>(&a_tile[buf][kk][a_row + 4]);
+      const Pack<acc_t, 4> b0 = load_pack<4>(&b_tile[buf][kk][b_col4]);
+      const Pack<acc_t, 4> b1 = load_pack<4>(&b_tile[buf][kk][BN / 2 + b_col4]);
       acc_t a[TM], b[TN];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -198,11 +241,14 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>())
         for (int u = 0; u < TN; ++u) acc[i][u] += a[i] * b[u];
       }
     }
-    __syncthreads();  // every thread is done with the tiles before the next step overwrites them
+    if (more) store_tiles(buf ^ 1);  // the copy the step before multiplied: everyone passed the barrier since
+    __syncthreads();  // the next step's copy is whole, and nobody reads this one any more
   }
 
   // The epilogue: out[n, o, p] = acc + bias[o], out (batch, O, L) contiguous. Each group of 4 pixels finds
-  // its (n, p) with one division, then steps along (the 4 may cross into the next image).
+  // its (n, p) with one division. vector_stores (the launcher's): L % 4 == 0 and out aligned, so the group
+  // starts at p % 4 == 0 and its 4 pixels are p .. p + 3 of image n, one aligned vector per filter; else
+  // one element at a time, stepping along (the 4 may cross into the next image).
   acc_t bias_of[TM];
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
@@ -214,6 +260,18 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>())
     const int64_t first = j0 + g * (BN / 2) + b_col4;
     if (first >= columns) continue;
     int64_t n = first / L, p = first - n * L;
+    if (vector_stores) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int64_t o = o0 + a_row + i;
+        if (o >= O) continue;
+        Pack<scalar_t, 4> v;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v.val[u] = static_cast<scalar_t>(acc[i][g * 4 + u] + bias_of[i]);
+        store_pack<4>(out + (n * O + o) * L + p, v);
+      }
+      continue;
+    }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       if (first + u < columns) {
@@ -381,7 +439,8 @@ int64_t leading_dim(const at::Tensor& m) {
 // many blocks, for the small layers (14 x 14, 7 x 7) whose large tiles would leave most of the GPU idle.
 // Either size gives the same bits (Note [implicit GEMM]). why_not: why the kernel cannot take the
 // convolution ("" when it can): it counts K and its blocks in 32 bits (K below 2^30, so that k0 + BK and
-// the FastDivider's numerators stay far from 2^31).
+// the FastDivider's numerators stay far from 2^31), and indexes inside an image in 32 bits (C*H*W below
+// 2^31, and the padded H and W, so that im2col_source<int> cannot overflow).
 struct ImplicitGemmPlan {
   bool big_tiles = false;
   int64_t blocks = 0;
@@ -391,6 +450,13 @@ struct ImplicitGemmPlan {
     const int64_t K = s.channels * s.kernel_area(), columns = s.batch * s.blocks();
     if (K >= (int64_t(1) << 30)) {
       why_not = "C*kH*kW = " + std::to_string(K) + " is 2^30 or more (the kernel counts along it in 32 bits)";
+      return;
+    }
+    constexpr int64_t k2To31 = int64_t(1) << 31;
+    if (s.channels * s.height * s.width >= k2To31 || s.height + 2 * s.pad_h >= k2To31 ||
+        s.width + 2 * s.pad_w >= k2To31) {
+      why_not = "an image of x has 2^31 elements or more, or its padded height or width is 2^31 or more "
+                "(the kernel indexes inside an image in 32 bits)";
       return;
     }
     constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
@@ -427,9 +493,11 @@ struct Conv2dMMLauncher {
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: implicit_gemm forced past its refusal: ", plan.why_not);
     const int K = static_cast<int>(s.channels * s.kernel_area());
     const FastDivider kernel_area(static_cast<uint32_t>(s.kernel_area())), kernel_w(static_cast<uint32_t>(s.kernel_w));
+    // The epilogue's 4-pixel vectors (Note [implicit GEMM]) need whole, aligned groups of 4 in every row.
+    const bool vector_stores = s.blocks() % 4 == 0 && is_aligned(out, sizeof(Pack<scalar_t, 4>));
     const auto launch = [&](auto kernel, int threads) {
       kernel<<<static_cast<unsigned>(plan.blocks), threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-          s, x, w, bias, out_channels, K, kernel_area, kernel_w, out);
+          s, x, w, bias, out_channels, K, kernel_area, kernel_w, vector_stores, out);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (plan.big_tiles) {

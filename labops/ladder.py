@@ -47,7 +47,7 @@ from typing import Callable
 import torch
 
 __all__ = ["ALL_DTYPES", "DEFAULTS", "Default", "about", "default_rung", "describe", "forced", "kernel_address",
-           "last_rung", "layers", "rung_number", "rungs", "use"]
+           "last_rung", "layers", "meta_output", "rung_number", "rungs", "use"]
 
 ALL_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
@@ -136,6 +136,12 @@ def kernel_address(x: torch.Tensor) -> int:
     """The address a kernel reads: x's own when contiguous, else a fresh copy's (aligned: we say 256).
     For the default tables' alignment conditions."""
     return x.data_ptr() if x.is_contiguous() else 256
+
+
+def meta_output(op: Callable, *inputs) -> torch.Tensor:
+    """``op(*inputs)`` on meta tensors: the output's shape from the op's own C++ rules (its Meta kernel),
+    no data and no kernel. What a default table reads instead of restating an output-size formula."""
+    return op(*(t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs))
 
 
 def _layer_face(layer: str):

@@ -516,7 +516,7 @@ def test_ladder_defaults_on_inputs_whose_rung_is_known():
     assert ladder.default_rung("depthwise", "cuda", x, w3, None, 1, 0, 1) == 2  # padding 0: not 'same'
     assert ladder.default_rung("depthwise", "cuda", x, w3, None, 1, 1, 2) == 1  # dilation 2
     assert ladder.default_rung("depthwise", "cuda", x, w7, None, 1, 3, 1) == 1
-    assert ladder.default_rung("depthwise", "cuda", torch.randn(2, 3, 0, 8), w3, None, 1, 1, 1) is None  # empty
+    assert ladder.default_rung("depthwise", "cuda", torch.randn(0, 3, 8, 8), w3, None, 1, 1, 1) is None  # no images
     cl = torch.randn(2, 8, 8, 8).contiguous(memory_format=torch.channels_last)
     assert ladder.default_rung("depthwise", "cuda", cl, torch.randn(8, 1, 3, 3), None, 1, 1, 1) == 2  # NHWC, in place
     assert ladder.default_rung("depthwise", "cuda", cl, torch.randn(16, 1, 3, 3), None, 1, 1, 1) == 3  # m2: NCHW copy

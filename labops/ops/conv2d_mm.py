@@ -19,7 +19,7 @@ convolution index math it shares with depthwise); the gradient: csrc/conv2d_mm/r
 import torch
 
 from .._checks import check_tensor, pair
-from ..ladder import ALL_DTYPES, Default
+from ..ladder import ALL_DTYPES, Default, meta_output
 
 __all__ = ["col2im", "conv2d_mm", "im2col"]
 
@@ -140,10 +140,4 @@ LADDER_DEFAULTS = {
 def ladder_runs_kernel(x, weight, bias=None, stride=1, padding=0, dilation=1) -> bool:
     """Whether a forward call runs a kernel (and records its rung): the output is not empty. x may be empty
     and the output not (no input channels: the output is the bias)."""
-    (sh, sw), (ph, pw), (dh, dw) = (pair(v, "conv2d_mm", name) for v, name in
-                                    ((stride, "stride"), (padding, "padding"), (dilation, "dilation")))
-    kh, kw = weight.shape[2:]
-    out_h = (x.shape[-2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (x.shape[-1] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    batch = x.shape[0] if x.dim() == 4 else 1
-    return batch * weight.shape[0] * out_h * out_w > 0
+    return meta_output(conv2d_mm, x, weight, bias, stride, padding, dilation).numel() > 0

@@ -21,7 +21,7 @@ conv2d_mm); the gradient: csrc/depthwise/register.cpp.
 import torch
 
 from .._checks import check_tensor, pair
-from ..ladder import ALL_DTYPES, Default, kernel_address
+from ..ladder import ALL_DTYPES, Default, kernel_address, meta_output
 
 __all__ = ["depthwise_conv2d"]
 
@@ -90,18 +90,13 @@ def _vector_rows(x, weight, bias=None, stride=1, padding=0, dilation=1):
                                                                                  dilation):
         return False
     kw, pw = weight.shape[3], pair(padding, _OP, "padding")[1]
-    sw, dw = pair(stride, _OP, "stride")[1], pair(dilation, _OP, "dilation")[1]
-    out_w = (x.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out_w = meta_output(depthwise_conv2d, x, weight, bias, stride, padding, dilation).shape[3]
     return pw == kw // 2 and x.shape[3] % 2 == 0 and out_w % 2 == 0 and kernel_address(x) % (2 * x.element_size()) == 0
 
 
 def ladder_runs_kernel(x, weight, bias=None, stride=1, padding=0, dilation=1) -> bool:
     """Whether the forward launches a kernel: not when its output is empty."""
-    (kh, kw), (sh, sw) = weight.shape[2:], pair(stride, _OP, "stride")
-    (ph, pw), (dh, dw) = pair(padding, _OP, "padding"), pair(dilation, _OP, "dilation")
-    out_h = (x.shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (x.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    return x.shape[0] * weight.shape[0] * out_h * out_w > 0
+    return meta_output(depthwise_conv2d, x, weight, bias, stride, padding, dilation).numel() > 0
 
 
 LADDER_DEFAULTS = {

@@ -5,6 +5,10 @@ import torch
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
+# float32 convolutions at full precision: with TF32 (cuDNN's default) conv2d_mm's tensor_cores rung would
+# round float32 to 10 bits of mantissa, past float32's tolerance. The tests that want TF32 turn it on.
+torch.backends.cudnn.conv.fp32_precision = "ieee"
+
 
 @pytest.fixture(params=DEVICES)
 def device(request):

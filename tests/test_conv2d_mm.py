@@ -37,6 +37,11 @@ def sample_inputs(device, dtype=torch.float32, seed=0):
     yield "non-contiguous", randn(2, 9, 8, 3).permute(0, 3, 1, 2), ((3, 3), (1, 1), (1, 1), (1, 1))
     yield "sliced", randn(2, 3, 12, 20)[:, :, ::2, 1::2], ((3, 2), (1, 1), (1, 0), (1, 1))
     yield "empty-batch", randn(0, 3, 5, 5), ((3, 3), (1, 1), (1, 1), (1, 1))
+    # C a multiple of 8: the CUDA tensor_cores rung takes these (16 bytes of a pixel's channels at a time)
+    yield "16-channels", randn(2, 16, 9, 10), ((3, 3), (1, 1), (1, 1), (1, 1))
+    yield "8-channels-everything", randn(3, 8, 13, 11), ((3, 2), (2, 1), (2, 1), (2, 3))
+    yield "channels-last", randn(2, 8, 6, 7).contiguous(memory_format=torch.channels_last), \
+        ((3, 3), (1, 1), (1, 1), (1, 1))
 
 
 # ---- bad arguments (tests/test_arg_rules.py feeds each to the eager op and to its fake) ----
@@ -222,7 +227,18 @@ def ladder_refusals(device):
     x = torch.randn(1, 1, 1, 1, device=device)
     if device == "cpu":
         yield 3, labops.conv2d_mm, (x, x, None, 1, 0, 1), r"has no rung 3 on CPU \(rungs 1..2\)"
+        yield 4, labops.conv2d_mm, (x, x, None, 1, 0, 1), r"has no rung 4 on CPU \(rungs 1..2\)"
         return
+    # tensor_cores: float16, bfloat16, or float32 as TF32 (the tests turn TF32 off: conftest), C % 8 == 0
+    # (C % 4 in float32)
+    x16 = torch.randn(1, 16, 5, 5, device=device)
+    w16 = torch.randn(4, 16, 3, 3, device=device)
+    yield 4, labops.conv2d_mm, (x16.double(), w16.double(), None, 1, 1, 1), \
+        r"rung 4 \(tensor_cores\) cannot take this input: float64 has no tensor cores here"
+    yield 4, labops.conv2d_mm, (x16, w16, None, 1, 1, 1), \
+        r"rung 4 \(tensor_cores\) cannot take this input: float32 with TF32 off"
+    yield 4, labops.conv2d_mm, (x16[:, :12].half(), w16[:, :12].half(), None, 1, 1, 1), \
+        r"rung 4 \(tensor_cores\) cannot take this input: C = 12 is not a multiple of 8"
     wide = x.expand(1, 2**30, 1, 1)
     yield 3, labops.conv2d_mm, (wide, wide, None, 1, 0, 1), \
         r"rung 3 \(implicit_gemm\) cannot take this input: C\*kH\*kW = 1073741824 is 2\^30 or more"
@@ -244,6 +260,31 @@ def test_ladder_defaults_conv2d_mm():
         assert ladder.default_rung("conv2d_mm", device, x[0], w, None, 1, 1, 1) == 2  # unbatched
         # no input channels: x is empty, the output (the bias) is not, and a kernel runs
         assert ladder.default_rung("conv2d_mm", device, x[:, :0], w[:, :0], torch.empty(4), 1, 1, 1) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape, out_channels", [
+    ((3, 16, 48, 60), 136),  # 8640 pixels x 2 filter tiles: 128 x 128 tiles, the last filter tile partial
+    ((2, 24, 9, 10), 40),    # at most 64 filters: 128 x 64 tiles
+    ((1, 8, 5, 7), 72),      # 64 x 64 tiles, both partial
+], ids=["128x128", "128x64", "64x64"])
+def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels, monkeypatch):
+    """Rung 4 (Note [tensor-core implicit GEMM]) on each of its tile sizes, against float64 F.conv2d. float32
+    runs as TF32 here (the test allows it; conftest turns it off for every other test): it rounds as float16
+    does (10 bits), so it gets float16's tolerance."""
+    if device != "cuda":
+        pytest.skip("tensor_cores is a CUDA rung")
+    from labops import ladder
+
+    x = Seeded(device, dtype, 3).randn(*shape)
+    params = ((3, 3), (1, 1), (1, 1), (1, 1))
+    w, b = conv_weight(x, params, out_channels=out_channels)
+    expected = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
+    monkeypatch.setattr(torch.backends.cudnn.conv, "fp32_precision", "tf32")
+    with ladder.use("conv2d_mm", "tensor_cores"):
+        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+    rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
+    torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (shape[1] * 9) ** 0.5)
 
 
 def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):

@@ -103,10 +103,10 @@ struct Conv2dMMLauncher {
   static constexpr int64_t kColumnBudgetBytes = 1 << 20;
 
   // The forward's rung (forward_ladder, entry.h): im2col_gemm unless the textbook is forced; both take any input.
-  static int forward_rung(int forced, const conv2d_mm::Im2colShape&, int64_t) {
+  static int forward_rung(int forced, const conv2d_mm::Im2colShape&, int64_t, at::ScalarType) {
     return forward_ladder().run(c10::DeviceType::CPU, forced, 2, [](int) { return std::string(); });
   }
-  static constexpr bool kImplicitGemm = false;  // the CPU's ladder stops at rung 2 (a forced 3 is refused)
+  static constexpr bool kImplicitGemm = false;  // the CPU's ladder stops at rung 2 (a forced 3 or 4 is refused)
 
   // Rung 1, the textbook: forward_at per output element, the elements shared among the threads.
   template <typename scalar_t>

@@ -14,6 +14,7 @@
 //                  (float64 for float64), any stride, padding, dilation.
 // Every rung reads x as NCHW: entry.h makes a channels_last x contiguous first.
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -33,6 +34,7 @@
 #include "entry.h"
 #include "conv2d_mm.h"
 #include "../common/cuda/device.cuh"
+#include "../common/cuda/mma.cuh"
 #include "../common/cuda/reduce.cuh"
 #include "../common/cuda/vec.cuh"
 
@@ -289,6 +291,193 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, 
   }
 }
 
+// Note [tensor-core implicit GEMM]
+// Rung 4 of the forward: rung 3's GEMM on tensor cores (mma.sync), with x read as channels_last.
+// Transposed from rung 3: M = batch * L output pixels (rows), N = O filters (columns), K = kH*kW*C, and
+// k = (kh, kw, c) with c fastest, so that both operands are rows of contiguous k:
+//   A (M x K): row j is the im2col column of pixel j, and its 8 (float16) or 4 (float32) consecutive k of
+//              one tap are 16 contiguous bytes of one pixel of a channels_last x (channels_last_source);
+//   B (N x K): row o is filter o with its weights in (kh, kw, c) order: w.permute(0, 2, 3, 1), a copy
+//              of the (small) weight.
+// Every load is then one 16-byte cp.async from global straight into shared memory, zero-filled in the
+// padding (C must be a multiple of 8, of 4 in float32, so that 16 bytes never straddle two taps).
+//
+// A block computes a BM x BN tile of out^T (BM pixels x BN filters) in steps of 64 bytes of k (32 values
+// of float16, 16 of float32) through a ring of kTcStages copies of the A and B tiles: while a step
+// multiplies one copy, the loads of the next kTcStages - 1 steps are in flight (cp.async groups), so the
+// tensor cores rarely wait for memory; one barrier per step. Each warp owns a WTM x WTN part of the tile,
+// (WTM / 16) x (WTN / 8) mma tiles of 16 x 8 float32 accumulators; per 32 bytes of k it loads its A and B
+// fragments with ldmatrix (Note [one fragment layout for three types], common/cuda/mma.cuh) and issues
+// one mma per tile. A tile row is 64 bytes plus 16 of padding: the 8 rows that one ldmatrix phase reads
+// then start in 8 different 16-byte bank groups (80 = 5 x 16), no conflicts.
+//
+// Each output sums its k in the same order on every run (deterministic); float16 and bfloat16 multiply
+// exactly and add in float32, float32 is rounded to TF32 first (Mma<float>), as cuDNN does when
+// torch.backends.cudnn.allow_tf32 lets it. The epilogue adds the bias and writes out as NCHW: 8 lanes of a
+// warp hold 8 consecutive pixels of one filter.
+constexpr int kTcRowBytes = 64;               // k per step, in bytes
+constexpr int kTcPitch = kTcRowBytes + 16;    // a tile row in shared memory, padded (see above)
+constexpr int kTcStages = 4;                  // copies of the tiles in the ring
+
+template <int BM, int BN>
+constexpr int tc_smem_bytes() {
+  return kTcStages * (BM + BN) * kTcPitch;
+}
+
+template <typename scalar_t, int BM, int BN, int WARPS_M, int WARPS_N>
+__global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
+    tensor_core_gemm_kernel(const conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x,
+                            const scalar_t* __restrict__ w, const scalar_t* __restrict__ bias, int out_channels,
+                            int K, int columns, FastDivider channels, FastDivider kernel_w, FastDivider pixels,
+                            FastDivider out_w, scalar_t* __restrict__ out) {
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kChunk = 16 / sizeof(scalar_t);  // k per 16-byte chunk
+  constexpr int kStepK = kTcRowBytes / sizeof(scalar_t);
+  constexpr int kRowsPerPass = kThreads / 4;     // 4 threads load a 64-byte row, one chunk each
+  constexpr int kRowsA = BM / kRowsPerPass, kRowsB = BN / kRowsPerPass;
+  constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N, MI = WTM / 16, NI = WTN / 8;
+  static_assert(BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0 && WTM % 16 == 0 && WTN % 16 == 0, "tile sizes");
+  using MmaOp = Mma<scalar_t>;
+  static_assert(MmaOp::kK * sizeof(scalar_t) == 32, "one mma per 32 bytes of k");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const auto a_tile = [&](int stage) { return smem + stage * (BM + BN) * kTcPitch; };
+  const auto b_tile = [&](int stage) { return smem + stage * (BM + BN) * kTcPitch + BM * kTcPitch; };
+
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int tiles_n = (out_channels + BN - 1) / BN;
+  const int o0 = (blockIdx.x % tiles_n) * BN, j0 = (blockIdx.x / tiles_n) * BM;
+
+  // What this thread loads, every step: chunk `quarter` (16 bytes) of rows row0 + i * kRowsPerPass of both
+  // tiles. Its A rows are output pixels whose image and (oh, ow) stay fixed for the whole K loop.
+  const int quarter = t % 4, row0 = t / 4;
+  const scalar_t* image[kRowsA];
+  int oh[kRowsA], ow[kRowsA];
+#pragma unroll
+  for (int i = 0; i < kRowsA; ++i) {
+    const int j = j0 + row0 + i * kRowsPerPass;
+    image[i] = nullptr;  // no pixel: past the batch
+    oh[i] = ow[i] = 0;
+    if (j < columns) {
+      const int n = static_cast<int>(pixels.div(static_cast<uint32_t>(j))), p = j - n * static_cast<int>(pixels.d);
+      oh[i] = static_cast<int>(out_w.div(static_cast<uint32_t>(p)));
+      ow[i] = p - oh[i] * static_cast<int>(out_w.d);
+      image[i] = x + static_cast<int64_t>(n) * s.height * s.width * s.channels;
+    }
+  }
+  const auto load_step = [&](int stage, int k0) {
+    const int k = k0 + quarter * kChunk;
+    const bool inside_k = k < K;
+    const int tap = static_cast<int>(channels.div(static_cast<uint32_t>(k)));
+    const int c = k - tap * static_cast<int>(channels.d);
+    const int kh = static_cast<int>(kernel_w.div(static_cast<uint32_t>(tap)));
+    const int kw = tap - kh * static_cast<int>(kernel_w.d);
+    unsigned char* a = a_tile(stage) + row0 * kTcPitch + quarter * 16;
+#pragma unroll
+    for (int i = 0; i < kRowsA; ++i) {
+      const int src = inside_k && image[i] != nullptr ? conv2d_mm::channels_last_source<int>(s, c, kh, kw, oh[i], ow[i])
+                                                       : -1;
+      cp_async_16(a + i * kRowsPerPass * kTcPitch, src >= 0 ? image[i] + src : x, src >= 0);
+    }
+    unsigned char* b = b_tile(stage) + row0 * kTcPitch + quarter * 16;
+#pragma unroll
+    for (int i = 0; i < kRowsB; ++i) {
+      const int o = o0 + row0 + i * kRowsPerPass;
+      const bool fill = inside_k && o < out_channels;
+      cp_async_16(b + i * kTcPitch * kRowsPerPass, fill ? w + static_cast<int64_t>(o) * K + k : w, fill);
+    }
+  };
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+    }
+  }
+
+  const int steps = (K + kStepK - 1) / kStepK;
+#pragma unroll
+  for (int st = 0; st < kTcStages - 1; ++st) {
+    if (st < steps) load_step(st, st * kStepK);
+    cp_async_commit();  // an empty group past the last step keeps the count of groups in step with k
+  }
+  // This warp's part of the tile, and the shared-memory rows its lane points ldmatrix at (mma.cuh).
+  const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;
+  const int a_row = wm + lane % 16, a_byte = (lane / 16) * 16;
+  const int b_row = wn + (lane / 16) * 8 + lane % 8, b_byte = ((lane / 8) % 2) * 16;
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait<kTcStages - 2>();  // this thread's copies of `step` have landed ...
+    __syncthreads();                 // ... and everyone's; the copy `step - 1` used is free again
+    const int next = step + kTcStages - 1;
+    if (next < steps) load_step(next % kTcStages, next * kStepK);
+    cp_async_commit();
+    const unsigned char* a = a_tile(step % kTcStages);
+    const unsigned char* b = b_tile(step % kTcStages);
+#pragma unroll
+    for (int half = 0; half < kTcRowBytes / 32; ++half) {
+      uint32_t a_frag[MI][4], b_frag[NI][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        ldmatrix_x4(a_frag[mi], a + (a_row + mi * 16) * kTcPitch + half * 32 + a_byte);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) MmaOp::prepare(a_frag[mi][e]);
+      }
+#pragma unroll
+      for (int nj = 0; nj < NI / 2; ++nj) {
+        uint32_t r[4];
+        ldmatrix_x4(r, b + (b_row + nj * 16) * kTcPitch + half * 32 + b_byte);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) MmaOp::prepare(r[e]);
+        b_frag[2 * nj][0] = r[0];
+        b_frag[2 * nj][1] = r[1];
+        b_frag[2 * nj + 1][0] = r[2];
+        b_frag[2 * nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) MmaOp::run(acc[mi][ni], a_frag[mi], b_frag[ni]);
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
+
+  // The epilogue. Accumulator e of tile (mi, ni) is pixel wm + mi * 16 + lane / 4 (+ 8 for e >= 2) and
+  // filter wn + ni * 8 + 2 * (lane % 4) (+ 1 for odd e); out[n, o, p] = acc + bias[o], out NCHW.
+  const int g = lane / 4, q2 = 2 * (lane % 4);
+  float bias_of[NI][2];
+#pragma unroll
+  for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int o = o0 + wn + ni * 8 + q2 + e;
+      bias_of[ni][e] = bias != nullptr && o < out_channels ? static_cast<float>(bias[o]) : 0.0f;
+    }
+  }
+  const int64_t L = pixels.d;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = j0 + wm + mi * 16 + g + 8 * h;
+      if (j >= columns) continue;
+      const int n = static_cast<int>(pixels.div(static_cast<uint32_t>(j))), p = j - n * static_cast<int>(L);
+      scalar_t* out_np = out + static_cast<int64_t>(n) * out_channels * L + p;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int o = o0 + wn + ni * 8 + q2 + e;
+          if (o < out_channels) out_np[o * L] = static_cast<scalar_t>(acc[mi][ni][2 * h + e] + bias_of[ni][e]);
+        }
+      }
+    }
+  }
+}
+
 // col2im: a gather, one thread per image pixel summing the column entries
 // copied from it (col2im_gather); no atomics, deterministic.
 template <typename scalar_t>
@@ -467,6 +656,51 @@ struct ImplicitGemmPlan {
   }
 };
 
+// How tensor_core_gemm_kernel covers a convolution (Note [tensor-core implicit GEMM]): 128 pixels x 128
+// filters a block, or 128 x 64 when there are at most 64 filters, or 64 x 64 when 128 x 128 tiles would
+// not give every multiprocessor a block (the 14 x 14 and 7 x 7 layers); 4 warps each way. why_not: why the
+// kernel cannot take the convolution ("" when it can).
+struct TensorCorePlan {
+  int bm = 0, bn = 0;
+  int64_t blocks = 0;
+  std::string why_not;
+
+  TensorCorePlan(const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype) {
+    const int64_t K = s.channels * s.kernel_area(), columns = s.batch * s.blocks();
+    if (dtype == at::kDouble) {
+      why_not = "float64 has no tensor cores here (they multiply float16, bfloat16, and float32 as TF32)";
+      return;
+    }
+    if (dtype == at::kFloat && !at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) {
+      why_not = "float32 with TF32 off (torch.backends.cudnn.allow_tf32 is False): its tensor cores multiply "
+                "TF32 only";
+      return;
+    }
+    const int64_t chunk = 16 / c10::elementSize(dtype);
+    if (s.channels % chunk != 0) {
+      why_not = "C = " + std::to_string(s.channels) + " is not a multiple of " + std::to_string(chunk) +
+                " (the kernel loads 16 bytes of one pixel's channels at a time)";
+      return;
+    }
+    constexpr int64_t k2To31 = int64_t(1) << 31;
+    if (s.channels * s.height * s.width >= k2To31 || s.height + 2 * s.pad_h >= k2To31 ||
+        s.width + 2 * s.pad_w >= k2To31 || K >= (int64_t(1) << 30) || columns >= k2To31 || out_channels >= k2To31) {
+      why_not = "an image, the batch's output pixels, the filters or C*kH*kW pass its 32-bit counts";
+      return;
+    }
+    const auto tiles = [&](int64_t m, int64_t n) { return ceil_div(columns, m) * ceil_div(out_channels, n); };
+    if (out_channels <= 64) {
+      bm = 128, bn = 64;
+    } else if (tiles(128, 128) >= multiprocessor_count()) {
+      bm = 128, bn = 128;
+    } else {
+      bm = 64, bn = 64;
+    }
+    blocks = tiles(bm, bn);
+    if (blocks > std::numeric_limits<int>::max()) why_not = "it would need 2^31 thread blocks or more";
+  }
+};
+
 struct Conv2dMMLauncher {
   // Columns of at most this many bytes at a time (the benchmark layers need
   // up to 231 MB in float32, so they run as one batched GEMM: one
@@ -477,9 +711,11 @@ struct Conv2dMMLauncher {
 
   // The forward's rung (forward_ladder, entry.h): im2col_gemm unless another is forced. The textbook and
   // im2col_gemm take any input; implicit_gemm all but sizes past its 32-bit counts (ImplicitGemmPlan).
-  static int forward_rung(int forced, const conv2d_mm::Im2colShape& s, int64_t out_channels) {
+  static int forward_rung(int forced, const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype) {
     return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, 2, [&](int rung) {
-      return rung == 3 ? ImplicitGemmPlan(s, out_channels).why_not : std::string();
+      if (rung == 3) return ImplicitGemmPlan(s, out_channels).why_not;
+      if (rung == 4) return TensorCorePlan(s, out_channels, dtype).why_not;
+      return std::string();
     });
   }
 
@@ -504,6 +740,62 @@ struct Conv2dMMLauncher {
       launch(implicit_gemm_kernel<128, 128, scalar_t>, igemm_threads<128, 128>());
     } else {
       launch(implicit_gemm_kernel<64, 64, scalar_t>, igemm_threads<64, 64>());
+    }
+  }
+
+  // Rung 4 (Note [tensor-core implicit GEMM]): x4 (N, C, H, W) in any layout, weight (O, C, kH, kW), bias
+  // (O) or undefined; out (N, O, out_h, out_w) contiguous. x is read as channels_last (copied when it is not,
+  // or when its data is not 16-byte aligned) and the weight in (kh, kw, c) order.
+  static void forward_tensor_cores(const conv2d_mm::Im2colShape& s, const at::Tensor& x4, const at::Tensor& weight,
+                                   const at::Tensor& bias, const at::Tensor& out) {
+    const int64_t O = weight.size(0);
+    const TensorCorePlan plan(s, O, x4.scalar_type());
+    TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
+    const auto aligned = [](at::Tensor t, at::MemoryFormat format) {
+      t = t.contiguous(format);
+      return is_aligned(t.const_data_ptr()) ? t : t.clone(format);
+    };
+    const at::Tensor xc = aligned(x4, at::MemoryFormat::ChannelsLast);
+    const at::Tensor wk = aligned(weight.permute({0, 2, 3, 1}), at::MemoryFormat::Contiguous);  // (O, kH, kW, C)
+    const int K = static_cast<int>(s.channels * s.kernel_area());
+    const FastDivider channels(static_cast<uint32_t>(std::max<int64_t>(s.channels, 1)));
+    const FastDivider kernel_w(static_cast<uint32_t>(s.kernel_w)), pixels(static_cast<uint32_t>(s.blocks()));
+    const FastDivider out_w(static_cast<uint32_t>(s.out_w));
+    AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_tensor_cores",
+        AT_DISPATCH_CASE(at::kHalf, [&] { launch_tensor_cores<scalar_t>(plan, s, xc, wk, bias, out, K, channels,
+                                                                       kernel_w, pixels, out_w); })
+        AT_DISPATCH_CASE(at::kBFloat16, [&] { launch_tensor_cores<scalar_t>(plan, s, xc, wk, bias, out, K, channels,
+                                                                           kernel_w, pixels, out_w); })
+        AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, s, xc, wk, bias, out, K, channels,
+                                                                        kernel_w, pixels, out_w); }));
+  }
+
+  template <typename scalar_t>
+  static void launch_tensor_cores(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x,
+                                  const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, int K,
+                                  FastDivider channels, FastDivider kernel_w, FastDivider pixels, FastDivider out_w) {
+    const scalar_t* b = bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr;
+    const int O = static_cast<int>(out.size(1)), columns = static_cast<int>(s.batch * s.blocks());
+    const auto launch = [&](auto kernel, int bm, int bn) {
+      const int bytes = kTcStages * (bm + bn) * kTcPitch;
+      // Over 48 KB of shared memory a block must be allowed it: once per kernel and device.
+      static std::atomic<uint64_t> allowed_on{0};
+      const uint64_t bit = uint64_t(1) << (current_device() % 64);
+      if ((allowed_on.load(std::memory_order_relaxed) & bit) == 0) {
+        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        allowed_on.fetch_or(bit, std::memory_order_relaxed);
+      }
+      kernel<<<static_cast<unsigned>(plan.blocks), 128, bytes, c10::cuda::getCurrentCUDAStream()>>>(
+          s, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(), b, O, K, columns, channels, kernel_w,
+          pixels, out_w, out.mutable_data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (plan.bm == 128 && plan.bn == 128) {
+      launch(tensor_core_gemm_kernel<scalar_t, 128, 128, 2, 2>, 128, 128);
+    } else if (plan.bm == 128) {
+      launch(tensor_core_gemm_kernel<scalar_t, 128, 64, 2, 2>, 128, 64);
+    } else {
+      launch(tensor_core_gemm_kernel<scalar_t, 64, 64, 2, 2>, 64, 64);
     }
   }
 

@@ -14,12 +14,14 @@
 //   static constexpr bool kSumsBiasWhileGathering;  // whether gather_rows takes a bias to sum into
 //   static void gather_rows(g, rows, bias, add_to_bias);  // rows (O, nb*L) = g (nb, O, L), images inside
 // and the forward's ladder (forward_ladder below):
-//   static int forward_rung(int forced, const Im2colShape&, int64_t out_channels);  // the rung a forward runs;
-//       forced: the forced rung, 0 for none (the shape: for why_not, when a forced rung cannot take it)
+//   static int forward_rung(int forced, const Im2colShape&, int64_t out_channels, at::ScalarType);  // the rung
+//       a forward runs; forced: the forced rung, 0 for none (the shape and dtype: for why_not, when a forced
+//       rung cannot take them)
 //   template <typename scalar_t> static void forward_textbook(const Im2colShape&, const scalar_t* x,
 //       const scalar_t* w, const scalar_t* bias, int64_t out_channels, scalar_t* out);  // rung 1, bias may be null
-//   static constexpr bool kImplicitGemm;  // whether the device has rung 3, and with it
+//   static constexpr bool kImplicitGemm;  // whether the device has rungs 3 and 4, and with them
 //   template <typename scalar_t> static void forward_implicit_gemm(...);  // the same arguments as forward_textbook
+//   static void forward_tensor_cores(const Im2colShape&, x4, weight, bias, out);  // on tensors: it picks the layouts
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (tools/host_time.py).
@@ -51,8 +53,8 @@ namespace labops::conv2d_mm {
 // The forward's rungs (Note [the ladder], common/ladder.h), rung 1 the textbook body forward_at of
 // conv2d_mm.h. The conv2d_mm forward only: im2col, col2im and the backward ops have no rungs. Which rung
 // runs by default: labops/ops/conv2d_mm.py LADDER_DEFAULTS, docs/layers/conv2d_mm.md "The ladder".
-// Rung 3, the implicit GEMM (Note [implicit GEMM], cuda.cu), is the CUDA ladder's alone. A list, open for
-// more rungs (tensor cores: issue #33).
+// Rungs 3 and 4, the implicit GEMM (Note [implicit GEMM], cuda.cu) and the same on tensor cores (Note
+// [tensor-core implicit GEMM]), are the CUDA ladder's alone.
 //
 // On the CPU the GEMM of im2col_gemm is oneDNN's or ATen's (Note [oneDNN GEMMs], cpu.cpp), chosen per GEMM:
 // one rung, not two. The kernel this course writes (im2col) and the math are the same; which library
@@ -72,7 +74,10 @@ inline ladder::Ladder& forward_ladder() {
                        "strided-batched cuBLAS GEMM per chunk onto the broadcast bias"},
        {"implicit_gemm", "implicit_gemm_kernel: the GEMM of im2col_gemm over the whole batch without the "
                          "columns, each block a tile of filters x output pixels whose columns it loads from x "
-                         "into shared memory, 8 x 8 outputs per thread in registers, the bias added last"}});
+                         "into shared memory, 8 x 8 outputs per thread in registers, the bias added last"},
+       {"tensor_cores", "tensor_core_gemm_kernel: the implicit GEMM on tensor cores (mma.sync: float16, "
+                        "bfloat16, float32 as TF32 when torch allows it), x read as channels_last, 16-byte "
+                        "cp.async loads four steps ahead; C a multiple of 8 (4 in float32)"}});
   return rungs;
 }
 
@@ -493,8 +498,9 @@ struct Entry {
   // writes that band's columns of out[n], a strided view). See Note [chunks
   // in parallel] for who runs which chunk. That is rung 2 (im2col_gemm) of the
   // forward's ladder; rung 1 (textbook), when forced, sums each output directly, and
-  // rung 3 (implicit_gemm, CUDA only) runs the same GEMM without the columns.
-  // Every rung reads x as NCHW: a channels_last x is made contiguous first.
+  // rung 3 (implicit_gemm, CUDA only) runs the same GEMM without the columns, and rung 4 (tensor_cores,
+  // CUDA only) that GEMM on tensor cores. Rungs 1 to 3 read x as NCHW (a channels_last x is made
+  // contiguous first), rung 4 as channels_last; every rung writes an NCHW output.
   static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     conv2d_mm_output_size(x, weight, bias, stride, padding, dilation);  // the rules
@@ -505,7 +511,14 @@ struct Entry {
     at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x.options());
     // The rung (forward_ladder), asked only when a kernel runs: an empty output records nothing. Asked
     // before x is copied, so a forced rung that refuses the input has cost no copy.
-    const int rung = out.numel() > 0 ? Launcher::forward_rung(forward_ladder().forced(), s, O) : 0;
+    const int rung = out.numel() > 0 ? Launcher::forward_rung(forward_ladder().forced(), s, O, x.scalar_type()) : 0;
+    if (rung == 4) {
+      if constexpr (Launcher::kImplicitGemm) {  // a device without rung 4 never gets here (Ladder::run)
+        Launcher::forward_tensor_cores(s, x.dim() == 4 ? x : x.unsqueeze(0), weight,
+                                       bias.has_value() ? bias->contiguous() : at::Tensor(), out);
+      }
+      return x.dim() == 4 ? out : out.squeeze(0);
+    }
     at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
     if (rung == 1 || rung == 3) {  // no columns: the textbook (forward_at per output), or the implicit GEMM
       const at::Tensor wc = weight.contiguous();

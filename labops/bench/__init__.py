@@ -66,6 +66,9 @@ class Case:
     # What a user might pick instead of labops, timed in the same run (name -> a callable doing
     # the same work): torch.compile of the native code, cuDNN with channels_last, ...
     peers: dict = field(default_factory=dict)
+    # The math when it is not the dtype's own: "tf32" for float32 on TF32 tensor cores. The ladder's rows
+    # show it in place of the dtype, and read it against that peak.
+    math: str = ""
 
 
 @dataclass
@@ -468,9 +471,9 @@ def ladder_run(layer, device="cuda", json_path=None, print_table=True, min_time=
     names = ladder.rungs(layer, device)
     rows = []
     for case in module.ladder_cases(device):
+        dtype_name = case.math or str(case.dtype).removeprefix("torch.")
         if roof == "flops":
-            peak = peaks.get({"bfloat16": "float16"}.get(str(case.dtype).removeprefix("torch."),
-                                                          str(case.dtype).removeprefix("torch.")))
+            peak = peaks.get({"bfloat16": "float16"}.get(dtype_name, dtype_name))
             pct = lambda ms, peak=peak: (None if ms is None or not peak  # noqa: E731
                                          else 100 * case.flops / (ms * 1e-3) / peak)
         else:
@@ -479,7 +482,7 @@ def ladder_run(layer, device="cuda", json_path=None, print_table=True, min_time=
         default = ladder.last_rung(layer)
         nat = time_ms(case.native, device, min_time)
         nat_graph = graph_ms(case.native) if device == "cuda" else None
-        row = {"op": case.op, "shape": case.shape, "dtype": str(case.dtype).replace("torch.", ""),
+        row = {"op": case.op, "shape": case.shape, "dtype": dtype_name,
                "nbytes": case.nbytes, "flops": case.flops, "native_name": case.native_name,
                "native_ms": float(nat), "native_pct_copy": pct(nat), "native_graph_ms": nat_graph,
                "native_graph_pct_copy": pct(nat_graph), "native_spread": nat.spread(),

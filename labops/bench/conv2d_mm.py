@@ -36,18 +36,24 @@ def _cudnn_conv(x, w, b):
     return F.conv2d(x, w, b, padding=PAD)
 
 
-def _ieee(step):
-    """``step`` with cuDNN's float32 convolutions in full float32 (PyTorch's default lets them use
-    TF32, 10 bits of mantissa, while float32 matmuls, and so labops's GEMMs, stay in full float32)."""
+def _precision(step, fp32_precision):
+    """``step`` with cuDNN's float32 convolutions, and labops's tensor_cores rung, in ``fp32_precision``:
+    "ieee" (full float32) or "tf32" (10 bits of mantissa: PyTorch's default for convolutions, while float32
+    matmuls, and so labops's cuBLAS GEMMs, stay in full float32)."""
     def run():
         before = torch.backends.cudnn.conv.fp32_precision
-        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        torch.backends.cudnn.conv.fp32_precision = fp32_precision
         try:
             return step()
         finally:
             torch.backends.cudnn.conv.fp32_precision = before
 
     return run
+
+
+def _ieee(step):
+    """``step`` with float32 convolutions in full float32 (_precision)."""
+    return _precision(step, "ieee")
 
 
 def doctor_cases(randn, generator):
@@ -120,9 +126,14 @@ LADDER_ROOF = "flops"
 
 
 def ladder_cases(device):
+    """On CUDA each row is one precision, for every rung and for cuDNN alike: float32 in full float32 (the
+    tensor_cores rung refuses it), float32 as TF32 (its math "tf32": the rungs without tensor cores still
+    run full float32), float16 and bfloat16."""
     batch = 32 if device == "cuda" else 4
-    dtypes = [torch.float32, torch.float16] if device == "cuda" else [torch.float32]
-    for dtype in dtypes:
+    rows = [(torch.float32, "ieee")]
+    if device == "cuda":
+        rows += [(torch.float32, "tf32"), (torch.float16, ""), (torch.bfloat16, "")]
+    for dtype, math in rows:
         for channels, hw in LAYERS:
             gen = torch.Generator().manual_seed(0)
             x = torch.randn(batch, channels, hw, hw, generator=gen).to(device, dtype)
@@ -132,10 +143,12 @@ def ladder_cases(device):
             outputs = x.numel()  # channels in = out, padding 1: the output has x's shape
             flops = 2 * outputs * channels * KERNEL * KERNEL + outputs  # the GEMM's multiply-adds, and the bias
             nbytes = (2 * x.numel() + w.numel() + b.numel()) * x.element_size()  # x, w, b read; out written
-            native, conv_name = (lambda x=x, w=w, b=b: _cudnn_conv(x, w, b)), "F.conv2d"
+            labops_step, native = (lambda x=x, w=w, b=b: _labops_conv(x, w, b)), (lambda x=x, w=w, b=b: _cudnn_conv(x, w, b))
+            conv_name = "F.conv2d"
             if device == "cuda":
-                tf32_matters = dtype == torch.float32
-                native = _ieee(native) if tf32_matters else native
-                conv_name = "F.conv2d (cuDNN, no TF32)" if tf32_matters else "F.conv2d (cuDNN)"
+                conv_name = {"ieee": "F.conv2d (cuDNN, no TF32)", "tf32": "F.conv2d (cuDNN, TF32)"}.get(math,
+                                                                                                        "F.conv2d (cuDNN)")
+                if dtype == torch.float32:
+                    labops_step, native = _precision(labops_step, math), _precision(native, math)
             yield Case("conv2d_mm fwd", f"{batch}x{channels}x{hw}x{hw} -> {channels} k3 p1", dtype, nbytes,
-                       lambda x=x, w=w, b=b: _labops_conv(x, w, b), native, conv_name, flops)
+                       labops_step, native, conv_name, flops, math=math if math == "tf32" else "")

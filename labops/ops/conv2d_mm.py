@@ -132,9 +132,37 @@ LADDER_DEFAULTS = {
                 "or more where this CPU runs it, else ATen's: Note [oneDNN GEMMs])"),
     ),
     "cuda": (
-        Default("im2col_gemm", ALL_DTYPES, "always"),
+        Default("tensor_cores", ("float16", "bfloat16"), "C a multiple of 8 and the sizes within its 32-bit counts",
+                holds=lambda x, weight, *rest: _tensor_cores_take(x, weight, rest, channel_multiple=8)),
+        Default("tensor_cores", ("float32",), "TF32 allowed for convolutions (torch.backends.cudnn.conv.fp32_precision, "
+                "'tf32' by default), C a multiple of 4 and the sizes within its 32-bit counts",
+                holds=lambda x, weight, *rest: _tf32_convolutions()
+                and _tensor_cores_take(x, weight, rest, channel_multiple=4)),
+        Default("im2col_gemm", ALL_DTYPES, "otherwise"),
     ),
 }
+
+
+def _tf32_convolutions():
+    """Whether torch lets float32 convolutions use TF32: cuDNN's conv setting, or where it is "none" the
+    setting it inherits (cuDNN's, then every backend's), as ATen's allowTF32CuDNN resolves it."""
+    for setting in (torch.backends.cudnn.conv, torch.backends.cudnn, torch.backends):
+        if setting.fp32_precision != "none":
+            return setting.fp32_precision == "tf32"
+    return False
+
+
+def _tensor_cores_take(x, weight, rest, channel_multiple):
+    """Whether the CUDA tensor_cores rung takes this convolution (TensorCorePlan in csrc/conv2d_mm/cuda.cu):
+    C a multiple of `channel_multiple` and every count within 32 bits."""
+    padding = rest[2] if len(rest) > 2 else 0  # rest: bias, stride, padding, dilation
+    n, c, h, w = x.shape if x.dim() == 4 else (1, *x.shape)
+    out = meta_output(conv2d_mm, x, weight, *rest)
+    columns = n * out.shape[-2] * out.shape[-1]
+    pad_h, pad_w = pair(padding, "conv2d_mm", "padding")
+    K = c * weight.shape[2] * weight.shape[3]
+    return (c % channel_multiple == 0 and c * h * w < 2**31 and h + 2 * pad_h < 2**31 and w + 2 * pad_w < 2**31
+            and K < 2**30 and columns < 2**31 and weight.shape[0] < 2**31)
 
 
 def ladder_runs_kernel(x, weight, bias=None, stride=1, padding=0, dilation=1) -> bool:

@@ -8,11 +8,17 @@
 
 namespace labops::cuda {
 
+// The current device's index.
+inline int current_device() {
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
 // Streaming multiprocessors on the current device (132 on an H100 SXM / H200).
 inline int multiprocessor_count() {
-  int device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, current_device()));
   return sms;
 }
 

@@ -264,9 +264,9 @@ def test_ladder_defaults_conv2d_mm():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape, out_channels", [
-    ((3, 16, 48, 60), 136),  # 8640 pixels x 2 filter tiles: 128 x 128 tiles, the last filter tile partial
-    ((2, 24, 9, 10), 40),    # at most 64 filters: 128 x 64 tiles
-    ((1, 8, 5, 7), 72),      # 64 x 64 tiles, both partial
+    ((3, 16, 48, 60), 136),  # 68 x 2 tiles of 128 x 128 (the last filter tile partial): >= 132 multiprocessors
+    ((2, 24, 96, 90), 40),   # at most 64 filters, 135 tiles of 128 x 64 (the last one partial)
+    ((1, 8, 5, 7), 72),      # too few tiles either way: 64 x 64 tiles, both partial
 ], ids=["128x128", "128x64", "64x64"])
 def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels, monkeypatch):
     """Rung 4 (Note [tensor-core implicit GEMM]) on each of its tile sizes, against float64 F.conv2d. float32
@@ -287,12 +287,13 @@ def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels, monkey
     torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (shape[1] * 9) ** 0.5)
 
 
-def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):
+def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device, monkeypatch):
     from labops import ladder
 
     x, w = torch.randn(2, 0, 5, 5, device=device), torch.randn(3, 0, 3, 3, device=device)
     b = torch.randn(3, device=device)
-    for rung in range(1, len(ladder.rungs("conv2d_mm", device)) + 1):  # implicit_gemm: K = 0, no steps
+    monkeypatch.setattr(torch.backends.cudnn.conv, "fp32_precision", "tf32")  # tensor_cores takes float32 as TF32
+    for rung in range(1, len(ladder.rungs("conv2d_mm", device)) + 1):  # implicit GEMMs: K = 0, no steps
         with ladder.use("conv2d_mm", rung):
             out = labops.conv2d_mm(x, w, b, 1, 1)
             assert ladder.last_rung("conv2d_mm") == rung

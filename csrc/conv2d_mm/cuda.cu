@@ -302,22 +302,24 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, 
 // Every load is then one 16-byte cp.async from global straight into shared memory, zero-filled in the
 // padding (C must be a multiple of 8, of 4 in float32, so that 16 bytes never straddle two taps).
 //
-// A block computes a BM x BN tile of out^T (BM pixels x BN filters) in steps of 64 bytes of k (32 values
-// of float16, 16 of float32) through a ring of kTcStages copies of the A and B tiles: while a step
-// multiplies one copy, the loads of the next kTcStages - 1 steps are in flight (cp.async groups), so the
-// tensor cores rarely wait for memory; one barrier per step. Each warp owns a WTM x WTN part of the tile,
-// (WTM / 16) x (WTN / 8) mma tiles of 16 x 8 float32 accumulators; per 32 bytes of k it loads its A and B
-// fragments with ldmatrix (Note [one fragment layout for three types], common/cuda/mma.cuh) and issues
-// one mma per tile. A tile row is 64 bytes plus 16 of padding: the 8 rows that one ldmatrix phase reads
-// then start in 8 different 16-byte bank groups (80 = 5 x 16), no conflicts.
+// A block (4 warps) computes a BM x BN tile of out^T (BM pixels x BN filters) in steps of 128 bytes of k
+// (64 values of float16, 32 of float32) through a ring of kTcStages copies of the A and B tiles: while a
+// step multiplies one copy, the loads of the next kTcStages - 1 steps are in flight (cp.async groups), so
+// the tensor cores rarely wait for memory; one barrier per step. Each warp owns a WTM x WTN part of the
+// tile, (WTM / 16) x (WTN / 8) mma tiles of 16 x 8 float32 accumulators; per 32 bytes of k it loads its A
+// and B fragments with ldmatrix (Note [one fragment layout for three types], common/cuda/mma.cuh), the
+// next 32 bytes' while this slice's mma run, and issues one mma per tile. A tile row is 128 bytes plus 16
+// of padding: the 8 rows that one ldmatrix phase reads then start in 8 different 16-byte bank groups
+// (144 = 9 x 16), no conflicts. Two blocks fit on a multiprocessor (__launch_bounds__: at most 255
+// registers a thread; 2 x 110 KB of shared memory for 128 x 128 tiles).
 //
 // Each output sums its k in the same order on every run (deterministic); float16 and bfloat16 multiply
 // exactly and add in float32, float32 is rounded to TF32 first (Mma<float>), as cuDNN does when
 // torch.backends.cudnn.allow_tf32 lets it. The epilogue adds the bias and writes out as NCHW: 8 lanes of a
 // warp hold 8 consecutive pixels of one filter.
-constexpr int kTcRowBytes = 64;               // k per step, in bytes
+constexpr int kTcRowBytes = 128;              // k per step, in bytes
 constexpr int kTcPitch = kTcRowBytes + 16;    // a tile row in shared memory, padded (see above)
-constexpr int kTcStages = 4;                  // copies of the tiles in the ring
+constexpr int kTcStages = 3;                  // copies of the tiles in the ring
 
 template <int BM, int BN>
 constexpr int tc_smem_bytes() {
@@ -325,7 +327,7 @@ constexpr int tc_smem_bytes() {
 }
 
 template <typename scalar_t, int BM, int BN, int WARPS_M, int WARPS_N>
-__global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
+__global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, 2)
     tensor_core_gemm_kernel(const conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x,
                             const scalar_t* __restrict__ w, const scalar_t* __restrict__ bias, int out_channels,
                             int K, int columns, FastDivider channels, FastDivider kernel_w, FastDivider pixels,
@@ -333,7 +335,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
   constexpr int kChunk = 16 / sizeof(scalar_t);  // k per 16-byte chunk
   constexpr int kStepK = kTcRowBytes / sizeof(scalar_t);
-  constexpr int kRowsPerPass = kThreads / 4;     // 4 threads load a 64-byte row, one chunk each
+  constexpr int kRowsPerPass = kThreads / 4;     // 4 threads load a 128-byte row, two chunks each
   constexpr int kRowsA = BM / kRowsPerPass, kRowsB = BN / kRowsPerPass;
   constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N, MI = WTM / 16, NI = WTN / 8;
   static_assert(BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0 && WTM % 16 == 0 && WTN % 16 == 0, "tile sizes");
@@ -348,8 +350,9 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
   const int tiles_n = (out_channels + BN - 1) / BN;
   const int o0 = (blockIdx.x % tiles_n) * BN, j0 = (blockIdx.x / tiles_n) * BM;
 
-  // What this thread loads, every step: chunk `quarter` (16 bytes) of rows row0 + i * kRowsPerPass of both
-  // tiles. Its A rows are output pixels whose image and (oh, ow) stay fixed for the whole K loop.
+  // What this thread loads, every step: chunks `quarter` and `quarter` + 4 (16 bytes each) of rows row0 +
+  // i * kRowsPerPass of both tiles. Its A rows are output pixels whose image and (oh, ow) stay fixed for the
+  // whole K loop.
   const int quarter = t % 4, row0 = t / 4;
   const scalar_t* image[kRowsA];
   int oh[kRowsA], ow[kRowsA];
@@ -366,25 +369,29 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
     }
   }
   const auto load_step = [&](int stage, int k0) {
-    const int k = k0 + quarter * kChunk;
-    const bool inside_k = k < K;
-    const int tap = static_cast<int>(channels.div(static_cast<uint32_t>(k)));
-    const int c = k - tap * static_cast<int>(channels.d);
-    const int kh = static_cast<int>(kernel_w.div(static_cast<uint32_t>(tap)));
-    const int kw = tap - kh * static_cast<int>(kernel_w.d);
-    unsigned char* a = a_tile(stage) + row0 * kTcPitch + quarter * 16;
 #pragma unroll
-    for (int i = 0; i < kRowsA; ++i) {
-      const int src = inside_k && image[i] != nullptr ? conv2d_mm::channels_last_source<int>(s, c, kh, kw, oh[i], ow[i])
-                                                       : -1;
-      cp_async_16(a + i * kRowsPerPass * kTcPitch, src >= 0 ? image[i] + src : x, src >= 0);
-    }
-    unsigned char* b = b_tile(stage) + row0 * kTcPitch + quarter * 16;
+    for (int u = 0; u < 2; ++u) {
+      const int chunk = quarter + 4 * u, k = k0 + chunk * kChunk;
+      const bool inside_k = k < K;
+      const int tap = static_cast<int>(channels.div(static_cast<uint32_t>(k)));
+      const int c = k - tap * static_cast<int>(channels.d);
+      const int kh = static_cast<int>(kernel_w.div(static_cast<uint32_t>(tap)));
+      const int kw = tap - kh * static_cast<int>(kernel_w.d);
+      unsigned char* a = a_tile(stage) + row0 * kTcPitch + chunk * 16;
 #pragma unroll
-    for (int i = 0; i < kRowsB; ++i) {
-      const int o = o0 + row0 + i * kRowsPerPass;
-      const bool fill = inside_k && o < out_channels;
-      cp_async_16(b + i * kTcPitch * kRowsPerPass, fill ? w + static_cast<int64_t>(o) * K + k : w, fill);
+      for (int i = 0; i < kRowsA; ++i) {
+        const int src = inside_k && image[i] != nullptr
+                            ? conv2d_mm::channels_last_source<int>(s, c, kh, kw, oh[i], ow[i])
+                            : -1;
+        cp_async_16(a + i * kRowsPerPass * kTcPitch, src >= 0 ? image[i] + src : x, src >= 0);
+      }
+      unsigned char* b = b_tile(stage) + row0 * kTcPitch + chunk * 16;
+#pragma unroll
+      for (int i = 0; i < kRowsB; ++i) {
+        const int o = o0 + row0 + i * kRowsPerPass;
+        const bool fill = inside_k && o < out_channels;
+        cp_async_16(b + i * kRowsPerPass * kTcPitch, fill ? w + static_cast<int64_t>(o) * K + k : w, fill);
+      }
     }
   };
 
@@ -416,30 +423,37 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32)
     cp_async_commit();
     const unsigned char* a = a_tile(step % kTcStages);
     const unsigned char* b = b_tile(step % kTcStages);
-#pragma unroll
-    for (int half = 0; half < kTcRowBytes / 32; ++half) {
-      uint32_t a_frag[MI][4], b_frag[NI][2];
+    // The fragments of 32 bytes of k at a time, double-buffered: slice + 1's ldmatrix are issued before
+    // slice's mma, so their latency hides behind the multiplications.
+    uint32_t a_frag[2][MI][4], b_frag[2][NI][2];
+    const auto load_fragments = [&](int buf, int slice) {
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
-        ldmatrix_x4(a_frag[mi], a + (a_row + mi * 16) * kTcPitch + half * 32 + a_byte);
+        ldmatrix_x4(a_frag[buf][mi], a + (a_row + mi * 16) * kTcPitch + slice * 32 + a_byte);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) MmaOp::prepare(a_frag[mi][e]);
+        for (int e = 0; e < 4; ++e) MmaOp::prepare(a_frag[buf][mi][e]);
       }
 #pragma unroll
       for (int nj = 0; nj < NI / 2; ++nj) {
         uint32_t r[4];
-        ldmatrix_x4(r, b + (b_row + nj * 16) * kTcPitch + half * 32 + b_byte);
+        ldmatrix_x4(r, b + (b_row + nj * 16) * kTcPitch + slice * 32 + b_byte);
 #pragma unroll
         for (int e = 0; e < 4; ++e) MmaOp::prepare(r[e]);
-        b_frag[2 * nj][0] = r[0];
-        b_frag[2 * nj][1] = r[1];
-        b_frag[2 * nj + 1][0] = r[2];
-        b_frag[2 * nj + 1][1] = r[3];
+        b_frag[buf][2 * nj][0] = r[0];
+        b_frag[buf][2 * nj][1] = r[1];
+        b_frag[buf][2 * nj + 1][0] = r[2];
+        b_frag[buf][2 * nj + 1][1] = r[3];
       }
+    };
+    constexpr int kSlices = kTcRowBytes / 32;
+    load_fragments(0, 0);
+#pragma unroll
+    for (int slice = 0; slice < kSlices; ++slice) {
+      if (slice + 1 < kSlices) load_fragments((slice + 1) % 2, slice + 1);
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) MmaOp::run(acc[mi][ni], a_frag[mi], b_frag[ni]);
+        for (int ni = 0; ni < NI; ++ni) MmaOp::run(acc[mi][ni], a_frag[slice % 2][mi], b_frag[slice % 2][ni]);
       }
     }
   }
@@ -656,10 +670,10 @@ struct ImplicitGemmPlan {
   }
 };
 
-// How tensor_core_gemm_kernel covers a convolution (Note [tensor-core implicit GEMM]): 128 pixels x 128
-// filters a block, or 128 x 64 when there are at most 64 filters, or 64 x 64 when 128 x 128 tiles would
-// not give every multiprocessor a block (the 14 x 14 and 7 x 7 layers); 4 warps each way. why_not: why the
-// kernel cannot take the convolution ("" when it can).
+// How tensor_core_gemm_kernel covers a convolution (Note [tensor-core implicit GEMM]): the largest tiles
+// that still give every multiprocessor a block: 128 pixels x 128 filters (more than 64 filters), 128 x 64,
+// else 64 x 64 (the 7 x 7 layers); 4 warps each way. why_not: why the kernel cannot take the convolution
+// ("" when it can).
 struct TensorCorePlan {
   int bm = 0, bn = 0;
   int64_t blocks = 0;
@@ -672,8 +686,8 @@ struct TensorCorePlan {
       return;
     }
     if (dtype == at::kFloat && !at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) {
-      why_not = "float32 with TF32 off (torch.backends.cudnn.allow_tf32 is False): its tensor cores multiply "
-                "TF32 only";
+      why_not = "float32 with TF32 off for convolutions (torch.backends.cudnn.conv.fp32_precision): its tensor "
+                "cores multiply float32 only as TF32";
       return;
     }
     const int64_t chunk = 16 / c10::elementSize(dtype);
@@ -689,10 +703,11 @@ struct TensorCorePlan {
       return;
     }
     const auto tiles = [&](int64_t m, int64_t n) { return ceil_div(columns, m) * ceil_div(out_channels, n); };
-    if (out_channels <= 64) {
-      bm = 128, bn = 64;
-    } else if (tiles(128, 128) >= multiprocessor_count()) {
+    const int64_t sms = multiprocessor_count();
+    if (out_channels > 64 && tiles(128, 128) >= sms) {
       bm = 128, bn = 128;
+    } else if (tiles(128, 64) >= sms) {
+      bm = 128, bn = 64;
     } else {
       bm = 64, bn = 64;
     }
@@ -709,10 +724,13 @@ struct Conv2dMMLauncher {
   // against the per-image loop on a GPU).
   static constexpr int64_t kColumnBudgetBytes = int64_t(512) << 20;
 
-  // The forward's rung (forward_ladder, entry.h): im2col_gemm unless another is forced. The textbook and
-  // im2col_gemm take any input; implicit_gemm all but sizes past its 32-bit counts (ImplicitGemmPlan).
+  // The forward's rung (forward_ladder, entry.h), unless one is forced. The textbook and im2col_gemm take
+  // any input; implicit_gemm all but sizes past its 32-bit counts (ImplicitGemmPlan); tensor_cores what
+  // TensorCorePlan allows.
   static int forward_rung(int forced, const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype) {
-    return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, 2, [&](int rung) {
+    // By default tensor_cores wherever it takes the input, else im2col_gemm.
+    const int automatic = TensorCorePlan(s, out_channels, dtype).why_not.empty() ? 4 : 2;
+    return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, automatic, [&](int rung) {
       if (rung == 3) return ImplicitGemmPlan(s, out_channels).why_not;
       if (rung == 4) return TensorCorePlan(s, out_channels, dtype).why_not;
       return std::string();
@@ -775,28 +793,33 @@ struct Conv2dMMLauncher {
                                   const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, int K,
                                   FastDivider channels, FastDivider kernel_w, FastDivider pixels, FastDivider out_w) {
     const scalar_t* b = bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr;
-    const int O = static_cast<int>(out.size(1)), columns = static_cast<int>(s.batch * s.blocks());
-    const auto launch = [&](auto kernel, int bm, int bn) {
-      const int bytes = kTcStages * (bm + bn) * kTcPitch;
-      // Over 48 KB of shared memory a block must be allowed it: once per kernel and device.
-      static std::atomic<uint64_t> allowed_on{0};
-      const uint64_t bit = uint64_t(1) << (current_device() % 64);
-      if ((allowed_on.load(std::memory_order_relaxed) & bit) == 0) {
-        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        allowed_on.fetch_or(bit, std::memory_order_relaxed);
-      }
-      kernel<<<static_cast<unsigned>(plan.blocks), 128, bytes, c10::cuda::getCurrentCUDAStream()>>>(
-          s, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(), b, O, K, columns, channels, kernel_w,
-          pixels, out_w, out.mutable_data_ptr<scalar_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    };
     if (plan.bm == 128 && plan.bn == 128) {
-      launch(tensor_core_gemm_kernel<scalar_t, 128, 128, 2, 2>, 128, 128);
+      launch_tiles<scalar_t, 128, 128>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
     } else if (plan.bm == 128) {
-      launch(tensor_core_gemm_kernel<scalar_t, 128, 64, 2, 2>, 128, 64);
+      launch_tiles<scalar_t, 128, 64>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
     } else {
-      launch(tensor_core_gemm_kernel<scalar_t, 64, 64, 2, 2>, 64, 64);
+      launch_tiles<scalar_t, 64, 64>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
     }
+  }
+
+  template <typename scalar_t, int BM, int BN>
+  static void launch_tiles(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x,
+                           const at::Tensor& w, const scalar_t* bias, const at::Tensor& out, int K,
+                           FastDivider channels, FastDivider kernel_w, FastDivider pixels, FastDivider out_w) {
+    const auto kernel = tensor_core_gemm_kernel<scalar_t, BM, BN, 2, 2>;
+    constexpr int kBytes = tc_smem_bytes<BM, BN>();
+    // Over 48 KB of shared memory a block must be allowed it: once per kernel and device.
+    static std::atomic<uint64_t> allowed_on{0};
+    const uint64_t bit = uint64_t(1) << (current_device() % 64);
+    if ((allowed_on.load(std::memory_order_relaxed) & bit) == 0) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+      allowed_on.fetch_or(bit, std::memory_order_relaxed);
+    }
+    const int O = static_cast<int>(out.size(1)), columns = static_cast<int>(s.batch * s.blocks());
+    kernel<<<static_cast<unsigned>(plan.blocks), 128, kBytes, c10::cuda::getCurrentCUDAStream()>>>(
+        s, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(), bias, O, K, columns, channels, kernel_w,
+        pixels, out_w, out.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
   template <typename scalar_t>

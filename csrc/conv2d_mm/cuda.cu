@@ -23,6 +23,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty_like.h>
 #include <cublas_v2.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -302,24 +303,32 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, 
 // Every load is then one 16-byte cp.async from global straight into shared memory, zero-filled in the
 // padding (C must be a multiple of 8, of 4 in float32, so that 16 bytes never straddle two taps).
 //
-// A block (4 warps) computes a BM x BN tile of out^T (BM pixels x BN filters) in steps of 128 bytes of k
-// (64 values of float16, 32 of float32) through a ring of kTcStages copies of the A and B tiles: while a
+// A block (4 warps) computes a BM x BN tile of out^T (BM pixels x BN filters) in steps of 64 bytes of k
+// (32 values of float16, 16 of float32) through a ring of kTcStages copies of the A and B tiles: while a
 // step multiplies one copy, the loads of the next kTcStages - 1 steps are in flight (cp.async groups), so
 // the tensor cores rarely wait for memory; one barrier per step. Each warp owns a WTM x WTN part of the
 // tile, (WTM / 16) x (WTN / 8) mma tiles of 16 x 8 float32 accumulators; per 32 bytes of k it loads its A
 // and B fragments with ldmatrix (Note [one fragment layout for three types], common/cuda/mma.cuh), the
-// next 32 bytes' while this slice's mma run, and issues one mma per tile. A tile row is 128 bytes plus 16
+// next 32 bytes' while this slice's mma run, and issues one mma per tile. A tile row is 64 bytes plus 16
 // of padding: the 8 rows that one ldmatrix phase reads then start in 8 different 16-byte bank groups
-// (144 = 9 x 16), no conflicts. Two blocks fit on a multiprocessor (__launch_bounds__: at most 255
-// registers a thread; 2 x 110 KB of shared memory for 128 x 128 tiles).
+// (80 = 5 x 16), no conflicts. Several blocks share a multiprocessor (tc_blocks_per_sm): with 4 warps a
+// block, its warps hide each other's latencies only if there are enough of them (Nsight Compute: one
+// block of 128 x 128 tiles a multiprocessor kept the tensor pipe 33 % busy).
 //
 // Each output sums its k in the same order on every run (deterministic); float16 and bfloat16 multiply
 // exactly and add in float32, float32 is rounded to TF32 first (Mma<float>), as cuDNN does when
 // torch.backends.cudnn.allow_tf32 lets it. The epilogue adds the bias and writes out as NCHW: 8 lanes of a
 // warp hold 8 consecutive pixels of one filter.
-constexpr int kTcRowBytes = 128;              // k per step, in bytes
+constexpr int kTcRowBytes = 64;               // k per step, in bytes
 constexpr int kTcPitch = kTcRowBytes + 16;    // a tile row in shared memory, padded (see above)
-constexpr int kTcStages = 3;                  // copies of the tiles in the ring
+constexpr int kTcStages = 4;                  // copies of the tiles in the ring
+
+// Blocks of a tile size that share a multiprocessor (__launch_bounds__): 2 of 128 x 128 (at most 255
+// registers a thread, 2 x 80 KB of shared memory), 3 of the smaller ones (at most 168 registers).
+template <int BM, int BN>
+constexpr int tc_blocks_per_sm() {
+  return BM * BN >= 128 * 128 ? 2 : 3;
+}
 
 template <int BM, int BN>
 constexpr int tc_smem_bytes() {
@@ -327,7 +336,7 @@ constexpr int tc_smem_bytes() {
 }
 
 template <typename scalar_t, int BM, int BN, int WARPS_M, int WARPS_N>
-__global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, 2)
+__global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, BN>())
     tensor_core_gemm_kernel(const conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x,
                             const scalar_t* __restrict__ w, const scalar_t* __restrict__ bias, int out_channels,
                             int K, int columns, FastDivider channels, FastDivider kernel_w, FastDivider pixels,
@@ -335,7 +344,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, 2)
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
   constexpr int kChunk = 16 / sizeof(scalar_t);  // k per 16-byte chunk
   constexpr int kStepK = kTcRowBytes / sizeof(scalar_t);
-  constexpr int kRowsPerPass = kThreads / 4;     // 4 threads load a 128-byte row, two chunks each
+  constexpr int kRowsPerPass = kThreads / 4;     // 4 threads load a 64-byte row, one 16-byte chunk each
   constexpr int kRowsA = BM / kRowsPerPass, kRowsB = BN / kRowsPerPass;
   constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N, MI = WTM / 16, NI = WTN / 8;
   static_assert(BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0 && WTM % 16 == 0 && WTN % 16 == 0, "tile sizes");
@@ -350,9 +359,8 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, 2)
   const int tiles_n = (out_channels + BN - 1) / BN;
   const int o0 = (blockIdx.x % tiles_n) * BN, j0 = (blockIdx.x / tiles_n) * BM;
 
-  // What this thread loads, every step: chunks `quarter` and `quarter` + 4 (16 bytes each) of rows row0 +
-  // i * kRowsPerPass of both tiles. Its A rows are output pixels whose image and (oh, ow) stay fixed for the
-  // whole K loop.
+  // What this thread loads, every step: chunk `quarter` (16 bytes) of rows row0 + i * kRowsPerPass of both
+  // tiles. Its A rows are output pixels whose image and (oh, ow) stay fixed for the whole K loop.
   const int quarter = t % 4, row0 = t / 4;
   const scalar_t* image[kRowsA];
   int oh[kRowsA], ow[kRowsA];
@@ -370,7 +378,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, 2)
   }
   const auto load_step = [&](int stage, int k0) {
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
+    for (int u = 0; u < kTcRowBytes / 64; ++u) {
       const int chunk = quarter + 4 * u, k = k0 + chunk * kChunk;
       const bool inside_k = k < K;
       const int tap = static_cast<int>(channels.div(static_cast<uint32_t>(k)));
@@ -670,10 +678,37 @@ struct ImplicitGemmPlan {
   }
 };
 
-// How tensor_core_gemm_kernel covers a convolution (Note [tensor-core implicit GEMM]): the largest tiles
-// that still give every multiprocessor a block: 128 pixels x 128 filters (more than 64 filters), 128 x 64,
-// else 64 x 64 (the 7 x 7 layers); 4 warps each way. why_not: why the kernel cannot take the convolution
-// ("" when it can).
+// out[b] = in[b]^T for `batch` row-major rows x cols matrices: x (N, C, H*W) into channels_last (N, H*W, C),
+// the weight (O, C, kH*kW) into (O, kH*kW, C), for the tensor_cores rung. A block moves 32 x 32 tiles
+// through shared memory so that both its reads and its writes are runs of 32 consecutive elements (ATen's
+// copy into channels_last reads one and writes the other at a stride: 20 us for a 32 x 128 x 28 x 28
+// float16 x on an H100, Nsight Compute).
+template <typename scalar_t>
+__global__ void __launch_bounds__(256)
+    transpose_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, int64_t rows, int64_t cols,
+                     int64_t batch) {
+  __shared__ scalar_t tile[32][33];  // 33: a column of the tile spreads over the banks
+  const int64_t tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32, tiles = batch * tiles_r * tiles_c;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t b = t / (tiles_r * tiles_c), rc = t - b * tiles_r * tiles_c;
+    const int64_t r0 = rc / tiles_c * 32, c0 = rc % tiles_c * 32;
+    const scalar_t* src = in + b * rows * cols;
+    scalar_t* dst = out + b * rows * cols;
+    for (int i = ty; i < 32; i += 8) {
+      if (r0 + i < rows && c0 + tx < cols) tile[i][tx] = src[(r0 + i) * cols + c0 + tx];
+    }
+    __syncthreads();
+    for (int i = ty; i < 32; i += 8) {
+      if (c0 + i < cols && r0 + tx < rows) dst[(c0 + i) * rows + r0 + tx] = tile[tx][i];
+    }
+    __syncthreads();  // the tile is read before the next one overwrites it
+  }
+}
+
+// How tensor_core_gemm_kernel covers a convolution (Note [tensor-core implicit GEMM]): tiles of 128 or 64
+// pixels x 128 or 64 filters, 4 warps each, chosen below. why_not: why the kernel cannot take the
+// convolution ("" when it can).
 struct TensorCorePlan {
   int bm = 0, bn = 0;
   int64_t blocks = 0;
@@ -702,16 +737,20 @@ struct TensorCorePlan {
       why_not = "an image, the batch's output pixels, the filters or C*kH*kW pass its 32-bit counts";
       return;
     }
-    const auto tiles = [&](int64_t m, int64_t n) { return ceil_div(columns, m) * ceil_div(out_channels, n); };
+    // The tile size that finishes first by a rough model: a wave of blocks (as many as fit on the GPU at
+    // once) takes as long as the area of the blocks one multiprocessor holds, and smaller tiles do less
+    // work per byte they load (the factors are rough guesses, checked by tools/conv_goals.py on an H100).
     const int64_t sms = multiprocessor_count();
-    if (out_channels > 64 && tiles(128, 128) >= sms) {
-      bm = 128, bn = 128;
-    } else if (tiles(128, 64) >= sms) {
-      bm = 128, bn = 64;
-    } else {
-      bm = 64, bn = 64;
-    }
-    blocks = tiles(bm, bn);
+    double best = 0;
+    const auto consider = [&](int m, int n, int per_sm, double efficiency) {
+      const int64_t count = ceil_div(columns, int64_t(m)) * ceil_div(out_channels, int64_t(n));
+      const double cost = double(ceil_div(count, per_sm * sms)) * per_sm * m * n / efficiency;
+      if (bm == 0 || cost < best) bm = m, bn = n, blocks = count, best = cost;
+    };
+    consider(128, 128, tc_blocks_per_sm<128, 128>(), 1.0);
+    consider(64, 128, tc_blocks_per_sm<64, 128>(), 0.9);
+    consider(128, 64, tc_blocks_per_sm<128, 64>(), 0.9);
+    consider(64, 64, tc_blocks_per_sm<64, 64>(), 0.75);
     if (blocks > std::numeric_limits<int>::max()) why_not = "it would need 2^31 thread blocks or more";
   }
 };
@@ -769,12 +808,8 @@ struct Conv2dMMLauncher {
     const int64_t O = weight.size(0);
     const TensorCorePlan plan(s, O, x4.scalar_type());
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
-    const auto aligned = [](at::Tensor t, at::MemoryFormat format) {
-      t = t.contiguous(format);
-      return is_aligned(t.const_data_ptr()) ? t : t.clone(format);
-    };
-    const at::Tensor xc = aligned(x4, at::MemoryFormat::ChannelsLast);
-    const at::Tensor wk = aligned(weight.permute({0, 2, 3, 1}), at::MemoryFormat::Contiguous);  // (O, kH, kW, C)
+    const at::Tensor xc = channels_last(x4);                                   // (N, H, W, C) in memory
+    const at::Tensor wk = channels_last(weight);                               // (O, kH, kW, C) in memory
     const int K = static_cast<int>(s.channels * s.kernel_area());
     const FastDivider channels(static_cast<uint32_t>(std::max<int64_t>(s.channels, 1)));
     const FastDivider kernel_w(static_cast<uint32_t>(s.kernel_w)), pixels(static_cast<uint32_t>(s.blocks()));
@@ -788,6 +823,24 @@ struct Conv2dMMLauncher {
                                                                         kernel_w, pixels, out_w); }));
   }
 
+  // t (B, C, H, W) with its memory (B, H, W, C), 16-byte aligned: t itself when it is so already, else a
+  // copy (transpose_kernel from a contiguous t).
+  static at::Tensor channels_last(const at::Tensor& t) {
+    if (t.is_contiguous(at::MemoryFormat::ChannelsLast) && is_aligned(t.const_data_ptr())) return t;
+    const at::Tensor src = t.contiguous();
+    at::Tensor out = at::empty_like(src, at::MemoryFormat::ChannelsLast);
+    const int64_t batch = src.size(0), rows = src.size(1), cols = src.size(2) * src.size(3);
+    if (out.numel() == 0) return out;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "labops_channels_last", [&] {
+      const int64_t tiles = batch * ceil_div<int64_t>(rows, 32) * ceil_div<int64_t>(cols, 32);
+      const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 16);
+      transpose_kernel<scalar_t><<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, cols, batch);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return out;
+  }
+
   template <typename scalar_t>
   static void launch_tensor_cores(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x,
                                   const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, int K,
@@ -795,6 +848,8 @@ struct Conv2dMMLauncher {
     const scalar_t* b = bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr;
     if (plan.bm == 128 && plan.bn == 128) {
       launch_tiles<scalar_t, 128, 128>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
+    } else if (plan.bm == 64 && plan.bn == 128) {
+      launch_tiles<scalar_t, 64, 128>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
     } else if (plan.bm == 128) {
       launch_tiles<scalar_t, 128, 64>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
     } else {
@@ -806,7 +861,7 @@ struct Conv2dMMLauncher {
   static void launch_tiles(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x,
                            const at::Tensor& w, const scalar_t* bias, const at::Tensor& out, int K,
                            FastDivider channels, FastDivider kernel_w, FastDivider pixels, FastDivider out_w) {
-    const auto kernel = tensor_core_gemm_kernel<scalar_t, BM, BN, 2, 2>;
+    const auto kernel = tensor_core_gemm_kernel<scalar_t, BM, BN, 2, 2>;  // 4 warps
     constexpr int kBytes = tc_smem_bytes<BM, BN>();
     // Over 48 KB of shared memory a block must be allowed it: once per kernel and device.
     static std::atomic<uint64_t> allowed_on{0};

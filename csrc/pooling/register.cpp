@@ -70,6 +70,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 
 // Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("global_avg_pool2d", &labops::pooling::global_avg_pool2d_meta);
-  m.impl("global_avg_pool2d_backward", &labops::pooling::global_avg_pool2d_backward_meta);
+  labops::pooling::register_kernels<labops::pooling::Meta>(m);
 }

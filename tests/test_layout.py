@@ -26,12 +26,18 @@ def _schemas(layer):
 
 
 def _fakes(layer):
-    """The ops with a fake: a Python register_fake in labops/ops/<layer>.py, or a Meta kernel in
-    csrc/<layer>/register.cpp (TORCH_LIBRARY_IMPL(labops, Meta, m): the C++ rules and shapes run on fakes)."""
+    """The ops with a fake: a Python register_fake in labops/ops/<layer>.py, or a Meta kernel registered in
+    csrc/<layer>/register.cpp (TORCH_LIBRARY_IMPL(labops, Meta, m): the C++ rules and shapes run on fakes),
+    one m.impl at a time or as register_kernels<Meta>(m), the list of the layer's ops in its entry.h."""
     python = re.findall(r'register_fake\(\s*"labops::(\w+)"', (ROOT / "labops" / "ops" / f"{layer}.py").read_text())
     meta_blocks = re.findall(r"TORCH_LIBRARY_IMPL\(labops, Meta, m\) \{(.*?)\n\}",
                              (ROOT / "csrc" / layer / "register.cpp").read_text(), re.S)
-    return python + [name for block in meta_blocks for name in re.findall(r'm\.impl\("(\w+)"', block)]
+    meta = [name for block in meta_blocks for name in re.findall(r'm\.impl\("(\w+)"', block)]
+    if any(re.search(r"register_kernels<[\w:]*\bMeta>\(m\)", block) for block in meta_blocks):
+        entry = (ROOT / "csrc" / layer / "entry.h").read_text()
+        listed = re.search(r"void register_kernels\(Module& m\) \{(.*?)\n\}", entry, re.S).group(1)
+        meta += re.findall(r'impl\("(\w+)"', listed)
+    return python + meta
 
 
 def test_python_and_csrc_have_the_same_layers():

@@ -41,5 +41,5 @@ struct ActivationLauncher : ElementwiseLauncher {  // run(): the backward ops
 }  // namespace labops::activation
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::activation::Entry<labops::activation::ActivationLauncher>::register_kernels(m);
+  labops::activation::register_kernels<labops::activation::Entry<labops::activation::ActivationLauncher>>(m);
 }

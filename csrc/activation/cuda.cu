@@ -33,5 +33,5 @@ struct ActivationLauncher : ElementwiseLauncher {  // run(): the backward ops
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::activation::Entry<labops::cuda::ActivationLauncher>::register_kernels(m);
+  labops::activation::register_kernels<labops::activation::Entry<labops::cuda::ActivationLauncher>>(m);
 }

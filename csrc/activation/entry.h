@@ -38,9 +38,9 @@ inline ladder::Ladder& forward_ladder() {
 }
 
 // ---- the rules, stated once ----
-// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
-// under torch.compile, are these checks and an output of x's shape (an elementwise op's output is its
-// input's shape).
+// Every call checks its arguments here first; the Meta kernels (struct Meta below), which fake tensors
+// run under torch.compile, are these checks and an output of x's shape (an elementwise op's output is
+// its input's shape).
 
 inline void tanh_rules(const at::Tensor& x) { check_floating(x, "tanh", "x"); }
 
@@ -63,25 +63,27 @@ inline GeluApprox gelu_backward_rules(const at::Tensor& grad_output, const at::T
 
 inline at::Tensor like(const at::Tensor& t) { return at::empty_symint(t.sym_sizes(), t.options()); }
 
-inline at::Tensor tanh_meta(const at::Tensor& x) {
-  tanh_rules(x);
-  return like(x);
-}
+struct Meta {
+  static at::Tensor tanh(const at::Tensor& x) {
+    tanh_rules(x);
+    return like(x);
+  }
 
-inline at::Tensor tanh_backward_meta(const at::Tensor& grad_output, const at::Tensor& output) {
-  tanh_backward_rules(grad_output, output);
-  return like(output);
-}
+  static at::Tensor tanh_backward(const at::Tensor& grad_output, const at::Tensor& output) {
+    tanh_backward_rules(grad_output, output);
+    return like(output);
+  }
 
-inline at::Tensor gelu_meta(const at::Tensor& x, c10::string_view approximate) {
-  gelu_rules(x, approximate);
-  return like(x);
-}
+  static at::Tensor gelu(const at::Tensor& x, c10::string_view approximate) {
+    gelu_rules(x, approximate);
+    return like(x);
+  }
 
-inline at::Tensor gelu_backward_meta(const at::Tensor& grad_output, const at::Tensor& x, c10::string_view approximate) {
-  gelu_backward_rules(grad_output, x, approximate);
-  return like(x);
-}
+  static at::Tensor gelu_backward(const at::Tensor& grad_output, const at::Tensor& x, c10::string_view approximate) {
+    gelu_backward_rules(grad_output, x, approximate);
+    return like(x);
+  }
+};
 
 template <typename Launcher>
 struct Entry {
@@ -112,12 +114,14 @@ struct Entry {
     });
     return out;
   }
-
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("tanh", &tanh).impl("tanh_backward", &tanh_backward)
-        .impl("gelu", &gelu).impl("gelu_backward", &gelu_backward);
-  }
 };
+
+// Every op of the layer with its kernel in `Kernels`: Entry<Launcher> on a device (cpu.cpp, cuda.cu),
+// Meta for fake tensors (register.cpp). One list, so no op lacks a kernel on one dispatch key.
+template <typename Kernels, typename Module>
+void register_kernels(Module& m) {
+  m.impl("tanh", &Kernels::tanh).impl("tanh_backward", &Kernels::tanh_backward)
+      .impl("gelu", &Kernels::gelu).impl("gelu_backward", &Kernels::gelu_backward);
+}
 
 }  // namespace labops::activation

@@ -84,8 +84,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 
 // Fake tensors (torch.compile) run the rules of entry.h and make an output of the input's shape.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("tanh", &labops::activation::tanh_meta);
-  m.impl("tanh_backward", &labops::activation::tanh_backward_meta);
-  m.impl("gelu", &labops::activation::gelu_meta);
-  m.impl("gelu_backward", &labops::activation::gelu_backward_meta);
+  labops::activation::register_kernels<labops::activation::Meta>(m);
 }

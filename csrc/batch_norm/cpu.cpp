@@ -246,5 +246,5 @@ struct CpuLauncher {
 }  // namespace labops::batch_norm
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::batch_norm::Entry<labops::batch_norm::CpuLauncher>::register_kernels(m);
+  labops::batch_norm::register_kernels<labops::batch_norm::Entry<labops::batch_norm::CpuLauncher>>(m);
 }

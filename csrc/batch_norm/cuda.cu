@@ -536,5 +536,5 @@ struct CudaLauncher {
 }  // namespace labops::batch_norm
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::batch_norm::Entry<labops::batch_norm::CudaLauncher>::register_kernels(m);
+  labops::batch_norm::register_kernels<labops::batch_norm::Entry<labops::batch_norm::CudaLauncher>>(m);
 }

@@ -272,38 +272,40 @@ inline at::Tensor empty_statistic(const at::Tensor& x, const c10::SymInt& channe
   return at::empty_symint({channels}, x.options().dtype(statistics_dtype(x)));
 }
 
-inline std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_meta(const at::Tensor& x, const OptTensor& weight,
-                                                                      const OptTensor& bias,
-                                                                      const OptTensor& running_mean,
-                                                                      const OptTensor& running_var, bool training,
-                                                                      double momentum, double eps) {
-  check_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
-  const c10::SymInt channels = x.sym_size(1);
-  return {at::empty_symint(x.sym_sizes(), x.options()), empty_statistic(x, channels), empty_statistic(x, channels)};
-}
+struct Meta {
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm(const at::Tensor& x, const OptTensor& weight,
+                                                                   const OptTensor& bias,
+                                                                   const OptTensor& running_mean,
+                                                                   const OptTensor& running_var, bool training,
+                                                                   double momentum, double eps) {
+    check_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    const c10::SymInt channels = x.sym_size(1);
+    return {at::empty_symint(x.sym_sizes(), x.options()), empty_statistic(x, channels), empty_statistic(x, channels)};
+  }
 
-inline at::Tensor batch_norm_backward_input_meta(const at::Tensor& grad_output, const at::Tensor& x,
-                                                 const OptTensor& weight, const at::Tensor& save_mean,
-                                                 const at::Tensor& save_invstd, bool /*training*/,
-                                                 const OptTensor& sum_grad_xhat, const OptTensor& sum_grad) {
-  check_batch_norm_backward_input(grad_output, x, weight, save_mean, save_invstd, sum_grad_xhat, sum_grad);
-  return at::empty_symint(x.sym_sizes(), x.options());
-}
+  static at::Tensor batch_norm_backward_input(const at::Tensor& grad_output, const at::Tensor& x,
+                                              const OptTensor& weight, const at::Tensor& save_mean,
+                                              const at::Tensor& save_invstd, bool /*training*/,
+                                              const OptTensor& sum_grad_xhat, const OptTensor& sum_grad) {
+    check_batch_norm_backward_input(grad_output, x, weight, save_mean, save_invstd, sum_grad_xhat, sum_grad);
+    return at::empty_symint(x.sym_sizes(), x.options());
+  }
 
-inline void batch_norm_acc_grad_parameters_meta(const at::Tensor& grad_output, const at::Tensor& x,
-                                                const at::Tensor& save_mean, const at::Tensor& save_invstd,
-                                                const at::Tensor& grad_weight, const OptTensor& grad_bias,
-                                                double /*scale*/) {
-  check_batch_norm_acc_grad_parameters(grad_output, x, save_mean, save_invstd, grad_weight, grad_bias);
-}
+  static void batch_norm_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                             const at::Tensor& save_mean, const at::Tensor& save_invstd,
+                                             const at::Tensor& grad_weight, const OptTensor& grad_bias,
+                                             double /*scale*/) {
+    check_batch_norm_acc_grad_parameters(grad_output, x, save_mean, save_invstd, grad_weight, grad_bias);
+  }
 
-inline std::tuple<at::Tensor, at::Tensor> batch_norm_backward_parameters_meta(const at::Tensor& grad_output,
-                                                                             const at::Tensor& x,
-                                                                             const at::Tensor& save_mean,
-                                                                             const at::Tensor& save_invstd) {
-  const c10::SymInt channels = check_batch_norm_backward_parameters(grad_output, x, save_mean, save_invstd);
-  return {empty_statistic(x, channels), empty_statistic(x, channels)};
-}
+  static std::tuple<at::Tensor, at::Tensor> batch_norm_backward_parameters(const at::Tensor& grad_output,
+                                                                          const at::Tensor& x,
+                                                                          const at::Tensor& save_mean,
+                                                                          const at::Tensor& save_invstd) {
+    const c10::SymInt channels = check_batch_norm_backward_parameters(grad_output, x, save_mean, save_invstd);
+    return {empty_statistic(x, channels), empty_statistic(x, channels)};
+  }
+};
 
 // ---- the eager kernels' geometry, from the checked, concrete sizes ----
 
@@ -433,13 +435,6 @@ struct Entry {
                                save_invstd.contiguous());
   }
 
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("batch_norm", &batch_norm);
-    m.impl("batch_norm_backward_input", &batch_norm_backward_input);
-    m.impl("batch_norm_acc_grad_parameters", &batch_norm_acc_grad_parameters);
-    m.impl("batch_norm_backward_parameters", &batch_norm_backward_parameters);
-  }
 
  private:
   // updateOutput for x of scalar_t and parameters of param_t, every tensor contiguous: the rung
@@ -498,5 +493,15 @@ struct Entry {
     return {sum_grad_xhat, sum_grad};
   }
 };
+
+// Every op of the layer with its kernel in `Kernels`: Entry<Launcher> on a device (cpu.cpp, cuda.cu),
+// Meta for fake tensors (register.cpp). One list, so no op lacks a kernel on one dispatch key.
+template <typename Kernels, typename Module>
+void register_kernels(Module& m) {
+  m.impl("batch_norm", &Kernels::batch_norm);
+  m.impl("batch_norm_backward_input", &Kernels::batch_norm_backward_input);
+  m.impl("batch_norm_acc_grad_parameters", &Kernels::batch_norm_acc_grad_parameters);
+  m.impl("batch_norm_backward_parameters", &Kernels::batch_norm_backward_parameters);
+}
 
 }  // namespace labops::batch_norm

@@ -154,8 +154,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 
 // Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("batch_norm", &labops::batch_norm::batch_norm_meta);
-  m.impl("batch_norm_backward_input", &labops::batch_norm::batch_norm_backward_input_meta);
-  m.impl("batch_norm_acc_grad_parameters", &labops::batch_norm::batch_norm_acc_grad_parameters_meta);
-  m.impl("batch_norm_backward_parameters", &labops::batch_norm::batch_norm_backward_parameters_meta);
+  labops::batch_norm::register_kernels<labops::batch_norm::Meta>(m);
 }

@@ -337,6 +337,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> depthwise_textbook(
 }  // namespace labops::depthwise
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::depthwise::Entry<labops::depthwise::DepthwiseLauncher>::register_kernels(m);
+  labops::depthwise::register_kernels<labops::depthwise::Entry<labops::depthwise::DepthwiseLauncher>>(m);
   m.impl("_depthwise_conv2d_textbook", &labops::depthwise::depthwise_textbook);
 }

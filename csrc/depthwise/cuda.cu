@@ -807,5 +807,5 @@ struct DepthwiseLauncher {
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::depthwise::Entry<labops::cuda::DepthwiseLauncher>::register_kernels(m);
+  labops::depthwise::register_kernels<labops::depthwise::Entry<labops::cuda::DepthwiseLauncher>>(m);
 }

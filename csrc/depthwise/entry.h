@@ -170,40 +170,42 @@ inline at::MemoryFormat memory_format(bool channels_last) {
 }
 
 // ---- the Meta kernels: the rules, and an output of the eager op's shape, dtype and memory format ----
-inline at::Tensor depthwise_conv2d_meta(const at::Tensor& x, const at::Tensor& weight,
-                                        const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                        at::IntArrayRef padding, at::IntArrayRef dilation) {
-  const std::array<c10::SymInt, 4> out_size = depthwise_conv2d_output_size(x, weight, bias, stride, padding, dilation);
-  return at::empty_symint(out_size, x.options().memory_format(memory_format(is_channels_last(x))));
-}
+struct Meta {
+  static at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+    const std::array<c10::SymInt, 4> out_size =
+        depthwise_conv2d_output_size(x, weight, bias, stride, padding, dilation);
+    return at::empty_symint(out_size, x.options().memory_format(memory_format(is_channels_last(x))));
+  }
 
-inline at::Tensor depthwise_conv2d_backward_input_meta(const at::Tensor& grad_output, const at::Tensor& weight,
-                                                       c10::SymIntArrayRef input_size, at::IntArrayRef stride,
-                                                       at::IntArrayRef padding, at::IntArrayRef dilation) {
-  check_depthwise_conv2d_backward_input(grad_output, weight, input_size, stride, padding, dilation);
-  return at::empty_symint(input_size,
-                          grad_output.options().memory_format(memory_format(is_channels_last(grad_output))));
-}
+  static at::Tensor backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
+                                   c10::SymIntArrayRef input_size, at::IntArrayRef stride,
+                                   at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_depthwise_conv2d_backward_input(grad_output, weight, input_size, stride, padding, dilation);
+    return at::empty_symint(input_size,
+                            grad_output.options().memory_format(memory_format(is_channels_last(grad_output))));
+  }
 
-inline at::Tensor depthwise_conv2d_backward_weight_meta(const at::Tensor& grad_output, const at::Tensor& x,
-                                                        c10::SymIntArrayRef weight_size, at::IntArrayRef stride,
-                                                        at::IntArrayRef padding, at::IntArrayRef dilation) {
-  check_weight_gradient("depthwise_conv2d_backward_weight", grad_output, x, weight_size, stride, padding, dilation);
-  return at::empty_symint(weight_size, grad_output.options());
-}
+  static at::Tensor backward_weight(const at::Tensor& grad_output, const at::Tensor& x,
+                                    c10::SymIntArrayRef weight_size, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_weight_gradient("depthwise_conv2d_backward_weight", grad_output, x, weight_size, stride, padding, dilation);
+    return at::empty_symint(weight_size, grad_output.options());
+  }
 
-inline at::Tensor depthwise_conv2d_backward_bias_meta(const at::Tensor& grad_output) {
-  return at::empty_symint(c10::SymIntArrayRef(depthwise_conv2d_backward_bias_size(grad_output)),
-                          grad_output.options());
-}
+  static at::Tensor backward_bias(const at::Tensor& grad_output) {
+    return at::empty_symint(c10::SymIntArrayRef(depthwise_conv2d_backward_bias_size(grad_output)),
+                            grad_output.options());
+  }
 
-inline void depthwise_conv2d_acc_grad_parameters_meta(const at::Tensor& grad_output, const at::Tensor& x,
-                                                      const at::Tensor& grad_weight,
-                                                      const std::optional<at::Tensor>& grad_bias,
-                                                      at::IntArrayRef stride, at::IntArrayRef padding,
-                                                      at::IntArrayRef dilation, double /*scale*/) {
-  check_depthwise_conv2d_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, stride, padding, dilation);
-}
+  static void acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                  const at::Tensor& grad_weight,
+                                  const std::optional<at::Tensor>& grad_bias,
+                                  at::IntArrayRef stride, at::IntArrayRef padding,
+                                  at::IntArrayRef dilation, double /*scale*/) {
+    check_depthwise_conv2d_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, stride, padding, dilation);
+  }
+};
 
 // ---- the geometry the eager kernels run, from the checked, concrete sizes ----
 // x_size is (N, C_in, H, W), w_size is (C_out, 1, kH, kW), both already through check_geometry.
@@ -373,17 +375,18 @@ struct Entry {
     });
     return grad_bias;
   }
-
- public:
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("depthwise_conv2d", &forward);
-    m.impl("depthwise_conv2d_backward_input", &backward_input);
-    m.impl("depthwise_conv2d_backward_weight", &backward_weight);
-    m.impl("depthwise_conv2d_backward_bias", &backward_bias);
-    m.impl("depthwise_conv2d_acc_grad_parameters", &acc_grad_parameters);
-  }
 };
+
+// Every op of the layer with its kernel in `Kernels`: Entry<Launcher> on a device (cpu.cpp, cuda.cu),
+// Meta for fake tensors (register.cpp). One list, so no op lacks a kernel on one dispatch key.
+template <typename Kernels, typename Module>
+void register_kernels(Module& m) {
+  m.impl("depthwise_conv2d", &Kernels::forward);
+  m.impl("depthwise_conv2d_backward_input", &Kernels::backward_input);
+  m.impl("depthwise_conv2d_backward_weight", &Kernels::backward_weight);
+  m.impl("depthwise_conv2d_backward_bias", &Kernels::backward_bias);
+  m.impl("depthwise_conv2d_acc_grad_parameters", &Kernels::acc_grad_parameters);
+}
 
 #undef LABOPS_DEPTHWISE_DISPATCH
 

@@ -67,9 +67,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 // Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else. The private
 // _depthwise_conv2d_textbook (CPU only, for tests) has none.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("depthwise_conv2d", &labops::depthwise::depthwise_conv2d_meta);
-  m.impl("depthwise_conv2d_backward_input", &labops::depthwise::depthwise_conv2d_backward_input_meta);
-  m.impl("depthwise_conv2d_backward_weight", &labops::depthwise::depthwise_conv2d_backward_weight_meta);
-  m.impl("depthwise_conv2d_backward_bias", &labops::depthwise::depthwise_conv2d_backward_bias_meta);
-  m.impl("depthwise_conv2d_acc_grad_parameters", &labops::depthwise::depthwise_conv2d_acc_grad_parameters_meta);
+  labops::depthwise::register_kernels<labops::depthwise::Meta>(m);
 }

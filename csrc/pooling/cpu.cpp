@@ -97,5 +97,5 @@ struct PoolingLauncher {
 }  // namespace labops::pooling
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::pooling::Entry<labops::pooling::PoolingLauncher>::register_kernels(m);
+  labops::pooling::register_kernels<labops::pooling::Entry<labops::pooling::PoolingLauncher>>(m);
 }

@@ -284,5 +284,5 @@ struct PoolingLauncher {
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::pooling::Entry<labops::cuda::PoolingLauncher>::register_kernels(m);
+  labops::pooling::register_kernels<labops::pooling::Entry<labops::cuda::PoolingLauncher>>(m);
 }

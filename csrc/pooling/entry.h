@@ -46,7 +46,7 @@ inline void check_gap_input_rank(int64_t dim, const char* op, const char* arg) {
 }
 
 // ---- the rules and the output's shape, stated once ----
-// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// Every call checks its arguments here first; the Meta kernels (struct Meta below), which fake tensors run
 // under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes they are
 // symbols, and a comparison becomes a guard on them.
 
@@ -79,14 +79,16 @@ inline void check_global_avg_pool2d_backward(const at::Tensor& grad_output, c10:
 }
 
 // ---- the Meta kernels ----
-inline at::Tensor global_avg_pool2d_meta(const at::Tensor& x) {
-  return at::empty_symint(global_avg_pool2d_output_size(x), x.options());
-}
+struct Meta {
+  static at::Tensor global_avg_pool2d(const at::Tensor& x) {
+    return at::empty_symint(global_avg_pool2d_output_size(x), x.options());
+  }
 
-inline at::Tensor global_avg_pool2d_backward_meta(const at::Tensor& grad_output, c10::SymIntArrayRef input_size) {
-  check_global_avg_pool2d_backward(grad_output, input_size);
-  return at::empty_symint(input_size, grad_output.options());
-}
+  static at::Tensor global_avg_pool2d_backward(const at::Tensor& grad_output, c10::SymIntArrayRef input_size) {
+    check_global_avg_pool2d_backward(grad_output, input_size);
+    return at::empty_symint(input_size, grad_output.options());
+  }
+};
 
 template <typename Launcher>
 struct Entry {
@@ -120,11 +122,14 @@ struct Entry {
     });
     return grad_input;
   }
-
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("global_avg_pool2d", &global_avg_pool2d).impl("global_avg_pool2d_backward", &global_avg_pool2d_backward);
-  }
 };
+
+// Every op of the layer with its kernel in `Kernels`: Entry<Launcher> on a device (cpu.cpp, cuda.cu),
+// Meta for fake tensors (register.cpp). One list, so no op lacks a kernel on one dispatch key.
+template <typename Kernels, typename Module>
+void register_kernels(Module& m) {
+  m.impl("global_avg_pool2d", &Kernels::global_avg_pool2d)
+      .impl("global_avg_pool2d_backward", &Kernels::global_avg_pool2d_backward);
+}
 
 }  // namespace labops::pooling

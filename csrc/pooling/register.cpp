@@ -48,16 +48,12 @@ at::Tensor pool_autograd(const at::Tensor& x) {
   if (!graph_needed(x)) return below_autograd(pool_op(), x);
   auto node = new_node<GlobalAvgPool2dBackward>(x);
   node->input_size = x.sym_sizes().vec();
-  auto y = below_autograd(pool_op(), x);
-  torch::autograd::set_history(y, node);
-  return y;
+  return output_of(node, pool_op(), x);
 }
 at::Tensor pool_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef input_size) {
   if (!graph_needed(grad_output)) return below_autograd(pool_backward_op(), grad_output, input_size);
   auto node = new_node<GlobalAvgPool2dBackwardBackward>(grad_output);
-  auto y = below_autograd(pool_backward_op(), grad_output, input_size);
-  torch::autograd::set_history(y, node);
-  return y;
+  return output_of(node, pool_backward_op(), grad_output, input_size);
 }
 
 }  // namespace
@@ -70,6 +66,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 
 // Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("global_avg_pool2d", &labops::pooling::global_avg_pool2d_meta);
-  m.impl("global_avg_pool2d_backward", &labops::pooling::global_avg_pool2d_backward_meta);
+  labops::pooling::register_kernels<labops::pooling::Meta>(m);
 }

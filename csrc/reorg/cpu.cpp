@@ -86,5 +86,5 @@ struct ReorgLauncher {
 }  // namespace labops::reorg
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::reorg::Entry<labops::reorg::ReorgLauncher>::register_kernels(m);
+  labops::reorg::register_kernels<labops::reorg::Entry<labops::reorg::ReorgLauncher>>(m);
 }

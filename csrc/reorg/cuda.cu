@@ -246,5 +246,5 @@ struct ReorgLauncher {
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::reorg::Entry<labops::cuda::ReorgLauncher>::register_kernels(m);
+  labops::reorg::register_kernels<labops::reorg::Entry<labops::cuda::ReorgLauncher>>(m);
 }

@@ -53,7 +53,7 @@ inline ReorgOrder parse_reorg_order(std::string_view name, const char* op) {
 }
 
 // ---- the rules and the output's shape, stated once ----
-// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// Every call checks its arguments here first; the Meta kernels (struct Meta below), which fake tensors run
 // under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes they are
 // symbols, and a comparison becomes a guard on them.
 
@@ -101,13 +101,15 @@ inline std::vector<c10::SymInt> reorg_backward_output_size(const at::Tensor& gra
   return {grad_output.sym_size(0), C, H, W};
 }
 
-inline at::Tensor reorg_meta(const at::Tensor& x, int64_t stride, c10::string_view order) {
-  return at::empty_symint(reorg_output_size(x, stride, order), x.options());
-}
+struct Meta {
+  static at::Tensor reorg(const at::Tensor& x, int64_t stride, c10::string_view order) {
+    return at::empty_symint(reorg_output_size(x, stride, order), x.options());
+  }
 
-inline at::Tensor reorg_backward_meta(const at::Tensor& grad_output, int64_t stride, c10::string_view order) {
-  return at::empty_symint(reorg_backward_output_size(grad_output, stride, order), grad_output.options());
-}
+  static at::Tensor reorg_backward(const at::Tensor& grad_output, int64_t stride, c10::string_view order) {
+    return at::empty_symint(reorg_backward_output_size(grad_output, stride, order), grad_output.options());
+  }
+};
 
 template <typename Launcher>
 struct Entry {
@@ -140,10 +142,13 @@ struct Entry {
     return run(grad_output, C10_AS_INTARRAYREF_SLOW(in_size), shape, /*backward=*/true);
   }
 
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("reorg", &reorg).impl("reorg_backward", &reorg_backward);
-  }
 };
+
+// Every op of the layer with its kernel in `Kernels`: Entry<Launcher> on a device (cpu.cpp, cuda.cu),
+// Meta for fake tensors (register.cpp). One list, so no op lacks a kernel on one dispatch key.
+template <typename Kernels, typename Module>
+void register_kernels(Module& m) {
+  m.impl("reorg", &Kernels::reorg).impl("reorg_backward", &Kernels::reorg_backward);
+}
 
 }  // namespace labops::reorg

@@ -54,6 +54,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 
 // Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("reorg", &labops::reorg::reorg_meta);
-  m.impl("reorg_backward", &labops::reorg::reorg_backward_meta);
+  labops::reorg::register_kernels<labops::reorg::Meta>(m);
 }

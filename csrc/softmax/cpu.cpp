@@ -334,5 +334,5 @@ struct SoftmaxLauncher {
 }  // namespace labops::softmax
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::softmax::Entry<labops::softmax::SoftmaxLauncher>::register_kernels(m);
+  labops::softmax::register_kernels<labops::softmax::Entry<labops::softmax::SoftmaxLauncher>>(m);
 }

@@ -812,5 +812,5 @@ struct SoftmaxLauncher {
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::softmax::Entry<labops::cuda::SoftmaxLauncher>::register_kernels(m);
+  labops::softmax::register_kernels<labops::softmax::Entry<labops::cuda::SoftmaxLauncher>>(m);
 }

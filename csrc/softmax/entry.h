@@ -88,7 +88,7 @@ inline void check_logits_target(const at::Tensor& logits, const at::Tensor& targ
 }
 
 // ---- the rules and the output's shape, stated once ----
-// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// Every call checks its arguments here first; the Meta kernels (struct Meta below), which fake tensors run
 // under torch.compile, are these functions alone. Sizes are SymInts (symbols under dynamic shapes).
 // One rule is left to the eager op: cross_entropy's targets must lie in [0, C), a rule on values,
 // which a fake tensor does not have.
@@ -133,27 +133,29 @@ inline Reduction cross_entropy_backward_reduction(const at::Tensor& grad_loss, c
   return red;
 }
 
-inline at::Tensor softmax_meta(const at::Tensor& x, int64_t dim) {
-  softmax_dim(x, dim);
-  return at::empty_symint(x.sym_sizes(), x.options());
-}
+struct Meta {
+  static at::Tensor softmax(const at::Tensor& x, int64_t dim) {
+    softmax_dim(x, dim);
+    return at::empty_symint(x.sym_sizes(), x.options());
+  }
 
-inline at::Tensor softmax_backward_meta(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim) {
-  softmax_backward_dim(grad_output, output, dim);
-  return at::empty_symint(output.sym_sizes(), output.options());
-}
+  static at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim) {
+    softmax_backward_dim(grad_output, output, dim);
+    return at::empty_symint(output.sym_sizes(), output.options());
+  }
 
-inline at::Tensor cross_entropy_meta(const at::Tensor& logits, const at::Tensor& target, c10::string_view reduction) {
-  const Reduction red = cross_entropy_reduction(logits, target, reduction);
-  if (red == Reduction::None) return at::empty_symint({logits.sym_size(0)}, logits.options());
-  return at::empty({}, logits.options());
-}
+  static at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& target, c10::string_view reduction) {
+    const Reduction red = cross_entropy_reduction(logits, target, reduction);
+    if (red == Reduction::None) return at::empty_symint({logits.sym_size(0)}, logits.options());
+    return at::empty({}, logits.options());
+  }
 
-inline at::Tensor cross_entropy_backward_meta(const at::Tensor& grad_loss, const at::Tensor& logits,
-                                              const at::Tensor& target, c10::string_view reduction) {
-  cross_entropy_backward_reduction(grad_loss, logits, target, reduction);
-  return at::empty_symint(logits.sym_sizes(), logits.options());
-}
+  static at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const at::Tensor& logits,
+                                           const at::Tensor& target, c10::string_view reduction) {
+    cross_entropy_backward_reduction(grad_loss, logits, target, reduction);
+    return at::empty_symint(logits.sym_sizes(), logits.options());
+  }
+};
 
 template <typename Launcher>
 struct Entry {
@@ -270,11 +272,14 @@ struct Entry {
     return grad;
   }
 
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("softmax", &softmax).impl("softmax_backward", &softmax_backward)
-        .impl("cross_entropy", &cross_entropy).impl("cross_entropy_backward", &cross_entropy_backward);
-  }
 };
+
+// Every op of the layer with its kernel in `Kernels`: Entry<Launcher> on a device (cpu.cpp, cuda.cu),
+// Meta for fake tensors (register.cpp). One list, so no op lacks a kernel on one dispatch key.
+template <typename Kernels, typename Module>
+void register_kernels(Module& m) {
+  m.impl("softmax", &Kernels::softmax).impl("softmax_backward", &Kernels::softmax_backward)
+      .impl("cross_entropy", &Kernels::cross_entropy).impl("cross_entropy_backward", &Kernels::cross_entropy_backward);
+}
 
 }  // namespace labops::softmax

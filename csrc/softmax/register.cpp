@@ -90,8 +90,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 
 // Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("softmax", &labops::softmax::softmax_meta);
-  m.impl("softmax_backward", &labops::softmax::softmax_backward_meta);
-  m.impl("cross_entropy", &labops::softmax::cross_entropy_meta);
-  m.impl("cross_entropy_backward", &labops::softmax::cross_entropy_backward_meta);
+  labops::softmax::register_kernels<labops::softmax::Meta>(m);
 }

@@ -94,5 +94,5 @@ struct UpsampleLauncher {
 }  // namespace labops::upsample
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::upsample::Entry<labops::upsample::UpsampleLauncher>::register_kernels(m);
+  labops::upsample::register_kernels<labops::upsample::Entry<labops::upsample::UpsampleLauncher>>(m);
 }

@@ -552,5 +552,5 @@ struct UpsampleLauncher {
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::upsample::Entry<labops::cuda::UpsampleLauncher>::register_kernels(m);
+  labops::upsample::register_kernels<labops::upsample::Entry<labops::cuda::UpsampleLauncher>>(m);
 }

@@ -54,7 +54,7 @@ inline void check_scale(std::optional<double> scale, const char* op, const char*
 }
 
 // ---- the rules and the output's shape, stated once ----
-// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// Every call checks its arguments here first; the Meta kernels (struct Meta below), which fake tensors run
 // under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes they are
 // symbols, and a comparison becomes a guard on them.
 
@@ -115,19 +115,21 @@ inline void check_upsample_bilinear2d_backward(const at::Tensor& grad_output, c1
   parse_coordinate_mode(coordinate_mode, op);
 }
 
-inline at::Tensor upsample_bilinear2d_meta(const at::Tensor& x, c10::SymIntArrayRef output_size,
-                                           c10::string_view coordinate_mode, std::optional<double> scale_h,
-                                           std::optional<double> scale_w) {
-  return at::empty_symint(upsample_bilinear2d_output_size(x, output_size, coordinate_mode, scale_h, scale_w),
-                          x.options());
-}
+struct Meta {
+  static at::Tensor forward(const at::Tensor& x, c10::SymIntArrayRef output_size,
+                            c10::string_view coordinate_mode, std::optional<double> scale_h,
+                            std::optional<double> scale_w) {
+    return at::empty_symint(upsample_bilinear2d_output_size(x, output_size, coordinate_mode, scale_h, scale_w),
+                            x.options());
+  }
 
-inline at::Tensor upsample_bilinear2d_backward_meta(const at::Tensor& grad_output, c10::SymIntArrayRef input_size,
-                                                    c10::string_view coordinate_mode, std::optional<double> scale_h,
-                                                    std::optional<double> scale_w, bool /*deterministic*/) {
-  check_upsample_bilinear2d_backward(grad_output, input_size, coordinate_mode, scale_h, scale_w);
-  return at::empty_symint(input_size, grad_output.options());
-}
+  static at::Tensor backward(const at::Tensor& grad_output, c10::SymIntArrayRef input_size,
+                             c10::string_view coordinate_mode, std::optional<double> scale_h,
+                             std::optional<double> scale_w, bool /*deterministic*/) {
+    check_upsample_bilinear2d_backward(grad_output, input_size, coordinate_mode, scale_h, scale_w);
+    return at::empty_symint(input_size, grad_output.options());
+  }
+};
 
 template <typename Launcher>
 struct Entry {
@@ -190,10 +192,13 @@ struct Entry {
     return result;
   }
 
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("upsample_bilinear2d", &forward).impl("upsample_bilinear2d_backward", &backward);
-  }
 };
+
+// Every op of the layer with its kernel in `Kernels`: Entry<Launcher> on a device (cpu.cpp, cuda.cu),
+// Meta for fake tensors (register.cpp). One list, so no op lacks a kernel on one dispatch key.
+template <typename Kernels, typename Module>
+void register_kernels(Module& m) {
+  m.impl("upsample_bilinear2d", &Kernels::forward).impl("upsample_bilinear2d_backward", &Kernels::backward);
+}
 
 }  // namespace labops::upsample

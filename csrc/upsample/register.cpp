@@ -87,6 +87,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 
 // Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("upsample_bilinear2d", &labops::upsample::upsample_bilinear2d_meta);
-  m.impl("upsample_bilinear2d_backward", &labops::upsample::upsample_bilinear2d_backward_meta);
+  labops::upsample::register_kernels<labops::upsample::Meta>(m);
 }

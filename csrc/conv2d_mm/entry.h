@@ -77,7 +77,7 @@ inline ladder::Ladder& forward_ladder() {
                          "into shared memory, 8 x 8 outputs per thread in registers, the bias added last"},
        {"tensor_cores", "tensor_core_gemm_kernel: the implicit GEMM on tensor cores (mma.sync: float16, "
                         "bfloat16, float32 as TF32 when torch allows it), x read as channels_last, 16-byte "
-                        "cp.async loads four steps ahead; C a multiple of 8 (4 in float32)"}});
+                        "cp.async loads three steps ahead; C a multiple of 8 (4 in float32)"}});
   return rungs;
 }
 

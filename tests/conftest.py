@@ -1,3 +1,4 @@
+import contextlib
 import importlib
 
 import pytest
@@ -8,6 +9,17 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 # float32 convolutions at full precision: with TF32 (cuDNN's default) conv2d_mm's tensor_cores rung would
 # round float32 to 10 bits of mantissa, past float32's tolerance. The tests that want TF32 turn it on.
 torch.backends.cudnn.conv.fp32_precision = "ieee"
+
+
+@contextlib.contextmanager
+def tf32_convolutions():
+    """Inside: float32 convolutions may use TF32 (torch's own default, which conftest turns off)."""
+    before = torch.backends.cudnn.conv.fp32_precision
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = before
 
 
 @pytest.fixture(params=DEVICES)

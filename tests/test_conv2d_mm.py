@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import (ONE, ZERO, Seeded, assert_compiled_matches_eager, assert_one_graph_for_two_shapes, opcheck_every,
-                      t, tolerances)
+                      t, tf32_convolutions, tolerances)
 
 import labops
 from labops import reference
@@ -269,9 +269,9 @@ def test_ladder_defaults_conv2d_mm():
     ((4, 8, 100, 100), 40),   # 128 x 64 (313, one wave, where 64 x 64 would take two)
     ((1, 8, 5, 7), 72),       # 64 x 64 (a few blocks)
 ], ids=["128x128", "128x64", "64x64"])
-def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels, monkeypatch):
+def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels):
     """Rung 4 (Note [tensor-core implicit GEMM]) on each of its tile sizes, against float64 F.conv2d. float32
-    runs as TF32 here (the test allows it; conftest turns it off for every other test): it rounds as float16
+    runs as TF32 here (tf32_convolutions; conftest turns it off for every other test): it rounds as float16
     does (10 bits), so it gets float16's tolerance."""
     if device != "cuda":
         pytest.skip("tensor_cores is a CUDA rung")
@@ -281,21 +281,42 @@ def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels, monkey
     params = ((3, 3), (1, 1), (1, 1), (1, 1))
     w, b = conv_weight(x, params, out_channels=out_channels)
     expected = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
-    monkeypatch.setattr(torch.backends.cudnn.conv, "fp32_precision", "tf32")
-    with ladder.use("conv2d_mm", "tensor_cores"):
+    with ladder.use("conv2d_mm", "tensor_cores"), tf32_convolutions():
         out = labops.conv2d_mm(x, w, b, 1, 1, 1)
     rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
     torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (shape[1] * 9) ** 0.5)
 
 
-def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("kernel, padding, dilation", [
+    ((3, 3), (1, 1), (1, 1)),  # the padding of the flipped convolution: 1
+    ((3, 3), (2, 0), (1, 1)),  # 0 and 2: the output is larger than grad_output
+    ((3, 2), (1, 1), (2, 1)),  # 3 and 0, a dilated, non-square kernel
+    ((3, 3), (3, 3), (1, 1)),  # negative: not a convolution, the columns and col2im instead
+], ids=["3x3-pad1", "pad-2-0", "dilated", "pad-too-large"])
+def test_input_gradient_as_a_convolution(device, dtype, kernel, padding, dilation):
+    """conv2d_mm_backward_input at stride 1 on CUDA runs the tensor_cores forward on grad_output with the flipped,
+    transposed weight (Note [the input gradient as a convolution], csrc/conv2d_mm/cuda.cu); against float64
+    torch.nn.grad.conv2d_input. float32 as TF32 (tf32_convolutions) gets float16's tolerance."""
+    if device != "cuda":
+        pytest.skip("a CUDA path")
+    randn = Seeded(device, dtype, 5).randn
+    x, w = randn(3, 24, 11, 13), randn(16, 24, *kernel) / (24 * kernel[0] * kernel[1]) ** 0.5
+    g = randn(*F.conv2d(x.double(), w.double(), None, 1, padding, dilation).shape)
+    expected = torch.nn.grad.conv2d_input(x.shape, w.double(), g.double(), 1, padding, dilation)
+    with tf32_convolutions():
+        got = torch.ops.labops.conv2d_mm_backward_input(g, w, list(x.shape), [1, 1], list(padding), list(dilation))
+    rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
+    torch.testing.assert_close(got.double(), expected, rtol=rtol, atol=atol * (16 * kernel[0] * kernel[1]) ** 0.5)
+
+
+def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):
     from labops import ladder
 
     x, w = torch.randn(2, 0, 5, 5, device=device), torch.randn(3, 0, 3, 3, device=device)
     b = torch.randn(3, device=device)
-    monkeypatch.setattr(torch.backends.cudnn.conv, "fp32_precision", "tf32")  # tensor_cores takes float32 as TF32
     for rung in range(1, len(ladder.rungs("conv2d_mm", device)) + 1):  # implicit GEMMs: K = 0, no steps
-        with ladder.use("conv2d_mm", rung):
+        with ladder.use("conv2d_mm", rung), tf32_convolutions():  # tensor_cores takes float32 as TF32
             out = labops.conv2d_mm(x, w, b, 1, 1)
             assert ladder.last_rung("conv2d_mm") == rung
         torch.testing.assert_close(out, b.view(1, 3, 1, 1).expand(2, 3, 5, 5))

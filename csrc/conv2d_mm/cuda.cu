@@ -24,6 +24,7 @@
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/flip.h>
 #include <cublas_v2.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -821,6 +822,29 @@ struct Conv2dMMLauncher {
                                                                            kernel_w, pixels, out_w); })
         AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, s, xc, wk, bias, out, K, channels,
                                                                         kernel_w, pixels, out_w); }));
+  }
+
+  // Note [the input gradient as a convolution]
+  // At stride 1 the input gradient of a convolution is itself a convolution: grad_input[n, c, ih, iw] sums
+  // grad_output[n, o, ih + pad - kh * dil, ...] * w[o, c, kh, kw], which is grad_output convolved with the
+  // weight transposed (c <-> o) and flipped (kh -> kH - 1 - kh), padded by dil * (k - 1) - pad on each side.
+  // So the tensor_cores forward computes it, with no columns and no col2im, whenever that padding is not
+  // negative and TensorCorePlan takes the shape (O a multiple of 8, float16, bfloat16 or TF32); the sums run
+  // in a fixed order, as every labops backward does. Returns false, computing nothing, when it cannot.
+  static bool backward_input_as_convolution(const conv2d_mm::Im2colShape& s, const at::Tensor& g4,
+                                            const at::Tensor& weight, const at::Tensor& grad_input) {
+    if (s.stride_h != 1 || s.stride_w != 1) return false;
+    const int64_t pad_h = s.dilation_h * (s.kernel_h - 1) - s.pad_h, pad_w = s.dilation_w * (s.kernel_w - 1) - s.pad_w;
+    if (pad_h < 0 || pad_w < 0) return false;
+    const int64_t O = weight.size(0);
+    const conv2d_mm::Im2colShape t = conv2d_mm::make_shape(
+        s.batch, O, s.out_h, s.out_w,
+        {s.kernel_h, s.kernel_w, 1, 1, pad_h, pad_w, s.dilation_h, s.dilation_w});
+    if (t.out_h != s.height || t.out_w != s.width || !TensorCorePlan(t, s.channels, g4.scalar_type()).why_not.empty()) {
+      return false;
+    }
+    forward_tensor_cores(t, g4, weight.flip({2, 3}).transpose(0, 1), at::Tensor(), grad_input);
+    return true;
   }
 
   // t (B, C, H, W) with its memory (B, H, W, C), 16-byte aligned: t itself when it is so already, else a

@@ -22,6 +22,7 @@
 //   static constexpr bool kImplicitGemm;  // whether the device has rungs 3 and 4, and with them
 //   template <typename scalar_t> static void forward_implicit_gemm(...);  // the same arguments as forward_textbook
 //   static void forward_tensor_cores(const Im2colShape&, x4, weight, bias, out);  // on tensors: it picks the layouts
+//   static bool backward_input_as_convolution(const Im2colShape&, g4, weight, grad_input);  // false: not taken
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (tools/host_time.py).
@@ -562,6 +563,12 @@ struct Entry {
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
     at::Tensor g3 = grad_output.reshape({s.batch, O, L});
     at::Tensor grad_input = at::empty({s.batch, s.channels, s.height, s.width}, grad_output.options());
+    if constexpr (Launcher::kImplicitGemm) {  // stride 1 on tensor cores: Note [the input gradient as a convolution]
+      const at::Tensor g4 = grad_output.reshape({s.batch, O, s.out_h, s.out_w});
+      if (grad_input.numel() > 0 && Launcher::backward_input_as_convolution(s, g4, weight, grad_input)) {
+        return input_size.size() == 4 ? grad_input : grad_input.squeeze(0);
+      }
+    }
     if (grad_input.numel() > 0) {
       at::Tensor w2 = weight.reshape({O, rows});
       const Chunk chunk = chunk_size(s, grad_output.element_size(), Launcher::kColumnBudgetBytes, true);

@@ -17,22 +17,12 @@ import torch.nn.functional as F
 import labops
 from labops import ladder
 from labops.bench import fwd_bwd, graph_ms
+from labops.bench.conv2d_mm import _precision as with_precision
 
 # (C in = C out, H = W): ResNet-18's 3x3 stages; the capstone's layers (labops/capstone.py) are added below.
 RESNET = [(64, 56), (128, 28), (256, 14), (512, 7)]
 PRECISIONS = {"float16": (torch.float16, "ieee"), "bfloat16": (torch.bfloat16, "ieee"),
               "tf32": (torch.float32, "tf32"), "float32": (torch.float32, "ieee")}
-
-
-def with_precision(step, fp32):
-    def run():
-        before = torch.backends.cudnn.conv.fp32_precision
-        torch.backends.cudnn.conv.fp32_precision = fp32
-        try:
-            return step()
-        finally:
-            torch.backends.cudnn.conv.fp32_precision = before
-    return run
 
 
 def main():
@@ -55,7 +45,8 @@ def main():
                 x = torch.randn(batch, channels, hw, hw, generator=gen).to("cuda", dtype)
                 w = (torch.randn(channels, channels, 3, 3, generator=gen) / (channels * 9) ** 0.5).to("cuda", dtype)
                 b = torch.randn(channels, generator=gen).to("cuda", dtype)
-                xl, wl = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
+                xl = x.contiguous(memory_format=torch.channels_last)
+                wl = w.contiguous(memory_format=torch.channels_last)
                 flops = 2 * x.numel() * channels * 9
                 passes = [("fwd", lambda: labops.conv2d_mm(x, w, b, 1, 1, 1), lambda: F.conv2d(x, w, b, 1, 1),
                            lambda: F.conv2d(xl, wl, b, 1, 1), flops)]
@@ -64,7 +55,8 @@ def main():
                     xg, wg, bg = (t.detach().requires_grad_() for t in (x, w, b))
                     xlg, wlg = (t.detach().requires_grad_() for t in (xl, wl))
                     conv = lambda t, k, c: F.conv2d(t, k, c, 1, 1)  # noqa: E731
-                    passes.append(("fwd+bwd", fwd_bwd(lambda t, k, c: labops.conv2d_mm(t, k, c, 1, 1, 1), (xg, wg, bg), g),
+                    mine = lambda t, k, c: labops.conv2d_mm(t, k, c, 1, 1, 1)  # noqa: E731
+                    passes.append(("fwd+bwd", fwd_bwd(mine, (xg, wg, bg), g),
                                    fwd_bwd(conv, (xg, wg, bg), g),
                                    fwd_bwd(conv, (xlg, wlg, bg), g.contiguous(memory_format=torch.channels_last)),
                                    3 * flops))

@@ -65,16 +65,20 @@ struct Im2colShape {
 
 // ---- im2col: column element -> image element ----
 
-// The input pixel (ih, iw) that tap (kh, kw) of output pixel (oh, ow) reads, or false when it lands in
-// the zero padding. Both layouts of x find their pixels here (im2col_source, channels_last_source).
-template <typename index_t>
-LABOPS_HOST_DEVICE bool tap_pixel(const Im2colShape& s, index_t kh, index_t kw, index_t oh, index_t ow, index_t& ih,
-                                  index_t& iw) {
-  ih = conv::input_coord<index_t>(oh, kh, static_cast<index_t>(s.stride_h), static_cast<index_t>(s.pad_h),
-                                  static_cast<index_t>(s.dilation_h));
-  iw = conv::input_coord<index_t>(ow, kw, static_cast<index_t>(s.stride_w), static_cast<index_t>(s.pad_w),
-                                  static_cast<index_t>(s.dilation_w));
-  return conv::in_bounds(ih, static_cast<index_t>(s.height)) && conv::in_bounds(iw, static_cast<index_t>(s.width));
+// The offset in x of the input pixel (ih, iw) that tap (kh, kw) of output pixel (oh, ow) reads, as
+// offset(ih, iw) counts it, or -1 when the tap lands in the zero padding. Both layouts of x find their
+// pixels here (im2col_source, channels_last_source).
+template <typename index_t, typename Offset>
+LABOPS_HOST_DEVICE index_t tap_source(const Im2colShape& s, index_t kh, index_t kw, index_t oh, index_t ow,
+                                      Offset offset) {
+  const index_t ih = conv::input_coord<index_t>(oh, kh, static_cast<index_t>(s.stride_h),
+                                                static_cast<index_t>(s.pad_h), static_cast<index_t>(s.dilation_h));
+  const index_t iw = conv::input_coord<index_t>(ow, kw, static_cast<index_t>(s.stride_w),
+                                                static_cast<index_t>(s.pad_w), static_cast<index_t>(s.dilation_w));
+  if (!conv::in_bounds(ih, static_cast<index_t>(s.height)) || !conv::in_bounds(iw, static_cast<index_t>(s.width))) {
+    return index_t(-1);
+  }
+  return offset(ih, iw);
 }
 
 // Offset in x of column element (plane, kh, kw, oh, ow), or -1 when the tap
@@ -86,20 +90,18 @@ LABOPS_HOST_DEVICE bool tap_pixel(const Im2colShape& s, index_t kh, index_t kw, 
 template <typename index_t>
 LABOPS_HOST_DEVICE index_t im2col_source(const Im2colShape& s, index_t plane, index_t kh, index_t kw, index_t oh,
                                          index_t ow) {
-  index_t ih, iw;
-  if (!tap_pixel(s, kh, kw, oh, ow, ih, iw)) return index_t(-1);
-  return (plane * static_cast<index_t>(s.height) + ih) * static_cast<index_t>(s.width) + iw;
+  const index_t h = static_cast<index_t>(s.height), w = static_cast<index_t>(s.width);
+  return tap_source(s, kh, kw, oh, ow, [&](index_t ih, index_t iw) { return (plane * h + ih) * w + iw; });
 }
 
 // The same element when x is channels_last (an image is H x W pixels of C channels each): its offset
-// inside the image, or -1 in the padding. The tensor-core kernel (Note [tensor-core implicit GEMM],
-// cuda.cu) reads x this way, in 32 bits, under the same bounds as im2col_source<int>.
+// inside the image. The tensor-core kernel (Note [tensor-core implicit GEMM], cuda.cu) reads x this way,
+// in 32 bits, under the same bounds as im2col_source<int>.
 template <typename index_t>
 LABOPS_HOST_DEVICE index_t channels_last_source(const Im2colShape& s, index_t c, index_t kh, index_t kw, index_t oh,
                                                 index_t ow) {
-  index_t ih, iw;
-  if (!tap_pixel(s, kh, kw, oh, ow, ih, iw)) return index_t(-1);
-  return (ih * static_cast<index_t>(s.width) + iw) * static_cast<index_t>(s.channels) + c;
+  const index_t w = static_cast<index_t>(s.width), channels = static_cast<index_t>(s.channels);
+  return tap_source(s, kh, kw, oh, ow, [&](index_t ih, index_t iw) { return (ih * w + iw) * channels + c; });
 }
 
 // One row of the columns: the out_w values of tap (kh, kw) at output row oh

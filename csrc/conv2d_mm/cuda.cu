@@ -708,9 +708,9 @@ __global__ void __launch_bounds__(256)
 }
 
 // How tensor_core_gemm_kernel covers a convolution (Note [tensor-core implicit GEMM]): tiles of 128 x 128,
-// 128 x 64 or 64 x 64 pixels x filters, 4 warps each, chosen below (a 64 x 128 tile, cuDNN's pick for
-// 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed). why_not: why the kernel cannot take the
-// convolution ("" when it can).
+// 128 x 64 or 64 x 64 pixels x filters, 4 warps each, chosen below (a 64 x 128 tile, cuDNN's pick for the
+// 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed). why_not: why
+// the kernel cannot take the convolution ("" when it can).
 struct TensorCorePlan {
   int bm = 0, bn = 0;
   int64_t blocks = 0;

@@ -513,15 +513,13 @@ struct Entry {
     // The rung (forward_ladder), asked only when a kernel runs: an empty output records nothing. Asked
     // before x is copied, so a forced rung that refuses the input has cost no copy.
     const int rung = out.numel() > 0 ? Launcher::forward_rung(forward_ladder().forced(), s, O, x.scalar_type()) : 0;
+    at::Tensor x4 = x.dim() == 4 ? x : x.unsqueeze(0);
+    if (rung != 4) x4 = x4.contiguous();  // rungs 1 to 3 read x as NCHW; rung 4 as channels_last, from any layout
     if (rung == 4) {
       if constexpr (Launcher::kImplicitGemm) {  // a device without rung 4 never gets here (Ladder::run)
-        Launcher::forward_tensor_cores(s, x.dim() == 4 ? x : x.unsqueeze(0), weight,
-                                       bias.has_value() ? bias->contiguous() : at::Tensor(), out);
+        Launcher::forward_tensor_cores(s, x4, weight, bias.has_value() ? bias->contiguous() : at::Tensor(), out);
       }
-      return x.dim() == 4 ? out : out.squeeze(0);
-    }
-    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
-    if (rung == 1 || rung == 3) {  // no columns: the textbook (forward_at per output), or the implicit GEMM
+    } else if (rung == 1 || rung == 3) {  // no columns: the textbook (forward_at per output), or the implicit GEMM
       const at::Tensor wc = weight.contiguous();
       const at::Tensor bc = bias.has_value() ? bias->contiguous() : at::Tensor();
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_conv2d_mm_direct", [&] {
@@ -563,13 +561,12 @@ struct Entry {
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
     at::Tensor g3 = grad_output.reshape({s.batch, O, L});
     at::Tensor grad_input = at::empty({s.batch, s.channels, s.height, s.width}, grad_output.options());
-    if constexpr (Launcher::kImplicitGemm) {  // stride 1 on tensor cores: Note [the input gradient as a convolution]
-      const at::Tensor g4 = grad_output.reshape({s.batch, O, s.out_h, s.out_w});
-      if (grad_input.numel() > 0 && Launcher::backward_input_as_convolution(s, g4, weight, grad_input)) {
-        return input_size.size() == 4 ? grad_input : grad_input.squeeze(0);
-      }
+    bool done = false;  // on CUDA at stride 1, by the tensor cores: Note [the input gradient as a convolution]
+    if constexpr (Launcher::kImplicitGemm) {
+      done = grad_input.numel() > 0 && Launcher::backward_input_as_convolution(
+                                           s, grad_output.reshape({s.batch, O, s.out_h, s.out_w}), weight, grad_input);
     }
-    if (grad_input.numel() > 0) {
+    if (grad_input.numel() > 0 && !done) {
       at::Tensor w2 = weight.reshape({O, rows});
       const Chunk chunk = chunk_size(s, grad_output.element_size(), Launcher::kColumnBudgetBytes, true);
       at::Tensor cols = at::empty({chunk_slots(grad_output), chunk.images * rows * L}, grad_output.options());

@@ -143,11 +143,12 @@ def ladder_cases(device):
             outputs = x.numel()  # channels in = out, padding 1: the output has x's shape
             flops = 2 * outputs * channels * KERNEL * KERNEL + outputs  # the GEMM's multiply-adds, and the bias
             nbytes = (2 * x.numel() + w.numel() + b.numel()) * x.element_size()  # x, w, b read; out written
-            labops_step, native = (lambda x=x, w=w, b=b: _labops_conv(x, w, b)), (lambda x=x, w=w, b=b: _cudnn_conv(x, w, b))
+            labops_step = lambda x=x, w=w, b=b: _labops_conv(x, w, b)  # noqa: E731
+            native = lambda x=x, w=w, b=b: _cudnn_conv(x, w, b)  # noqa: E731
             conv_name = "F.conv2d"
             if device == "cuda":
-                conv_name = {"ieee": "F.conv2d (cuDNN, no TF32)", "tf32": "F.conv2d (cuDNN, TF32)"}.get(math,
-                                                                                                        "F.conv2d (cuDNN)")
+                names = {"ieee": "F.conv2d (cuDNN, no TF32)", "tf32": "F.conv2d (cuDNN, TF32)"}
+                conv_name = names.get(math, "F.conv2d (cuDNN)")
                 if dtype == torch.float32:
                     labops_step, native = _precision(labops_step, math), _precision(native, math)
             yield Case("conv2d_mm fwd", f"{batch}x{channels}x{hw}x{hw} -> {channels} k3 p1", dtype, nbytes,

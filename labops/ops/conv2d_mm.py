@@ -134,8 +134,8 @@ LADDER_DEFAULTS = {
     "cuda": (
         Default("tensor_cores", ("float16", "bfloat16"), "C a multiple of 8 and the sizes within its 32-bit counts",
                 holds=lambda x, weight, *rest: _tensor_cores_take(x, weight, rest, channel_multiple=8)),
-        Default("tensor_cores", ("float32",), "TF32 allowed for convolutions (torch.backends.cudnn.conv.fp32_precision, "
-                "'tf32' by default), C a multiple of 4 and the sizes within its 32-bit counts",
+        Default("tensor_cores", ("float32",), "TF32 allowed for convolutions (torch.backends.cudnn.conv."
+                "fp32_precision, 'tf32' by default), C a multiple of 4 and the sizes within its 32-bit counts",
                 holds=lambda x, weight, *rest: _tf32_convolutions()
                 and _tensor_cores_take(x, weight, rest, channel_multiple=4)),
         Default("im2col_gemm", ALL_DTYPES, "otherwise"),

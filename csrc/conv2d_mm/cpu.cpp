@@ -196,5 +196,5 @@ struct Conv2dMMLauncher {
 }  // namespace labops::conv2d_mm
 
 TORCH_LIBRARY_IMPL(labops, CPU, m) {
-  labops::conv2d_mm::Entry<labops::conv2d_mm::Conv2dMMLauncher>::register_kernels(m);
+  labops::conv2d_mm::register_kernels<labops::conv2d_mm::Entry<labops::conv2d_mm::Conv2dMMLauncher>>(m);
 }

@@ -1040,5 +1040,5 @@ struct Conv2dMMLauncher {
 }  // namespace labops::cuda
 
 TORCH_LIBRARY_IMPL(labops, CUDA, m) {
-  labops::conv2d_mm::Entry<labops::cuda::Conv2dMMLauncher>::register_kernels(m);
+  labops::conv2d_mm::register_kernels<labops::conv2d_mm::Entry<labops::cuda::Conv2dMMLauncher>>(m);
 }

@@ -87,7 +87,7 @@ struct ConvParams {
 };
 
 // ---- the rules and the output's shape, stated once ----
-// Every call checks its arguments here first; the Meta kernels (register.cpp), which fake tensors run
+// Every call checks its arguments here first; the Meta kernels (struct Meta below), which fake tensors run
 // under torch.compile, are these functions alone. Sizes are SymInts: under dynamic shapes they are
 // symbols, and a comparison becomes a guard on them. The window arguments (kernel_size, stride,
 // padding, dilation) are int[2] in every schema: always plain ints.
@@ -274,47 +274,48 @@ inline void check_conv2d_mm_backward_weight(const at::Tensor& grad_output, const
   check_grad_output(grad_output, conv_output_shape(x.sym_sizes(), weight_size[0], out_hw), op);
 }
 
-// ---- the Meta kernels ----
-inline at::Tensor im2col_meta(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
-                              at::IntArrayRef padding, at::IntArrayRef dilation) {
-  return at::empty_symint(im2col_output_size(x, kernel_size, stride, padding, dilation), x.options());
-}
+// ---- the Meta kernels: the rules and the shapes above, nothing else ----
+struct Meta {
+  static at::Tensor im2col(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                           at::IntArrayRef padding, at::IntArrayRef dilation) {
+    return at::empty_symint(im2col_output_size(x, kernel_size, stride, padding, dilation), x.options());
+  }
 
-inline at::Tensor col2im_meta(const at::Tensor& cols, c10::SymIntArrayRef output_size, at::IntArrayRef kernel_size,
+  static at::Tensor col2im(const at::Tensor& cols, c10::SymIntArrayRef output_size, at::IntArrayRef kernel_size,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+    return at::empty_symint(col2im_output_size(cols, output_size, kernel_size, stride, padding, dilation),
+                            cols.options());
+  }
+
+  static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
-  return at::empty_symint(col2im_output_size(cols, output_size, kernel_size, stride, padding, dilation),
-                          cols.options());
-}
+    return at::empty_symint(conv2d_mm_output_size(x, weight, bias, stride, padding, dilation), x.options());
+  }
 
-inline at::Tensor conv2d_mm_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                                 at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
-  return at::empty_symint(conv2d_mm_output_size(x, weight, bias, stride, padding, dilation), x.options());
-}
+  static at::Tensor conv2d_mm_backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
+                                             c10::SymIntArrayRef input_size, at::IntArrayRef stride,
+                                             at::IntArrayRef padding, at::IntArrayRef dilation) {
+    check_conv2d_mm_backward_input(grad_output, weight, input_size, stride, padding, dilation);
+    return at::empty_symint(input_size, grad_output.options());
+  }
 
-inline at::Tensor conv2d_mm_backward_input_meta(const at::Tensor& grad_output, const at::Tensor& weight,
-                                                c10::SymIntArrayRef input_size, at::IntArrayRef stride,
-                                                at::IntArrayRef padding, at::IntArrayRef dilation) {
-  check_conv2d_mm_backward_input(grad_output, weight, input_size, stride, padding, dilation);
-  return at::empty_symint(input_size, grad_output.options());
-}
+  static void conv2d_mm_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
+                                            const at::Tensor& grad_weight, const std::optional<at::Tensor>& grad_bias,
+                                            at::IntArrayRef stride, at::IntArrayRef padding,
+                                            at::IntArrayRef dilation, double /*scale*/) {
+    check_conv2d_mm_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, stride, padding, dilation);
+  }
 
-inline void conv2d_mm_acc_grad_parameters_meta(const at::Tensor& grad_output, const at::Tensor& x,
-                                               const at::Tensor& grad_weight,
-                                               const std::optional<at::Tensor>& grad_bias, at::IntArrayRef stride,
-                                               at::IntArrayRef padding, at::IntArrayRef dilation, double /*scale*/) {
-  check_conv2d_mm_acc_grad_parameters(grad_output, x, grad_weight, grad_bias, stride, padding, dilation);
-}
-
-inline std::tuple<at::Tensor, at::Tensor> conv2d_mm_backward_weight_meta(const at::Tensor& grad_output,
-                                                                         const at::Tensor& x,
-                                                                         c10::SymIntArrayRef weight_size,
-                                                                         at::IntArrayRef stride,
-                                                                         at::IntArrayRef padding,
-                                                                         at::IntArrayRef dilation) {
-  check_conv2d_mm_backward_weight(grad_output, x, weight_size, stride, padding, dilation);
-  return {at::empty_symint(weight_size, grad_output.options()),
-          at::empty_symint(c10::SymIntArrayRef(weight_size[0]), grad_output.options())};
-}
+  static std::tuple<at::Tensor, at::Tensor> conv2d_mm_backward_weight(const at::Tensor& grad_output,
+                                                                      const at::Tensor& x,
+                                                                      c10::SymIntArrayRef weight_size,
+                                                                      at::IntArrayRef stride, at::IntArrayRef padding,
+                                                                      at::IntArrayRef dilation) {
+    check_conv2d_mm_backward_weight(grad_output, x, weight_size, stride, padding, dilation);
+    return {at::empty_symint(weight_size, grad_output.options()),
+            at::empty_symint(c10::SymIntArrayRef(weight_size[0]), grad_output.options())};
+  }
+};
 
 // ---- the geometry the eager kernels run, from the checked, concrete sizes ----
 
@@ -641,16 +642,6 @@ struct Entry {
     return {grad_weight, grad_bias};
   }
 
-  template <typename Module>
-  static void register_kernels(Module& m) {
-    m.impl("im2col", &im2col);
-    m.impl("col2im", &col2im);
-    m.impl("conv2d_mm", &conv2d_mm);
-    m.impl("conv2d_mm_backward_input", &conv2d_mm_backward_input);
-    m.impl("conv2d_mm_acc_grad_parameters", &conv2d_mm_acc_grad_parameters);
-    m.impl("conv2d_mm_backward_weight", &conv2d_mm_backward_weight);
-  }
-
  private:
   // The weight gradient both accGradParameters and backward_weight compute:
   // gw2 (O, rows) = beta * gw2 + scale * sum_n grad_output[n] . columns[n]^T, with g3 = grad_output as
@@ -711,5 +702,15 @@ struct Entry {
     });
   }
 };
+
+// Every op of the layer with its kernel in `Kernels`: Entry<Launcher> on a device (cpu.cpp, cuda.cu),
+// Meta for fake tensors (register.cpp). One list, so no op lacks a kernel on one dispatch key.
+template <typename Kernels, typename Module>
+void register_kernels(Module& m) {
+  m.impl("im2col", &Kernels::im2col).impl("col2im", &Kernels::col2im).impl("conv2d_mm", &Kernels::conv2d_mm)
+      .impl("conv2d_mm_backward_input", &Kernels::conv2d_mm_backward_input)
+      .impl("conv2d_mm_acc_grad_parameters", &Kernels::conv2d_mm_acc_grad_parameters)
+      .impl("conv2d_mm_backward_weight", &Kernels::conv2d_mm_backward_weight);
+}
 
 }  // namespace labops::conv2d_mm

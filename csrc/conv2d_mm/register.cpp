@@ -124,10 +124,5 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
 
 // Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
 TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  m.impl("im2col", &labops::conv2d_mm::im2col_meta);
-  m.impl("col2im", &labops::conv2d_mm::col2im_meta);
-  m.impl("conv2d_mm", &labops::conv2d_mm::conv2d_mm_meta);
-  m.impl("conv2d_mm_backward_input", &labops::conv2d_mm::conv2d_mm_backward_input_meta);
-  m.impl("conv2d_mm_acc_grad_parameters", &labops::conv2d_mm::conv2d_mm_acc_grad_parameters_meta);
-  m.impl("conv2d_mm_backward_weight", &labops::conv2d_mm::conv2d_mm_backward_weight_meta);
+  labops::conv2d_mm::register_kernels<labops::conv2d_mm::Meta>(m);
 }

@@ -96,12 +96,13 @@ T lane_sum(const Vec<T>& v) {
 
 // ---- bordered planes (Note [zero-bordered planes]) ----
 
-// The offset of every flat tap from tap (0, 0), in buffer b.
-std::vector<int64_t> tap_offsets(const BorderedPlane& b, int64_t taps) {
-  std::vector<int64_t> off(taps);
-  for (int64_t t = 0; t < taps; ++t) off[t] = b.tap_offset(t);
-  return off;
-}
+// A bordered plane with the offset of every flat tap from tap (0, 0) in it, as the kernels' loops read them.
+struct TappedPlane : BorderedPlane {
+  std::vector<int64_t> off;
+  TappedPlane(const BorderedPlane& b, int64_t taps) : BorderedPlane(b), off(taps) {
+    for (int64_t t = 0; t < taps; ++t) off[t] = tap_offset(t);
+  }
+};
 
 // Copy a rows x cols plane into b's interior, converting to the buffer's type;
 // the border stays as it was (zero).
@@ -121,15 +122,14 @@ void store_plane(scalar_t* dst, const T* acc, int64_t rows, int64_t cols, int64_
 // Every output of a plane: acc (rows of `pitch`) += correlation of the
 // bordered buffer with weights wk. Flat at stride 1, else row by row.
 template <typename T>
-void correlate_plane(T* acc, int64_t pitch, const T* buf, const BorderedPlane b, const T* wk,
-                     const int64_t* off, const Geometry& g) {
+void correlate_plane(T* acc, int64_t pitch, const T* buf, const TappedPlane& b, const T* wk, const Geometry& g) {
   if (flat_plane(g)) {
-    correlate(acc, buf, 1, g.out_h * pitch, wk, off, g.taps());
+    correlate(acc, buf, 1, g.out_h * pitch, wk, b.off.data(), g.taps());
     return;
   }
   for (int64_t oh = 0; oh < g.out_h; ++oh) {
     correlate(acc + pixel<int64_t>(oh, 0, pitch), buf + b.row_start(oh, g.stride_h), g.stride_w, g.out_w,
-              wk, off, g.taps());
+              wk, b.off.data(), g.taps());
   }
 }
 
@@ -197,8 +197,7 @@ struct DepthwiseLauncher {
       return DepthwiseTextbookLauncher::forward(x, w, bias, out, g);
     }
     using acc_t = at::opmath_type<scalar_t>;
-    const BorderedPlane xb = padded_input_plane(g);
-    const std::vector<int64_t> off = tap_offsets(xb, g.taps());
+    const TappedPlane xb(padded_input_plane(g), g.taps());
     const int64_t acc_pitch = output_pitch(g, xb);
     at::parallel_for(0, g.batch * g.out_channels, grain_for(g.out_plane() * g.taps()),
                      [&](int64_t begin, int64_t end) {
@@ -210,7 +209,7 @@ struct DepthwiseLauncher {
         const scalar_t* wsrc = weights_of(w, nc.inner, g.taps());
         for (int64_t t = 0; t < g.taps(); ++t) wk[t] = static_cast<acc_t>(wsrc[t]);
         std::fill(acc.begin(), acc.end(), bias ? static_cast<acc_t>(bias[nc.inner]) : acc_t(0));
-        correlate_plane(acc.data(), acc_pitch, xbuf.data(), xb, wk.data(), off.data(), g);
+        correlate_plane(acc.data(), acc_pitch, xbuf.data(), xb, wk.data(), g);
         store_plane(out + output_plane_offset(nc.outer, nc.inner, g), acc.data(), g.out_h, g.out_w, acc_pitch);
       }
     });
@@ -223,8 +222,7 @@ struct DepthwiseLauncher {
   static void backward_input(const scalar_t* grad_out, const scalar_t* w, scalar_t* grad_in,
                              const Geometry& g) {
     using acc_t = at::opmath_type<scalar_t>;
-    const BorderedPlane gb = spread_grad_plane(g);
-    const std::vector<int64_t> off = tap_offsets(gb, g.taps());
+    const TappedPlane gb(spread_grad_plane(g), g.taps());
     // where each output row / column goes in the buffer (-1: dropped)
     std::vector<int64_t> row_at(g.out_h), col_at(g.out_w);
     for (int64_t oh = 0; oh < g.out_h; ++oh)
@@ -250,7 +248,7 @@ struct DepthwiseLauncher {
           const scalar_t* wsrc = weights_of(w, oc, g.taps());
           for (int64_t t = 0; t < g.taps(); ++t)
             wf[t] = static_cast<acc_t>(wsrc[flipped_tap(t, g.taps())]);
-          correlate(acc.data(), gbuf.data(), 1, g.in_h * gb.pitch, wf.data(), off.data(), g.taps());
+          correlate(acc.data(), gbuf.data(), 1, g.in_h * gb.pitch, wf.data(), gb.off.data(), g.taps());
         }
         store_plane(grad_in + input_plane_offset(nc.outer, nc.inner, g), acc.data(), g.in_h, g.in_w, gb.pitch);
       }
@@ -263,8 +261,7 @@ struct DepthwiseLauncher {
   static void backward_weight(const scalar_t* grad_out, const scalar_t* x, scalar_t* grad_w,
                               const Geometry& g) {
     using acc_t = at::opmath_type<scalar_t>;
-    const BorderedPlane xb = padded_input_plane(g);
-    const std::vector<int64_t> off = tap_offsets(xb, g.taps());
+    const TappedPlane xb(padded_input_plane(g), g.taps());
     // grad_out copied to rows of output_pitch (flat: the extra columns stay zero)
     const int64_t gpitch = output_pitch(g, xb);
     const bool flat = flat_plane(g);
@@ -281,11 +278,11 @@ struct DepthwiseLauncher {
             for (int64_t ow = 0; ow < g.out_w; ++ow)
               gbuf[pixel(oh, ow, gpitch)] = static_cast<acc_t>(plane[pixel(oh, ow, g.out_w)]);
           if (flat) {
-            dot_taps(vacc.data(), gbuf.data(), xbuf.data(), 1, g.out_h * gpitch, off.data(), g.taps());
+            dot_taps(vacc.data(), gbuf.data(), xbuf.data(), 1, g.out_h * gpitch, xb.off.data(), g.taps());
           } else {
             for (int64_t oh = 0; oh < g.out_h; ++oh) {
               dot_taps(vacc.data(), gbuf.data() + pixel<int64_t>(oh, 0, gpitch),
-                       xbuf.data() + xb.row_start(oh, g.stride_h), g.stride_w, g.out_w, off.data(), g.taps());
+                       xbuf.data() + xb.row_start(oh, g.stride_h), g.stride_w, g.out_w, xb.off.data(), g.taps());
             }
           }
         }

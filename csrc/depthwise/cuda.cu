@@ -276,13 +276,14 @@ __device__ __forceinline__ void load_taps(const scalar_t* w, int c, Pack<acc_t, 
 
 // Row reuse for a tile of V x U outputs whose top-left output is (oh0, ow0)
 // (Note [row reuse in a tile]): each of the tile's input rows is loaded once
-// as a span of tile_span(U, SW, KW) values, load_span(ih, iw0, span) (zeros
-// in the padding), then f(v, kh, span) runs for every output row v that reads
-// it through tap kh. All loops unroll, so v and kh are constants and the
-// caller's register arrays stay in registers.
-template <int KH, int KW, int SH, int SW, int V, int U, typename value_t, typename LoadSpan, typename F>
-__device__ __forceinline__ void for_each_tap_row(LoadSpan&& load_span, int oh0, int ow0, int pad_h, int pad_w,
-                                                 int in_h, F&& f) {
+// from `plane` (in_h x in_w, strides s) as a span of tile_span(U, SW, KW)
+// values, load_span<Layout, kPhase> (zeros in the padding), then f(v, kh, span)
+// runs for every output row v that reads it through tap kh. All loops unroll,
+// so v and kh are constants and the caller's register arrays stay in registers.
+template <typename Layout, int kPhase, int KH, int KW, int SH, int SW, int V, int U, typename value_t,
+          typename scalar_t, typename F>
+__device__ __forceinline__ void for_each_tap_row(const scalar_t* plane, const PlaneStrides& s, int in_h, int in_w,
+                                                 int oh0, int ow0, int pad_h, int pad_w, F&& f) {
   const int ih0 = conv::input_coord<int>(oh0, 0, SH, pad_h, 1);
   const int iw0 = conv::input_coord<int>(ow0, 0, SW, pad_w, 1);
 #pragma unroll
@@ -290,7 +291,7 @@ __device__ __forceinline__ void for_each_tap_row(LoadSpan&& load_span, int oh0, 
     const int ih = ih0 + r;
     if (!conv::in_bounds(ih, in_h)) continue;  // zero padding rows
     value_t span[tile_span(U, SW, KW)];
-    load_span(ih, iw0, span);
+    load_span<Layout, kPhase>(plane, s, ih, iw0, in_w, span);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int kh = tile_tap(r, v, SH);
@@ -330,11 +331,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       for (int u = 0; u < U; ++u) acc[v][u] = b;
     const int oh0 = tile_first(t.row_tile, V), ow0 = tile_first(t.col_tile, U);
     const scalar_t* src = x + Layout::base(t.n, input_channel(t.c, multiplier), in_channels, in_h, in_w);
-    for_each_tap_row<KH, KW, SH, SW, V, U, pack_t>(
-        [&](int ih, int iw0, auto& span) {
-          load_span<Layout, kPhase>(src, in_s, ih, iw0, in_w, span);
-        },
-        oh0, ow0, g.pad_h, g.pad_w, in_h, [&](int v, int kh, const auto& span) {
+    for_each_tap_row<Layout, kPhase, KH, KW, SH, SW, V, U, pack_t>(
+        src, in_s, in_h, in_w, oh0, ow0, g.pad_h, g.pad_w, [&](int v, int kh, const auto& span) {
 #pragma unroll
           for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -446,11 +444,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
       for (int v = 0; v < V; ++v) load_row<Layout>(gsrc, out_s, oh0 + v, ow0, out_h, out_w, gv[v]);
       const scalar_t* xsrc = x + Layout::base(t.plane, ic, in_channels, in_h, in_w);
-      for_each_tap_row<KH, KW, SH, SW, V, U, pack_t>(
-          [&](int ih, int iw0, auto& span) {
-            load_span<Layout, kPhase>(xsrc, in_s, ih, iw0, in_w, span);
-          },
-          oh0, ow0, g.pad_h, g.pad_w, in_h, [&](int v, int kh, const auto& span) {
+      for_each_tap_row<Layout, kPhase, KH, KW, SH, SW, V, U, pack_t>(
+          xsrc, in_s, in_h, in_w, oh0, ow0, g.pad_h, g.pad_w, [&](int v, int kh, const auto& span) {
 #pragma unroll
             for (int u = 0; u < U; ++u)
 #pragma unroll

@@ -280,6 +280,25 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// One row of a cross-entropy row kernel, as both kernels begin it: the thread's row (row 0 for a thread past
+// the last, whose loads are masked), its target, its logits in v (-inf past the row's end: their exp is 0)
+// and their max and sum of exponentials, the same on every thread of the row.
+template <typename acc_t>
+struct CrossEntropyRow {
+  bool active;
+  int64_t row, start, target;
+  MaxSumExp<acc_t> stats;
+
+  template <typename scalar_t, int V, int kLoads>
+  __device__ __forceinline__ CrossEntropyRow(Pack<scalar_t, V> (&v)[kLoads], const scalar_t* logits,
+                                             const int64_t* targets, const RowGeometry& geo, int64_t rows,
+                                             const RowThreads& rt, acc_t* smem)
+      : active(rt.row() < rows), row(active ? rt.row() : 0), start(geo.row_start(row)), target(targets[row]) {
+    load_slice(v, logits + start, geo.size, active, rt, scalar_t(neg_inf<acc_t>()));
+    stats = slice_max_sum<false>(v, rt, smem);
+  }
+};
+
 template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type<scalar_t>>
 __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_forward_rows(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
@@ -287,16 +306,13 @@ __global__ void __launch_bounds__(kMaxThreads)
   __shared__ acc_t smem[kWarpSize];
   const int64_t rows = geo.rows(), n = geo.size;
   for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
-    const bool active = rt.row() < rows;
-    const int64_t row = active ? rt.row() : 0, start = geo.row_start(row);
-    const int64_t t = target[row];
     Pack<scalar_t, V> v[kLoads];
-    load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
-    const MaxSumExp<acc_t> stats = slice_max_sum<false>(v, rt, smem);
-    const acc_t m = stats.max, s = stats.sum;
-    if (active && rt.lane == 0) {  // targets were checked before the launch; never read outside the row
-      loss[row] = target_in_range(t, n) ? cross_entropy_loss(m, s, static_cast<acc_t>(logits[start + t]))
-                                        : std::numeric_limits<acc_t>::quiet_NaN();
+    const CrossEntropyRow<acc_t> r(v, logits, target, geo, rows, rt, smem);
+    const acc_t m = r.stats.max, s = r.stats.sum;
+    if (r.active && rt.lane == 0) {  // targets were checked before the launch; never read outside the row
+      loss[r.row] = target_in_range(r.target, n)
+                        ? cross_entropy_loss(m, s, static_cast<acc_t>(logits[r.start + r.target]))
+                        : std::numeric_limits<acc_t>::quiet_NaN();
     }
   }
 }
@@ -309,19 +325,16 @@ __global__ void __launch_bounds__(kMaxThreads)
   __shared__ acc_t smem[kWarpSize];
   const int64_t rows = geo.rows(), n = geo.size;
   for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
-    const bool active = rt.row() < rows;
-    const int64_t row = active ? rt.row() : 0, start = geo.row_start(row);
-    const int64_t t = target[row];
-    const acc_t row_scale = static_cast<acc_t>(grad_loss[row * grad_stride]) * scale;
     Pack<scalar_t, V> v[kLoads];
-    load_slice(v, logits + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
-    const MaxSumExp<acc_t> stats = slice_max_sum<false>(v, rt, smem);
-    const acc_t m = stats.max, s = stats.sum;
+    const CrossEntropyRow<acc_t> r(v, logits, target, geo, rows, rt, smem);
+    const int64_t t = r.target;
+    const acc_t row_scale = static_cast<acc_t>(grad_loss[r.row * grad_stride]) * scale;
+    const acc_t m = r.stats.max, s = r.stats.sum;
     const acc_t inv = acc_t(1) / s;
     // A bad target (only possible when the op is called directly, the forward
     // raises for it) gives a NaN row instead of a device-side assert.
     const acc_t nan_if_bad = target_in_range(t, n) ? acc_t(0) : std::numeric_limits<acc_t>::quiet_NaN();
-    store_slice<kLoads, V>(grad + start, n, active, rt, [&](int l, int e, int64_t col) {
+    store_slice<kLoads, V>(grad + r.start, n, r.active, rt, [&](int l, int e, int64_t col) {
       const acc_t onehot = col == t ? acc_t(1) : acc_t(0);
       return cross_entropy_grad(static_cast<acc_t>(v[l].val[e]), m, inv, onehot, row_scale) + nan_if_bad;
     });

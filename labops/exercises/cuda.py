@@ -330,8 +330,28 @@ def _unwritten(case, got) -> bool:
     return some_missing
 
 
+# Which error of the emulator (rtc's, refined by _refine, or the launch rules') catches each kind of mistake a
+# kernel or its launch can make. A mistake table names the kind, through _caught, and gives its own sentence.
+CAUGHT_BY = {
+    "guard": OutOfBoundsError,  # a read or write past the end of a tensor
+    "padding": NegativeIndexError,  # a tensor read at a negative index: an unchecked tap in the padding
+    "shared_bounds": SharedOutOfBoundsError,  # an index outside a shared array
+    "output_race": OutputRaceError,  # two threads wrote one element of an output
+    "shared_race": DataRaceError,  # a race on shared memory
+    "divergent_barrier": BarrierDivergenceError,  # a __syncthreads() some threads of the block skip
+    "uninitialized": UninitializedReadError,  # a read of shared memory no thread wrote
+    "unwritten": EmptyGridError,  # a grid of 0 blocks (other launches that fall short: _unwritten)
+    "launch_rule": LaunchConfigError,  # a launch configuration CUDA or the exercise refuses
+}
+
+
+def _caught(kind, sentence, **how) -> Mistake:
+    """The mistake of ``kind`` (a key of CAUGHT_BY), named by ``sentence``; ``how``: other ways to recognise it."""
+    return Mistake(sentence, raises=CAUGHT_BY[kind], **how)
+
+
 def _guard_mistake(sentence) -> Mistake:
-    return Mistake(sentence, raises=OutOfBoundsError)
+    return _caught("guard", sentence)
 
 
 UNWRITTEN = ("Some elements were never written (they still hold the NaN the output was filled with) and every "
@@ -344,11 +364,11 @@ LAUNCH_RULE = ("Your launch() returned a configuration that CUDA or this exercis
 
 
 def _unwritten_mistake(sentence=UNWRITTEN) -> Mistake:
-    return Mistake(sentence, test=_unwritten, raises=EmptyGridError)
+    return _caught("unwritten", sentence, test=_unwritten)
 
 
 def _launch_rule_mistake(sentence=LAUNCH_RULE) -> Mistake:
-    return Mistake(sentence, raises=LaunchConfigError)
+    return _caught("launch_rule", sentence)
 
 
 MISTAKES: dict[str, dict[str, Mistake]] = {}
@@ -464,9 +484,9 @@ GELU_MISTAKES = {
     "guard": _guard_mistake(
         "A thread read or wrote past the end of a tensor: the grid has more threads than elements, so each "
         "thread must check its index first (if (i < x_numel)) and do nothing when it is past the end."),
-    "index": Mistake(
+    "index": _caught("output_race",
         "Two threads wrote the same element: each thread's element is its global index, i = blockIdx.x * "
-        "blockDim.x + threadIdx.x, so that the grid's threads take one element each.", raises=OutputRaceError),
+        "blockDim.x + threadIdx.x, so that the grid's threads take one element each."),
     "unwritten": _unwritten_mistake(),
     "launch_rule": _launch_rule_mistake(),
     "swapped_outputs": Mistake(
@@ -656,28 +676,25 @@ def _pool_slice(case, got):
 
 
 POOL_MISTAKES = {
-    "shared_bounds": Mistake(
+    "shared_bounds": _caught("shared_bounds",
         "An index outside the shared array: extern __shared__ memory holds shared_mem bytes, so blockDim.x "
         "floats need shared_mem = blockDim.x * 4 (sizeof(float)), and a static array needs at least blockDim.x "
-        "elements.", raises=SharedOutOfBoundsError),
+        "elements."),
     "loop_bound": _guard_mistake(
         "A read past the end of x: a thread's slice of plane p is x[p * H * W + k] for k = threadIdx.x, "
         "threadIdx.x + blockDim.x, ... while k < H * W (not <=)."),
-    "output_race": Mistake(
+    "output_race": _caught("output_race",
         "Several threads wrote y[plane]: after the reduction one thread (threadIdx.x == 0) writes the block's "
-        "result.", raises=OutputRaceError),
-    "shared_race": Mistake(
+        "result."),
+    "shared_race": _caught("shared_race",
         "Threads read partial[] while other threads may still write it (a data race): a __syncthreads() must "
-        "separate writing the partial sums from reading them, and each step of the tree from the next.",
-        raises=DataRaceError),
-    "divergent_barrier": Mistake(
+        "separate writing the partial sums from reading them, and each step of the tree from the next."),
+    "divergent_barrier": _caught("divergent_barrier",
         "A __syncthreads() that not every thread reaches (inside an if, after a return or a break): every "
-        "thread of the block must reach each __syncthreads(), so put it after the if, where all threads pass.",
-        raises=BarrierDivergenceError),
-    "uninitialized": Mistake(
+        "thread of the block must reach each __syncthreads(), so put it after the if, where all threads pass."),
+    "uninitialized": _caught("uninitialized",
         "The tree read a partial sum that no thread wrote: every thread must write partial[threadIdx.x] "
-        "(0 when its slice is empty, as when H * W < blockDim.x) before the tree starts.",
-        raises=UninitializedReadError),
+        "(0 when its slice is empty, as when H * W < blockDim.x) before the tree starts."),
     "unwritten": _unwritten_mistake(),
     "launch_rule": _launch_rule_mistake(),
     "power_of_two": Mistake(
@@ -829,10 +846,9 @@ SOFTMAX_MISTAKES = {
     "guard": _guard_mistake(
         "A warp read past the end of x: the last block has warps past the last row, so a warp must check "
         "its row first (if (row >= rows) return;) and leave as a whole warp."),
-    "output_race": Mistake(
+    "output_race": _caught("output_race",
         "Two threads wrote one element of y: each warp owns its own row (row = blockIdx.x * (blockDim.x / 32) "
-        "+ threadIdx.x / 32), and its 32 lanes split the columns, j = lane, lane + 32, ...",
-        raises=OutputRaceError),
+        "+ threadIdx.x / 32), and its 32 lanes split the columns, j = lane, lane + 32, ..."),
     "no_max": Mistake(
         "NaN at large logits: exp(x) overflows float32 beyond x = 88 and inf / inf is NaN. Subtract the row's "
         "max first: softmax(x) = exp(x - m) / sum(exp(x - m)) with m = max(x).", test=_softmax_overflow),
@@ -962,29 +978,27 @@ def _sgemm_assign(case, got):
 
 
 SGEMM_MISTAKES = {
-    "shared_bounds": Mistake(
+    "shared_bounds": _caught("shared_bounds",
         "An index outside a shared tile: the tiles are TILE x TILE, so the block must be (TILE, TILE) with the "
-        "body's TILE, and the inner loop runs k = 0 .. TILE - 1 (k < TILE).", raises=SharedOutOfBoundsError),
+        "body's TILE, and the inner loop runs k = 0 .. TILE - 1 (k < TILE)."),
     "guard": _guard_mistake(
         "A read or write outside A, B or C: a tile that runs past the matrix loads 0 there (A[row][t + tx] only "
         "when row < M and t + tx < K; B[t + ty][col] only when t + ty < K and col < N), and only threads with "
         "row < M and col < N store."),
-    "output_race": Mistake(
+    "output_race": _caught("output_race",
         "Two threads wrote one element of C: row = blockIdx.y * TILE + threadIdx.y and col = blockIdx.x * TILE "
         "+ threadIdx.x give each thread of the grid its own element, and a thread outside C (row >= M or "
-        "col >= N) must not store (its row * N + col is another thread's element).", raises=OutputRaceError),
-    "shared_race": Mistake(
+        "col >= N) must not store (its row * N + col is another thread's element)."),
+    "shared_race": _caught("shared_race",
         "A thread read a tile while others could still be writing it, or overwrote it while others could still "
         "be reading it: __syncthreads() after loading the tiles, and again after using them, before the next "
-        "loads.", raises=DataRaceError),
-    "divergent_barrier": Mistake(
+        "loads."),
+    "divergent_barrier": _caught("divergent_barrier",
         "A __syncthreads() not every thread reaches: threads outside C (row >= M or col >= N) must still load "
-        "their element of each tile and reach every barrier; guard only the final store.",
-        raises=BarrierDivergenceError),
-    "uninitialized": Mistake(
+        "their element of each tile and reach every barrier; guard only the final store."),
+    "uninitialized": _caught("uninitialized",
         "A thread read a tile element no thread wrote: each thread writes one element of each tile, 0 where the "
-        "tile runs past the matrix (do not skip the write), and the block has exactly TILE x TILE threads.",
-        raises=UninitializedReadError),
+        "tile runs past the matrix (do not skip the write), and the block has exactly TILE x TILE threads."),
     "unwritten": _unwritten_mistake(
         "Some elements of C were never written (they still hold NaN) and every element written is right: the "
         "grid must cover C, grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE): x along the columns, y "
@@ -1218,13 +1232,13 @@ const long long j = (k / (ow * oh)) % kw, i = (k / (ow * oh * kw)) % kh, c = k /
 """
 
 IM2COL_MISTAKES = {
-    "padding": Mistake(PADDING, raises=NegativeIndexError),
+    "padding": _caught("padding", PADDING),
     "guard": _guard_mistake(
         "A thread read or wrote past the end of a tensor: the grid has more threads than cols has elements, so "
         "each thread checks its index first (if (k >= cols_numel) return;)."),
-    "index": Mistake(
+    "index": _caught("output_race",
         "Two threads wrote one element of cols: thread k = blockIdx.x * blockDim.x + threadIdx.x writes "
-        "cols[k], one element each.", raises=OutputRaceError),
+        "cols[k], one element each."),
     "padding_unwritten": Mistake(
         "The padding taps were never written (they still hold NaN): cols holds a 0 for every tap outside the "
         "image, so write 0 there.", test=_padding_unwritten),
@@ -1352,9 +1366,9 @@ COL2IM_MISTAKES = {
     "guard": _guard_mistake(
         "A thread read or wrote past the end of a tensor: the grid has more threads than img has pixels, so "
         "each thread checks its index first (if (p >= img_numel) return;)."),
-    "index": Mistake(
+    "index": _caught("output_race",
         "Two threads wrote one pixel of img: thread p = blockIdx.x * blockDim.x + threadIdx.x owns pixel p and "
-        "is the only one that writes it.", raises=OutputRaceError),
+        "is the only one that writes it."),
     "unwritten": _unwritten_mistake(),
     "launch_rule": _launch_rule_mistake(),
     "assign": Mistake(
@@ -1433,17 +1447,16 @@ def _scatter_prefix(case, got):
 
 
 COL2IM_ATOMIC_MISTAKES = {
-    "padding": Mistake(PADDING, raises=NegativeIndexError),
+    "padding": _caught("padding", PADDING),
     "guard": _guard_mistake(
         "A thread read past the end of cols: the grid has more threads than cols has elements, so each thread "
         "checks its index first (if (k >= cols_numel) return;)."),
-    "plain_add": Mistake(
+    "plain_add": _caught("output_race",
         "Two threads updated one pixel of img with a plain += (or =): overlapping windows add into the same "
-        "pixel, and a plain read-add-write loses one of two updates that meet. Use atomicAdd(&img[...], v).",
-        raises=OutputRaceError),
-    "unwritten": Mistake(
+        "pixel, and a plain read-add-write loses one of two updates that meet. Use atomicAdd(&img[...], v)."),
+    "unwritten": _caught("unwritten",
         "The last column entries were never added: the grid must cover all of cols, blocks = "
-        "(n + threads - 1) // threads, rounded up.", test=_scatter_prefix, raises=EmptyGridError),
+        "(n + threads - 1) // threads, rounded up.", test=_scatter_prefix),
     "launch_rule": _launch_rule_mistake(),
     **_window_mistakes(_scatter_is),
     "order": Mistake(COLUMN_ORDER, test=_scatter_is("order")),
@@ -1601,22 +1614,22 @@ def _depthwise_order(case, got):
 
 
 DEPTHWISE_MISTAKES = {
-    "padding": Mistake(PADDING, raises=NegativeIndexError),
+    "padding": _caught("padding", PADDING),
     "guard": _guard_mistake(
         "A read past the end of x or gy: read x only when 0 <= iy < H and 0 <= ix < W, and stop the loop over "
         "output positions at p < N * oh * ow."),
-    "output_race": Mistake(
+    "output_race": _caught("output_race",
         "Several threads wrote the block's weight: after the reduction one thread (threadIdx.x == 0) writes "
-        "gw[blockIdx.x].", raises=OutputRaceError),
-    "shared_race": Mistake(
+        "gw[blockIdx.x]."),
+    "shared_race": _caught("shared_race",
         "A data race on warp_sums: lane 0 of each warp (and no other lane) writes its warp's sum to "
-        "warp_sums[warp], then __syncthreads(), and only then does warp 0 read them.", raises=DataRaceError),
-    "divergent_barrier": Mistake(
+        "warp_sums[warp], then __syncthreads(), and only then does warp 0 read them."),
+    "divergent_barrier": _caught("divergent_barrier",
         "A __syncthreads() not every thread reaches (inside if (lane == 0) or if (warp == 0)): every thread "
-        "of the block must reach it, so put it between the two ifs.", raises=BarrierDivergenceError),
-    "uninitialized": Mistake(
+        "of the block must reach it, so put it between the two ifs."),
+    "uninitialized": _caught("uninitialized",
         "Warp 0 read a warp_sums slot that no warp wrote: the block has blockDim.x / 32 warps, so lanes past "
-        "the last warp take 0 (lane < warps ? warp_sums[lane] : 0.0f).", raises=UninitializedReadError),
+        "the last warp take 0 (lane < warps ? warp_sums[lane] : 0.0f)."),
     "launch_rule": _launch_rule_mistake(),
     "second_level": Mistake(
         "Only the first warp's sum reached the result: after each warp's tree, lane 0 of every warp stores "

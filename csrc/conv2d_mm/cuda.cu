@@ -299,8 +299,8 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, 
 // k = (kh, kw, c) with c fastest, so that both operands are rows of contiguous k:
 //   A (M x K): row j is the im2col column of pixel j, and its 8 (float16) or 4 (float32) consecutive k of
 //              one tap are 16 contiguous bytes of one pixel of a channels_last x (channels_last_source);
-//   B (N x K): row o is filter o with its weights in (kh, kw, c) order: w.permute(0, 2, 3, 1), a copy
-//              of the (small) weight.
+//   B (N x K): row o is filter o with its weights in (kh, kw, c) order: the weight moved to channels_last
+//              (transpose_kernel, a copy of the small weight; x too, when it is not channels_last already).
 // Every load is then one 16-byte cp.async from global straight into shared memory, zero-filled in the
 // padding (C must be a multiple of 8, of 4 in float32, so that 16 bytes never straddle two taps).
 //
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, 
 //
 // Each output sums its k in the same order on every run (deterministic); float16 and bfloat16 multiply
 // exactly and add in float32, float32 is rounded to TF32 first (Mma<float>), as cuDNN does when
-// torch.backends.cudnn.allow_tf32 lets it. The epilogue adds the bias and writes out as NCHW: 8 lanes of a
+// torch.backends.cudnn.conv.fp32_precision lets it. The epilogue adds the bias and writes out as NCHW: 8 lanes of a
 // warp hold 8 consecutive pixels of one filter.
 constexpr int kTcRowBytes = 64;               // k per step, in bytes
 constexpr int kTcPitch = kTcRowBytes + 16;    // a tile row in shared memory, padded (see above)

@@ -336,12 +336,31 @@ constexpr int tc_smem_bytes() {
   return kTcStages * (BM + BN) * kTcPitch;
 }
 
+// The GEMM tensor_core_gemm_kernel computes, in the 32-bit counts TensorCorePlan allows, with the divisors
+// that turn a k into (tap, c), a tap into (kh, kw) and a GEMM row into (image, oh, ow).
+struct TensorCoreGemm {
+  conv2d_mm::Im2colShape s;
+  int out_channels, K, columns;
+  FastDivider channels, kernel_w, pixels, out_w;
+
+  TensorCoreGemm(const conv2d_mm::Im2colShape& shape, int64_t filters)
+      : s(shape),
+        out_channels(static_cast<int>(filters)),
+        K(static_cast<int>(shape.channels * shape.kernel_area())),
+        columns(static_cast<int>(shape.batch * shape.blocks())),
+        channels(static_cast<uint32_t>(std::max<int64_t>(shape.channels, 1))),
+        kernel_w(static_cast<uint32_t>(shape.kernel_w)),
+        pixels(static_cast<uint32_t>(shape.blocks())),
+        out_w(static_cast<uint32_t>(shape.out_w)) {}
+};
+
 template <typename scalar_t, int BM, int BN, int WARPS_M, int WARPS_N>
 __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, BN>())
-    tensor_core_gemm_kernel(const conv2d_mm::Im2colShape s, const scalar_t* __restrict__ x,
-                            const scalar_t* __restrict__ w, const scalar_t* __restrict__ bias, int out_channels,
-                            int K, int columns, FastDivider channels, FastDivider kernel_w, FastDivider pixels,
-                            FastDivider out_w, scalar_t* __restrict__ out) {
+    tensor_core_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
+                            const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
+  const conv2d_mm::Im2colShape& s = gemm.s;
+  const int out_channels = gemm.out_channels, K = gemm.K, columns = gemm.columns;
+  const FastDivider &channels = gemm.channels, &kernel_w = gemm.kernel_w, &pixels = gemm.pixels, &out_w = gemm.out_w;
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
   constexpr int kChunk = 16 / sizeof(scalar_t);  // k per 16-byte chunk
   constexpr int kStepK = kTcRowBytes / sizeof(scalar_t);
@@ -680,7 +699,8 @@ struct ImplicitGemmPlan {
 };
 
 // out[b] = in[b]^T for `batch` row-major rows x cols matrices: x (N, C, H*W) into channels_last (N, H*W, C),
-// the weight (O, C, kH*kW) into (O, kH*kW, C), for the tensor_cores rung. A block moves 32 x 32 tiles
+// the weight (O, C, kH*kW) into (O, kH*kW, C), for the tensor_cores rung, and the flipped weight
+// (O, C*kH*kW) into (C*kH*kW, O) for the input gradient. A block moves 32 x 32 tiles
 // through shared memory so that both its reads and its writes are runs of 32 consecutive elements (ATen's
 // copy into channels_last reads one and writes the other at a stride: 20 us for a 32 x 128 x 28 x 28
 // float16 x on an H100, Nsight Compute).
@@ -769,10 +789,11 @@ struct Conv2dMMLauncher {
   // TensorCorePlan allows.
   static int forward_rung(int forced, const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype) {
     // By default tensor_cores wherever it takes the input, else im2col_gemm.
-    const int automatic = TensorCorePlan(s, out_channels, dtype).why_not.empty() ? 4 : 2;
+    const std::string tensor_cores_refuse = TensorCorePlan(s, out_channels, dtype).why_not;
+    const int automatic = tensor_cores_refuse.empty() ? 4 : 2;
     return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, automatic, [&](int rung) {
       if (rung == 3) return ImplicitGemmPlan(s, out_channels).why_not;
-      if (rung == 4) return TensorCorePlan(s, out_channels, dtype).why_not;
+      if (rung == 4) return tensor_cores_refuse;
       return std::string();
     });
   }
@@ -811,17 +832,11 @@ struct Conv2dMMLauncher {
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
     const at::Tensor xc = channels_last(x4);                                   // (N, H, W, C) in memory
     const at::Tensor wk = channels_last(weight);                               // (O, kH, kW, C) in memory
-    const int K = static_cast<int>(s.channels * s.kernel_area());
-    const FastDivider channels(static_cast<uint32_t>(std::max<int64_t>(s.channels, 1)));
-    const FastDivider kernel_w(static_cast<uint32_t>(s.kernel_w)), pixels(static_cast<uint32_t>(s.blocks()));
-    const FastDivider out_w(static_cast<uint32_t>(s.out_w));
+    const TensorCoreGemm gemm(s, O);
     AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_tensor_cores",
-        AT_DISPATCH_CASE(at::kHalf, [&] { launch_tensor_cores<scalar_t>(plan, s, xc, wk, bias, out, K, channels,
-                                                                       kernel_w, pixels, out_w); })
-        AT_DISPATCH_CASE(at::kBFloat16, [&] { launch_tensor_cores<scalar_t>(plan, s, xc, wk, bias, out, K, channels,
-                                                                           kernel_w, pixels, out_w); })
-        AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, s, xc, wk, bias, out, K, channels,
-                                                                        kernel_w, pixels, out_w); }));
+        AT_DISPATCH_CASE(at::kHalf, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); })
+        AT_DISPATCH_CASE(at::kBFloat16, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); })
+        AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); }));
   }
 
   // Note [the input gradient as a convolution]
@@ -843,7 +858,12 @@ struct Conv2dMMLauncher {
     if (t.out_h != s.height || t.out_w != s.width || !TensorCorePlan(t, s.channels, g4.scalar_type()).why_not.empty()) {
       return false;
     }
-    forward_tensor_cores(t, g4, weight.flip({2, 3}).transpose(0, 1), at::Tensor(), grad_input);
+    // The flipped, transposed weight w'[c, o, kh, kw] = w[o, c, kH-1-kh, kW-1-kw], made channels_last
+    // (memory (C, kH, kW, O)) in two passes: the flip, then one transpose of the (O, C*kH*kW) matrix.
+    const at::Tensor flipped = weight.flip({2, 3}).contiguous();
+    at::Tensor memory = at::empty({s.channels, s.kernel_h, s.kernel_w, O}, weight.options());
+    transpose(flipped, 1, O, s.channels * s.kernel_area(), memory);
+    forward_tensor_cores(t, g4, memory.permute({0, 3, 1, 2}), at::Tensor(), grad_input);
     return true;
   }
 
@@ -853,37 +873,44 @@ struct Conv2dMMLauncher {
     if (t.is_contiguous(at::MemoryFormat::ChannelsLast) && is_aligned(t.const_data_ptr())) return t;
     const at::Tensor src = t.contiguous();
     at::Tensor out = at::empty_like(src, at::MemoryFormat::ChannelsLast);
-    const int64_t batch = src.size(0), rows = src.size(1), cols = src.size(2) * src.size(3);
-    if (out.numel() == 0) return out;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "labops_channels_last", [&] {
+    transpose(src, src.size(0), src.size(1), src.size(2) * src.size(3), out);
+    return out;
+  }
+
+  // out's memory = the `batch` row-major rows x cols matrices of src's (contiguous) memory, each transposed.
+  static void transpose(const at::Tensor& src, int64_t batch, int64_t rows, int64_t cols, const at::Tensor& out) {
+    if (out.numel() == 0) return;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "labops_transpose", [&] {
       const int64_t tiles = batch * ceil_div<int64_t>(rows, 32) * ceil_div<int64_t>(cols, 32);
       const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 16);
       transpose_kernel<scalar_t><<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
           src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, cols, batch);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
-    return out;
   }
 
   template <typename scalar_t>
-  static void launch_tensor_cores(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x,
-                                  const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out, int K,
-                                  FastDivider channels, FastDivider kernel_w, FastDivider pixels, FastDivider out_w) {
-    const scalar_t* b = bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr;
+  static void launch_tensor_cores(const TensorCorePlan& plan, const TensorCoreGemm& gemm, const at::Tensor& x,
+                                  const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out) {
+    const auto launch = [&](auto kernel, int bytes) {
+      kernel<<<static_cast<unsigned>(plan.blocks), 128 /* 4 warps */, bytes, c10::cuda::getCurrentCUDAStream()>>>(
+          gemm, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
+          bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
     if (plan.bm == 128 && plan.bn == 128) {
-      launch_tiles<scalar_t, 128, 128>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
+      launch(tile_kernel<scalar_t, 128, 128>(), tc_smem_bytes<128, 128>());
     } else if (plan.bm == 128) {
-      launch_tiles<scalar_t, 128, 64>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
+      launch(tile_kernel<scalar_t, 128, 64>(), tc_smem_bytes<128, 64>());
     } else {
-      launch_tiles<scalar_t, 64, 64>(plan, s, x, w, b, out, K, channels, kernel_w, pixels, out_w);
+      launch(tile_kernel<scalar_t, 64, 64>(), tc_smem_bytes<64, 64>());
     }
   }
 
+  // tensor_core_gemm_kernel with BM x BN tiles and 4 warps, allowed the shared memory it needs.
   template <typename scalar_t, int BM, int BN>
-  static void launch_tiles(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x,
-                           const at::Tensor& w, const scalar_t* bias, const at::Tensor& out, int K,
-                           FastDivider channels, FastDivider kernel_w, FastDivider pixels, FastDivider out_w) {
-    const auto kernel = tensor_core_gemm_kernel<scalar_t, BM, BN, 2, 2>;  // 4 warps
+  static auto tile_kernel() {
+    const auto kernel = tensor_core_gemm_kernel<scalar_t, BM, BN, 2, 2>;
     constexpr int kBytes = tc_smem_bytes<BM, BN>();
     // Over 48 KB of shared memory a block must be allowed it: once per kernel and device.
     static std::atomic<uint64_t> allowed_on{0};
@@ -892,11 +919,7 @@ struct Conv2dMMLauncher {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
       allowed_on.fetch_or(bit, std::memory_order_relaxed);
     }
-    const int O = static_cast<int>(out.size(1)), columns = static_cast<int>(s.batch * s.blocks());
-    kernel<<<static_cast<unsigned>(plan.blocks), 128, kBytes, c10::cuda::getCurrentCUDAStream()>>>(
-        s, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(), bias, O, K, columns, channels, kernel_w,
-        pixels, out_w, out.mutable_data_ptr<scalar_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return kernel;
   }
 
   template <typename scalar_t>

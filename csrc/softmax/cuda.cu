@@ -116,6 +116,18 @@ struct RowThreads {
   __device__ int64_t col(int l) const { return (static_cast<int64_t>(l) * tpr + lane) * V; }
 };
 
+// Every row kernel's loop: body(rt, row, active) for each batch of rows the block takes in turn. A thread
+// past the last row still runs the body, with active false and row 0 (its loads and stores are masked),
+// because the row's reductions need all of its threads.
+template <typename Body>
+__device__ __forceinline__ void for_each_row(const RowGeometry& geo, int tpr_log2, Body body) {
+  const int64_t rows = geo.rows();
+  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
+    const bool active = rt.row() < rows;
+    body(rt, active ? rt.row() : int64_t(0), active);
+  }
+}
+
 template <int kLoads, int V, typename scalar_t>
 __device__ __forceinline__ void load_slice(Pack<scalar_t, V> (&v)[kLoads], const scalar_t* row_ptr, int64_t n,
                                            bool active, const RowThreads& rt, scalar_t pad) {
@@ -178,10 +190,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     softmax_forward_rows(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, RowGeometry geo, int tpr_log2) {
   using acc_t = at::opmath_type<scalar_t>;
   __shared__ acc_t smem[kWarpSize];
-  const int64_t rows = geo.rows(), n = geo.size;
-  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
-    const bool active = rt.row() < rows;
-    const int64_t start = geo.row_start(active ? rt.row() : 0);
+  const int64_t n = geo.size;
+  for_each_row(geo, tpr_log2, [&](const RowThreads& rt, int64_t row, bool active) {
+    const int64_t start = geo.row_start(row);
     Pack<scalar_t, V> v[kLoads];
     load_slice(v, x + start, n, active, rt, scalar_t(neg_inf<acc_t>()));
     // Float and double rows keep each exp in place of its input: one exp per
@@ -195,7 +206,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       const acc_t value = static_cast<acc_t>(v[l].val[e]);
       return kKeepExp ? normalize(value, inv) : softmax_output(value, m, inv);
     });
-  }
+  });
 }
 
 // Rows of a whole block each (rows of 4096 .. 32768 floats), with the next
@@ -261,10 +272,9 @@ __global__ void __launch_bounds__(kMaxThreads)
                           RowGeometry geo, int tpr_log2) {
   using acc_t = at::opmath_type<scalar_t>;
   __shared__ acc_t smem[kWarpSize];
-  const int64_t rows = geo.rows(), n = geo.size;
-  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
-    const bool active = rt.row() < rows;
-    const int64_t start = geo.row_start(active ? rt.row() : 0);
+  const int64_t n = geo.size;
+  for_each_row(geo, tpr_log2, [&](const RowThreads& rt, int64_t row, bool active) {
+    const int64_t start = geo.row_start(row);
     Pack<scalar_t, V> gv[kLoads], yv[kLoads];
     load_slice(gv, g + start, n, active, rt, scalar_t(0));
     load_slice(yv, y + start, n, active, rt, scalar_t(0));
@@ -277,23 +287,22 @@ __global__ void __launch_bounds__(kMaxThreads)
     store_slice<kLoads, V>(dx + start, n, active, rt, [&](int l, int e, int64_t) {
       return softmax_grad(static_cast<acc_t>(gv[l].val[e]), static_cast<acc_t>(yv[l].val[e]), dot);
     });
-  }
+  });
 }
 
-// One row of a cross-entropy row kernel, as both kernels begin it: the thread's row (row 0 for a thread past
-// the last, whose loads are masked), its target, its logits in v (-inf past the row's end: their exp is 0)
-// and their max and sum of exponentials, the same on every thread of the row.
+// One row of a cross-entropy row kernel, as both kernels begin it (row and active from for_each_row): where
+// the row starts, its target, its logits in v (-inf past the row's end: their exp is 0) and their max and
+// sum of exponentials, the same on every thread of the row.
 template <typename acc_t>
 struct CrossEntropyRow {
-  bool active;
-  int64_t row, start, target;
+  int64_t start, target;
   MaxSumExp<acc_t> stats;
 
   template <typename scalar_t, int V, int kLoads>
   __device__ __forceinline__ CrossEntropyRow(Pack<scalar_t, V> (&v)[kLoads], const scalar_t* logits,
-                                             const int64_t* targets, const RowGeometry& geo, int64_t rows,
-                                             const RowThreads& rt, acc_t* smem)
-      : active(rt.row() < rows), row(active ? rt.row() : 0), start(geo.row_start(row)), target(targets[row]) {
+                                             const int64_t* targets, const RowGeometry& geo, int64_t row,
+                                             bool active, const RowThreads& rt, acc_t* smem)
+      : start(geo.row_start(row)), target(targets[row]) {
     load_slice(v, logits + start, geo.size, active, rt, scalar_t(neg_inf<acc_t>()));
     stats = slice_max_sum<false>(v, rt, smem);
   }
@@ -304,17 +313,17 @@ __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_forward_rows(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
                                acc_t* __restrict__ loss, RowGeometry geo, int tpr_log2) {
   __shared__ acc_t smem[kWarpSize];
-  const int64_t rows = geo.rows(), n = geo.size;
-  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
+  const int64_t n = geo.size;
+  for_each_row(geo, tpr_log2, [&](const RowThreads& rt, int64_t row, bool active) {
     Pack<scalar_t, V> v[kLoads];
-    const CrossEntropyRow<acc_t> r(v, logits, target, geo, rows, rt, smem);
+    const CrossEntropyRow<acc_t> r(v, logits, target, geo, row, active, rt, smem);
     const acc_t m = r.stats.max, s = r.stats.sum;
-    if (r.active && rt.lane == 0) {  // targets were checked before the launch; never read outside the row
-      loss[r.row] = target_in_range(r.target, n)
-                        ? cross_entropy_loss(m, s, static_cast<acc_t>(logits[r.start + r.target]))
-                        : std::numeric_limits<acc_t>::quiet_NaN();
+    if (active && rt.lane == 0) {  // targets were checked before the launch; never read outside the row
+      loss[row] = target_in_range(r.target, n)
+                      ? cross_entropy_loss(m, s, static_cast<acc_t>(logits[r.start + r.target]))
+                      : std::numeric_limits<acc_t>::quiet_NaN();
     }
-  }
+  });
 }
 
 template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type<scalar_t>>
@@ -323,22 +332,22 @@ __global__ void __launch_bounds__(kMaxThreads)
                                 const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
                                 scalar_t* __restrict__ grad, RowGeometry geo, int tpr_log2) {
   __shared__ acc_t smem[kWarpSize];
-  const int64_t rows = geo.rows(), n = geo.size;
-  for (RowThreads rt(tpr_log2); rt.first_row < rows; rt.next()) {
+  const int64_t n = geo.size;
+  for_each_row(geo, tpr_log2, [&](const RowThreads& rt, int64_t row, bool active) {
     Pack<scalar_t, V> v[kLoads];
-    const CrossEntropyRow<acc_t> r(v, logits, target, geo, rows, rt, smem);
+    const CrossEntropyRow<acc_t> r(v, logits, target, geo, row, active, rt, smem);
     const int64_t t = r.target;
-    const acc_t row_scale = static_cast<acc_t>(grad_loss[r.row * grad_stride]) * scale;
+    const acc_t row_scale = static_cast<acc_t>(grad_loss[row * grad_stride]) * scale;
     const acc_t m = r.stats.max, s = r.stats.sum;
     const acc_t inv = acc_t(1) / s;
     // A bad target (only possible when the op is called directly, the forward
     // raises for it) gives a NaN row instead of a device-side assert.
     const acc_t nan_if_bad = target_in_range(t, n) ? acc_t(0) : std::numeric_limits<acc_t>::quiet_NaN();
-    store_slice<kLoads, V>(grad + r.start, n, r.active, rt, [&](int l, int e, int64_t col) {
+    store_slice<kLoads, V>(grad + r.start, n, active, rt, [&](int l, int e, int64_t col) {
       const acc_t onehot = col == t ? acc_t(1) : acc_t(0);
       return cross_entropy_grad(static_cast<acc_t>(v[l].val[e]), m, inv, onehot, row_scale) + nan_if_bad;
     });
-  }
+  });
 }
 
 // ---- rows too long for registers: one block per row, read twice ----

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDAException.h>
 #include <cuda_runtime.h>
 
@@ -15,11 +16,10 @@ inline int current_device() {
   return device;
 }
 
-// Streaming multiprocessors on the current device (132 on an H100 SXM / H200).
+// Streaming multiprocessors on the current device (132 on an H100 SXM / H200). ATen reads each device's
+// properties once and keeps them: a launcher may ask on every call.
 inline int multiprocessor_count() {
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, current_device()));
-  return sms;
+  return at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 }
 
 // Whether `ptr` may be read or written with `bytes`-wide vector accesses.

@@ -291,17 +291,16 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 // One row of a cross-entropy row kernel, as both kernels begin it (row and active from for_each_row): where
-// the row starts, its target, its logits in v (-inf past the row's end: their exp is 0) and their max and
-// sum of exponentials, the same on every thread of the row.
-template <typename acc_t>
+// the row starts, its target, this thread's slice of its logits in v (-inf past the row's end: their exp
+// is 0) and their max and sum of exponentials, the same on every thread of the row.
+template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type<scalar_t>>
 struct CrossEntropyRow {
   int64_t start, target;
+  Pack<scalar_t, V> v[kLoads];
   MaxSumExp<acc_t> stats;
 
-  template <typename scalar_t, int V, int kLoads>
-  __device__ __forceinline__ CrossEntropyRow(Pack<scalar_t, V> (&v)[kLoads], const scalar_t* logits,
-                                             const int64_t* targets, const RowGeometry& geo, int64_t row,
-                                             bool active, const RowThreads& rt, acc_t* smem)
+  __device__ __forceinline__ CrossEntropyRow(const scalar_t* logits, const int64_t* targets, const RowGeometry& geo,
+                                             int64_t row, bool active, const RowThreads& rt, acc_t* smem)
       : start(geo.row_start(row)), target(targets[row]) {
     load_slice(v, logits + start, geo.size, active, rt, scalar_t(neg_inf<acc_t>()));
     stats = slice_max_sum<false>(v, rt, smem);
@@ -315,8 +314,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   __shared__ acc_t smem[kWarpSize];
   const int64_t n = geo.size;
   for_each_row(geo, tpr_log2, [&](const RowThreads& rt, int64_t row, bool active) {
-    Pack<scalar_t, V> v[kLoads];
-    const CrossEntropyRow<acc_t> r(v, logits, target, geo, row, active, rt, smem);
+    const CrossEntropyRow<scalar_t, V, kLoads> r(logits, target, geo, row, active, rt, smem);
     const acc_t m = r.stats.max, s = r.stats.sum;
     if (active && rt.lane == 0) {  // targets were checked before the launch; never read outside the row
       loss[row] = target_in_range(r.target, n)
@@ -334,8 +332,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   __shared__ acc_t smem[kWarpSize];
   const int64_t n = geo.size;
   for_each_row(geo, tpr_log2, [&](const RowThreads& rt, int64_t row, bool active) {
-    Pack<scalar_t, V> v[kLoads];
-    const CrossEntropyRow<acc_t> r(v, logits, target, geo, row, active, rt, smem);
+    const CrossEntropyRow<scalar_t, V, kLoads> r(logits, target, geo, row, active, rt, smem);
     const int64_t t = r.target;
     const acc_t row_scale = static_cast<acc_t>(grad_loss[row * grad_stride]) * scale;
     const acc_t m = r.stats.max, s = r.stats.sum;
@@ -345,7 +342,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     const acc_t nan_if_bad = target_in_range(t, n) ? acc_t(0) : std::numeric_limits<acc_t>::quiet_NaN();
     store_slice<kLoads, V>(grad + r.start, n, active, rt, [&](int l, int e, int64_t col) {
       const acc_t onehot = col == t ? acc_t(1) : acc_t(0);
-      return cross_entropy_grad(static_cast<acc_t>(v[l].val[e]), m, inv, onehot, row_scale) + nan_if_bad;
+      return cross_entropy_grad(static_cast<acc_t>(r.v[l].val[e]), m, inv, onehot, row_scale) + nan_if_bad;
     });
   });
 }

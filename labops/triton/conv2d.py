@@ -204,7 +204,7 @@ def _check(x, weight, bias, stride, padding, dilation, grad=None):
     """Every rule of the forward (and, given grad, of the backward ops); returns the output's (Hout, Wout)."""
     check_floating(x, OP, "x")
     check_floating(weight, OP, "weight")
-    if x.device.type not in ("cpu", "cuda"):
+    if x.device.type not in ("cpu", "cuda", "meta"):  # meta: shapes only (fakes)
         raise ValueError(f"labops.{OP}: x must be on the CPU or a CUDA device, got {x.device.type}")
     if x.dim() != 4:
         raise ValueError(f"labops.{OP}: x must be 4-D (N, C, H, W), got {shape_str(x.shape)}")

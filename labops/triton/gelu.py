@@ -91,7 +91,7 @@ def _launch(x, grad, approximate):
 def _check(x, approximate, grad=None):
     op = "triton.gelu_backward" if grad is not None else "triton.gelu"
     check_floating(x, op, "x")
-    if x.device.type not in ("cpu", "cuda"):
+    if x.device.type not in ("cpu", "cuda", "meta"):  # meta: shapes only (fakes)
         raise ValueError(f"labops.{op}: x must be on the CPU or a CUDA device, got {x.device.type}")
     check_choice(approximate, APPROXIMATIONS, op, "approximate")
     if grad is not None:

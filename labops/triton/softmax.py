@@ -84,7 +84,7 @@ def _check(x, y=None):
     """x is the forward's input, or the backward's grad (then y is the saved output)."""
     op, arg = ("triton.softmax_backward", "grad") if y is not None else ("triton.softmax", "x")
     check_floating(x, op, arg)
-    if x.device.type not in ("cpu", "cuda"):
+    if x.device.type not in ("cpu", "cuda", "meta"):  # meta: shapes only (fakes)
         raise ValueError(f"labops.{op}: {arg} must be on the CPU or a CUDA device, got {x.device.type}")
     if x.dim() == 0:
         raise ValueError(f"labops.{op}: {arg} must have at least one dim (softmax runs over the last), got a 0-d tensor")

@@ -87,7 +87,7 @@ def _check(x, y=None):
     if x.device.type not in ("cpu", "cuda", "meta"):  # meta: shapes only (fakes)
         raise ValueError(f"labops.{op}: {arg} must be on the CPU or a CUDA device, got {x.device.type}")
     if x.dim() == 0:
-        raise ValueError(f"labops.{op}: {arg} must have at least one dim (softmax runs over the last), got a 0-d tensor")
+        raise ValueError(f"labops.{op}: {arg} must have at least one dim (softmax runs over the last), got 0-d")
     if x.shape[-1] > MAX_COLS:
         raise ValueError(f"labops.{op}: {arg}'s last dim must be at most {MAX_COLS} (one row is one Triton block), "
                          f"got {x.shape[-1]}")

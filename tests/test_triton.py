@@ -255,3 +255,17 @@ def test_interpreter_agrees_with_gpu(dtype):
         _agree(lambda *a: lt.conv2d(*a, *window), xc, w, b, dtype=dtype)
     finally:
         torch.backends.cudnn.conv.fp32_precision = before
+
+
+def test_weight_grad_split_k(monkeypatch):
+    """grad_weight summed in several slices of the output pixels (what a GPU runs) equals one slice's sum."""
+    conv_module = sys.modules["labops.triton.conv2d"]
+    x, w, b, *window = conv_inputs(CONV_CASES[1], "cpu", torch.float64)
+    g = Seeded("cpu", torch.float64, seed=9).randn(*F.conv2d(x, w, b, *window).shape)
+    args = (g, x, w, *([v] * 2 if isinstance(v, int) else list(v) for v in window))
+    whole = torch.ops.labops_triton.conv2d_grad_weight(*args)
+    monkeypatch.setattr(conv_module, "_weight_grad_splits", lambda *a: 3)
+    torch.testing.assert_close(torch.ops.labops_triton.conv2d_grad_weight(*args), whole, rtol=1e-12, atol=1e-12)
+    x64, w64 = x.detach().requires_grad_(), w.detach().requires_grad_()
+    F.conv2d(x64, w64, b, *window).backward(g)
+    torch.testing.assert_close(whole, w64.grad)

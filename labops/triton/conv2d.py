@@ -87,17 +87,21 @@ def conv2d_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, H, W, F, Hout, Wout, kH, k
 
 
 @kernel
-def conv2d_grad_weight_kernel(g_ptr, x_ptr, gw_ptr, N, C, H, W, F, Hout, Wout, kH, kW, sh, sw, ph, pw, dh, dw,
-                              DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr,
+def conv2d_grad_weight_kernel(g_ptr, x_ptr, partial_ptr, N, C, H, W, F, Hout, Wout, kH, kW, sh, sw, ph, pw, dh, dw,
+                              M_PER_SPLIT, DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # This program's tile of grad_weight as the matrix (F, R): filters f (rows), taps r (columns). It sums
-    # over every output pixel m, BLOCK_K at a time: the whole reduction in one program, so no atomics.
+    # This program's tile of grad_weight as the matrix (F, R): filters f (rows), taps r (columns), summed over
+    # its own share of the output pixels m (split-K: F * R is small, M large, and one program per tile would
+    # leave most of the GPU idle). Each split writes its partial sums to its own slice of partial_ptr; the
+    # launcher adds the slices in a fixed order. No atomics: the result does not depend on which program ran first.
     f = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     r = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    split = tl.program_id(2)
     M = N * Hout * Wout
     R = C * kH * kW
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    for m0 in range(0, M, BLOCK_K):
+    m_start = split * M_PER_SPLIT
+    for m0 in range(m_start, tl.minimum(m_start + M_PER_SPLIT, M), BLOCK_K):
         m = m0 + tl.arange(0, BLOCK_K)
         n = m // (Hout * Wout)
         pixel = m % (Hout * Wout)
@@ -106,8 +110,8 @@ def conv2d_grad_weight_kernel(g_ptr, x_ptr, gw_ptr, N, C, H, W, F, Hout, Wout, k
                     mask=(f[:, None] < F) & (m[None, :] < M), other=0.0)
         a = columns_tile(x_ptr, m, r, M, R, C, H, W, Hout, Wout, kH, kW, sh, sw, ph, pw, dh, dw)  # [BLOCK_K, BLOCK_N]
         acc = tl.dot(g.to(DOT), a.to(DOT), acc, input_precision=PRECISION, out_dtype=ACC)
-    out = gw_ptr + f[:, None] * R + r[None, :]
-    tl.store(out, acc.to(gw_ptr.dtype.element_ty), mask=(f[:, None] < F) & (r[None, :] < R))
+    out = partial_ptr + (split * F + f[:, None]) * R + r[None, :]
+    tl.store(out, acc, mask=(f[:, None] < F) & (r[None, :] < R))
 
 
 @kernel
@@ -182,17 +186,27 @@ def _dtypes(t):
 
 
 def _launch(kernel_, grid_rows, grid_cols, a, b, c, out, x_shape, weight_shape, out_hw, stride, padding,
-            dilation, **constexprs):
-    """A 2-D grid of BLOCK_M x BLOCK_N tiles over a (grid_rows, grid_cols) matrix; the sizes as ints."""
+            dilation, splits=1, **extra):
+    """A grid of BLOCK_M x BLOCK_N tiles over a (grid_rows, grid_cols) matrix, times `splits`; sizes as ints."""
     if out.numel() == 0:
         return out
     (N, C, H, W), (F, _, kH, kW) = x_shape, weight_shape
     DOT, ACC, PRECISION = _dtypes(a)
     args = (a, b) if c is None else (a, b, c)
-    kernel_[(triton.cdiv(grid_rows, BLOCK_M), triton.cdiv(grid_cols, BLOCK_N))](
-        *args, out, N, C, H, W, F, *out_hw, kH, kW, *stride, *padding, *dilation, **constexprs,
+    kernel_[(triton.cdiv(grid_rows, BLOCK_M), triton.cdiv(grid_cols, BLOCK_N), splits)](
+        *args, out, N, C, H, W, F, *out_hw, kH, kW, *stride, *padding, *dilation, **extra,
         DOT=DOT, ACC=ACC, PRECISION=PRECISION, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K)
     return out
+
+
+def _weight_grad_splits(x, tiles, M):
+    """How many slices of the M output pixels grad_weight's programs share: on a GPU enough for about four
+    programs per multiprocessor, each at least 8 steps of BLOCK_K; on the CPU one (the interpreter runs the
+    programs one after another: splitting only adds work)."""
+    if not x.is_cuda:
+        return 1
+    programs = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
+    return max(1, min(triton.cdiv(programs, tiles), M // (8 * BLOCK_K)))
 
 
 # ---- the ops: checks (stated once, for the ops and their fakes), registration, autograd -------------------------
@@ -277,12 +291,16 @@ def _conv2d_grad_weight(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
                         padding: list[int], dilation: list[int]) -> torch.Tensor:
     out_hw = _check(x, weight, None, stride, padding, dilation, grad)
     grad, x = grad.contiguous(), x.contiguous()
-    grad_weight = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)  # weight: the sizes
     F, C, kH, kW = weight.shape
-    if x.shape[0] == 0:  # no pixels to sum over: the loop would not run, and the tiles must still be written
-        return grad_weight.zero_()
-    return _launch(conv2d_grad_weight_kernel, F, C * kH * kW, grad, x, None, grad_weight, x.shape, weight.shape,
-                   out_hw, stride, padding, dilation)
+    M, R = x.shape[0] * out_hw[0] * out_hw[1], C * kH * kW
+    splits = _weight_grad_splits(x, triton.cdiv(F, BLOCK_M) * triton.cdiv(R, BLOCK_N), M)
+    m_per_split = triton.cdiv(triton.cdiv(M, splits), BLOCK_K) * BLOCK_K  # whole steps of BLOCK_K each
+    splits = triton.cdiv(M, m_per_split) if M else 1  # no split left empty (M = 0: one, of zeros)
+    partial = torch.zeros(splits, F, R, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32,
+                          device=x.device)  # zeros: with M = 0 the loop never runs, and the tiles must still be 0
+    _launch(conv2d_grad_weight_kernel, F, R, grad, x, None, partial, x.shape, weight.shape, out_hw, stride,
+            padding, dilation, splits=splits, M_PER_SPLIT=m_per_split)
+    return partial.sum(0).to(weight.dtype).view(weight.shape)  # the splits added in one fixed order
 
 
 @_conv2d_grad_weight.register_fake

@@ -17,8 +17,9 @@ from labops.triton.gelu import APPROXIMATIONS  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-# (rtol, atol) against a float64 oracle, by the dtype the op ran in.
-TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 2e-2),
+# (rtol, atol) against a float64 oracle, by the dtype the op ran in. float64 at 1e-7: compiled, a Python float
+# literal in a kernel is a float32 constant (gelu.py's 0.044715, 1/sqrt(2), ...), good to about 3e-8.
+TOL = {torch.float64: (1e-7, 1e-7), torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 2e-2),
        torch.bfloat16: (2e-2, 1e-1)}
 
 

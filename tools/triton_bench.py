@@ -79,7 +79,6 @@ def main(argv=None):
                     pct = 100 * nbytes / t / copy_bw
                     rows.append({"op": title, "case": label, "pass": what, "impl": impl, "ms": t, "pct_copy": pct})
                     print(f"| {label} | {what} | {impl} | {t:.3f} | {pct:.0f} |", flush=True)
-            del x, y
             torch.cuda.empty_cache()
 
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; triton {triton.__version__}; "
@@ -95,11 +94,12 @@ def main(argv=None):
         for dtype, size in ((torch.float32, 4), (torch.float16, 2))])
 
     # softmax: the forward reads x and writes y; fwd+bwd adds reading y and grad, writing grad_x.
+    native_softmax = lambda t: torch.softmax(t, -1)  # noqa: E731
     softmax_impls = {"labops.triton": lt.softmax, "labops (CUDA)": lambda t: labops.softmax(t, -1),
-                     "native": lambda t: torch.softmax(t, -1), "torch.compile": compiled(lambda t: torch.softmax(t, -1))}
+                     "native": native_softmax, "torch.compile": compiled(native_softmax)}
     bandwidth_table("softmax", [
         (f"{rows_}x{cols} {str(dtype)[6:]}", dtype, randn(rows_, cols, dtype=dtype, scale=4.0), softmax_impls,
-         lambda t: torch.softmax(t, -1), 2 * rows_ * cols * size, 5 * rows_ * cols * size)
+         native_softmax, 2 * rows_ * cols * size, 5 * rows_ * cols * size)
         for rows_, cols in ((4096, 4096), (8192, 1024)) for dtype, size in ((torch.float32, 4), (torch.float16, 2))])
 
     # conv2d: float16, tl.dot and cuDNN both on tensor cores accumulating in float32.
@@ -128,7 +128,6 @@ def main(argv=None):
                 rows.append(row)
                 print(f"| {row['case']} | {what} | {impl} | {t:.3f} | {row['tflops']:.0f} | "
                       f"{row['cudnn_speedup']:.2f} |", flush=True)
-        del x, w, b
         torch.cuda.empty_cache()
 
     with open(args.json, "w") as f:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from conftest import Seeded
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
 import labops.triton as lt  # noqa: E402
 from labops.triton.gelu import APPROXIMATIONS  # noqa: E402
@@ -213,10 +213,8 @@ def test_import_is_light_and_names_the_fix():
 
 def test_triton_is_the_real_one():
     """Inside labops/triton/, `import triton` is Triton itself, not the package it sits in."""
-    from labops.triton import gelu as gelu_module  # noqa: F401
-
-    assert sys.modules["labops.triton.gelu"].triton.__name__ == "triton"
-    assert hasattr(sys.modules["labops.triton.gelu"].triton, "jit")
+    for name in ("labops.triton", "labops.triton.gelu", "labops.triton._launch"):
+        assert sys.modules[name].triton is triton and triton.__name__ == "triton", name
 
 
 # ---- on a GPU: compiled kernels against the oracles, and against the interpreter on the same inputs ----
@@ -270,3 +268,49 @@ def test_weight_grad_split_k(monkeypatch):
     x64, w64 = x.detach().requires_grad_(), w.detach().requires_grad_()
     F.conv2d(x64, w64, b, *window).backward(g)
     torch.testing.assert_close(whole, w64.grad)
+
+
+# ---- no GPU needed: what the launchers pass compiles for sm_90 (as .ci/check_cuda_compiles.sh does for csrc) ----
+
+def _launches(monkeypatch, dtype):
+    """(kernel, args, kwargs) of every kernel launch that each op, forward and backward, makes on the CPU."""
+    launch_module = sys.modules["labops.triton._launch"]
+    seen = {}
+    original = launch_module.Kernel.__getitem__
+
+    def record(kernel, grid):
+        def launch(*args, **kwargs):
+            seen.setdefault((kernel.__name__, str(sorted(kwargs.items()))), (kernel, args, kwargs))
+            return original(kernel, grid)(*args, **kwargs)
+        return launch
+
+    monkeypatch.setattr(launch_module.Kernel, "__getitem__", record)
+    make = Seeded("cpu", dtype, seed=5)
+    for approximate in APPROXIMATIONS:
+        lt.gelu(make.randn(40).requires_grad_(), approximate).sum().backward()
+    lt.softmax(make.randn(3, 40).requires_grad_()).square().sum().backward()
+    leaves = [make.randn(1, 3, 6, 5).requires_grad_(), make.randn(4, 3, 3, 3).requires_grad_(),
+              make.randn(4).requires_grad_()]
+    lt.conv2d(*leaves, padding=1).square().sum().backward()
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64], ids=str)
+def test_kernels_compile_for_sm90(monkeypatch, dtype):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    pointer = {torch.float16: "*fp16", torch.float32: "*fp32", torch.float64: "*fp64", torch.bfloat16: "*bf16"}
+    launches = _launches(monkeypatch, dtype)
+    assert len(launches) == 2 * 2 + 2 + 3  # gelu (2 forms, forward and backward), softmax (2), conv2d (3)
+    for kernel, args, kwargs in launches:
+        fn = kernel.compiled
+        values = dict(zip(fn.arg_names, args), **kwargs)
+        constexprs = {fn.arg_names[i]: values[fn.arg_names[i]] for i in fn.constexprs}
+        signature = {name: "constexpr" if name in constexprs else pointer[value.dtype]
+                     if isinstance(value, torch.Tensor) else "i32" for name, value in values.items()
+                     if name in fn.arg_names}
+        options = {"num_warps": kwargs["num_warps"]} if "num_warps" in kwargs else None
+        compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+                                  target=GPUTarget("cuda", 90, 32), options=options)
+        assert compiled.asm["cubin"], kernel.__name__

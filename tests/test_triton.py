@@ -314,3 +314,25 @@ def test_kernels_compile_for_sm90(monkeypatch, dtype):
         compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
                                   target=GPUTarget("cuda", 90, 32), options=options)
         assert compiled.asm["cubin"], kernel.__name__
+
+
+def test_empty_batch_conv2d():
+    x, w, b = torch.randn(0, 3, 5, 5, requires_grad=True), torch.randn(4, 3, 3, 3, requires_grad=True), \
+        torch.randn(4, requires_grad=True)
+    y = lt.conv2d(x, w, b, padding=1)
+    assert y.shape == (0, 4, 5, 5)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros(4))
+
+
+def test_compiles_in_one_graph():
+    """The ops trace through their fakes under torch.compile(fullgraph=True), forward and backward."""
+    from conftest import assert_compiled_matches_eager
+
+    make = Seeded("cpu", torch.float32, seed=6)
+    x, w, b = make.randn(2, 3, 6, 5).requires_grad_(), make.randn(4, 3, 3, 3).requires_grad_(), make.randn(4)
+
+    def net(x, w):
+        return lt.softmax(lt.gelu(lt.conv2d(x, w, b, padding=1), "tanh").flatten(2))
+
+    assert_compiled_matches_eager(net, x, w, loss=lambda out: (out * out).sum())

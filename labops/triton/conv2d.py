@@ -20,7 +20,9 @@ result does not depend on the order programs run in):
 
 where p = (n, ih, iw) is an input pixel and (oh, ow) the output pixel that tap (kh, kw) reaches from it,
 ``oh = (ih + padding - kh * dilation) / stride`` when that divides evenly (a gather: where col2im
-would scatter and sum the overlaps, each input pixel sums its own). grad_bias is ``grad.sum((0, 2, 3))``.
+would scatter and sum the overlaps, each input pixel sums its own). grad_weight's sum over m is long
+and its output small, so on a GPU it is split over several programs (split-K), each writing its own
+partial sums, which are then added in one fixed order. grad_bias is ``grad.sum((0, 2, 3))``.
 
 Example:
     >>> import torch, torch.nn.functional as F

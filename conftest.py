@@ -1,6 +1,12 @@
 # Doctests (pytest --doctest-modules over labops/, see pyproject.toml): modules that must not be
 # imported as a test: __main__ files run the CLI when imported, and docs/conf.py builds the site.
 collect_ignore = ["labops/__main__.py", "labops/bench/__main__.py", "docs/conf.py"]
+# labops/triton/ needs the `triton` extra (Linux only): where Triton is missing its modules cannot be imported,
+# so their docstring examples are not collected (tests/test_triton.py skips itself there).
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("triton") is None:
+    collect_ignore.append("labops/triton")
 
 # Inductor caches compiled graphs on disk (default /tmp/torchinductor_<user>) under a key made from the forward
 # graph, so a backward cached before a labops rebuild outlives a changed C++ autograd formula: after

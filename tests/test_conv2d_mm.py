@@ -310,6 +310,40 @@ def test_input_gradient_as_a_convolution(device, dtype, kernel, padding, dilatio
     torch.testing.assert_close(got.double(), expected, rtol=rtol, atol=atol * (16 * kernel[0] * kernel[1]) ** 0.5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("batch, size, kernel, stride, padding, dilation", [
+    (8, (11, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
+    (16, (12, 10), (3, 3), (2, 2), (1, 1), (1, 1)),   # the transposed problem has more pixels than the kernel
+    (8, (11, 13), (3, 2), (1, 2), (2, 0), (2, 1)),    # dilated, non-square, uneven stride and padding
+    (32, (40, 40), (3, 3), (1, 1), (1, 1), (1, 1)),   # 51200 terms a weight: many splits
+    (3, (11, 13), (3, 3), (1, 1), (1, 1), (1, 1)),    # a batch the tensor cores cannot take: the columns instead
+], ids=["3x3", "stride-2", "dilated", "deep", "batch-3"])
+def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, stride, padding, dilation):
+    """conv2d_mm_backward_weight and accGradParameters on CUDA run the tensor_cores forward with the batch as its
+    channels, its sum over pixels split and the splits added in order (Note [the weight gradient as a
+    convolution], csrc/conv2d_mm/cuda.cu); against float64 torch.nn.grad.conv2d_weight, the same bits twice."""
+    if device != "cuda":
+        pytest.skip("a CUDA path")
+    randn = Seeded(device, dtype, 7).randn
+    x, w = randn(batch, 16, *size), randn(24, 16, *kernel)
+    g = randn(*F.conv2d(x.double(), w.double(), None, stride, padding, dilation).shape)
+    expected = torch.nn.grad.conv2d_weight(x.double(), w.shape, g.double(), stride, padding, dilation)
+    terms = batch * g.shape[2] * g.shape[3]
+    rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
+    args = (list(stride), list(padding), list(dilation))
+    with tf32_convolutions():
+        got, got_bias = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(w.shape), *args)
+        again, _ = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(w.shape), *args)
+        start = randn(*w.shape)
+        accumulated = start.clone()
+        torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, accumulated, None, *args, 0.5)
+    torch.testing.assert_close(got.double(), expected, rtol=rtol, atol=atol * terms ** 0.5)
+    torch.testing.assert_close(got_bias.double(), g.double().sum((0, 2, 3)), rtol=rtol, atol=atol * terms ** 0.5)
+    assert torch.equal(got, again), "the weight gradient must have the same bits on every run"
+    torch.testing.assert_close(accumulated.double(), start.double() + 0.5 * expected, rtol=rtol,
+                               atol=atol * terms ** 0.5)
+
+
 def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):
     from labops import ladder
 

@@ -337,11 +337,16 @@ constexpr int tc_smem_bytes() {
 }
 
 // The GEMM tensor_core_gemm_kernel computes, in the 32-bit counts TensorCorePlan allows, with the divisors
-// that turn a k into (tap, c), a tap into (kh, kw) and a GEMM row into (image, oh, ow).
+// that turn a k into (tap, c), a tap into (kh, kw) and a GEMM row into (image, oh, ow). With `partial` set
+// the sum over k is split (Note [the weight gradient as a convolution]): block (tile, split) sums steps
+// [split * steps_per_split, (split + 1) * steps_per_split) of k and writes its float32 sums, without bias,
+// to partial[split][row][filter]; else one block sums all of k and writes out.
 struct TensorCoreGemm {
   conv2d_mm::Im2colShape s;
   int out_channels, K, columns;
   FastDivider channels, kernel_w, pixels, out_w;
+  int splits = 1, steps_per_split = 0;
+  float* partial = nullptr;
 
   TensorCoreGemm(const conv2d_mm::Im2colShape& shape, int64_t filters)
       : s(shape),
@@ -433,10 +438,14 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
     }
   }
 
-  const int steps = (K + kStepK - 1) / kStepK;
+  // The steps of k this block sums: all of them, or its split's.
+  const int all_steps = (K + kStepK - 1) / kStepK;
+  const int first_step = gemm.partial != nullptr ? static_cast<int>(blockIdx.y) * gemm.steps_per_split : 0;
+  const int steps = gemm.partial != nullptr ? min(gemm.steps_per_split, all_steps - first_step) : all_steps;
+  const int k_first = first_step * kStepK;
 #pragma unroll
   for (int st = 0; st < kTcStages - 1; ++st) {
-    if (st < steps) load_step(st, st * kStepK);
+    if (st < steps) load_step(st, k_first + st * kStepK);
     cp_async_commit();  // an empty group past the last step keeps the count of groups in step with k
   }
   // This warp's part of the tile, and the shared-memory rows its lane points ldmatrix at (mma.cuh).
@@ -447,7 +456,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
     cp_async_wait<kTcStages - 2>();  // this thread's copies of `step` have landed ...
     __syncthreads();                 // ... and everyone's; the copy `step - 1` used is free again
     const int next = step + kTcStages - 1;
-    if (next < steps) load_step(next % kTcStages, next * kStepK);
+    if (next < steps) load_step(next % kTcStages, k_first + next * kStepK);
     cp_async_commit();
     const unsigned char* a = a_tile(step % kTcStages);
     const unsigned char* b = b_tile(step % kTcStages);
@@ -490,6 +499,26 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
   // The epilogue. Accumulator e of tile (mi, ni) is pixel wm + mi * 16 + lane / 4 (+ 8 for e >= 2) and
   // filter wn + ni * 8 + 2 * (lane % 4) (+ 1 for odd e); out[n, o, p] = acc + bias[o], out NCHW.
   const int g = lane / 4, q2 = 2 * (lane % 4);
+  if (gemm.partial != nullptr) {  // a split's sums: partial[split][j][o], two adjacent filters a store
+    float* split_sums = gemm.partial + static_cast<int64_t>(blockIdx.y) * columns * out_channels;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = j0 + wm + mi * 16 + g + 8 * h;
+        if (j >= columns) continue;
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int o = o0 + wn + ni * 8 + q2 + e;
+            if (o < out_channels) split_sums[static_cast<int64_t>(j) * out_channels + o] = acc[mi][ni][2 * h + e];
+          }
+        }
+      }
+    }
+    return;
+  }
   float bias_of[NI][2];
 #pragma unroll
   for (int ni = 0; ni < NI; ++ni) {
@@ -727,6 +756,39 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Note [the weight gradient as a convolution]
+// The weight gradient is a convolution too, of x by grad_output, with the batch as its channels:
+//   grad_w[o, c, kh, kw] = sum over n, oh, ow of g[n, o, oh, ow] * x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw],
+// which is the forward of "images" x'[c] = x[:, c] (C of them, N channels each) by "filters" g'[o] = g[:, o]
+// (O of them, kernels Hout x Wout), with the stride and the dilation trading places and the same padding:
+// its output pixel (kh, kw) of image c, filter o, is grad_w[o, c, kh, kw]. So the tensor_cores forward
+// computes it with no columns matrix (im2col's rung writes and reads C*kH*kW values per output pixel:
+// 115 MB for a 32 x 64 x 56 x 56 float16 layer). x' and g' are transposes of x and g (transpose_kernel):
+// x' channels_last is x's memory as (N, C*H*W) transposed, g' in (kh, kw, c) order g's as (N, O*L).
+// Its GEMM is short and deep: C*kH*kW rows, O filters, N*Hout*Wout terms each (576 x 64 x 100352 for that
+// layer: 5 tiles for 132 multiprocessors). So the sum over k is split (TensorCoreGemm::partial): each
+// split writes its float32 sums, and add_splits_kernel adds them in split order, so the result has the
+// same bits on every run. Where the output of the transposed problem has more pixels than the kernel
+// (a stride that does not divide evenly), the extra ones are computed and ignored.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    add_splits_kernel(const float* __restrict__ partial, int splits, int64_t columns, int64_t out_channels,
+                      int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t out_w, double scale, double beta,
+                      scalar_t* __restrict__ grad_w) {
+  // Thread i: filter o = i % O (fastest, so that a warp reads one row of partial), tap (c, kh, kw).
+  const int64_t taps = channels * kernel_h * kernel_w, n = out_channels * taps;
+  LABOPS_KERNEL_LOOP(i, n) {
+    const int64_t o = i % out_channels, tap = i / out_channels;
+    const int64_t c = tap / (kernel_h * kernel_w), kh = tap / kernel_w % kernel_h, kw = tap % kernel_w;
+    const int64_t j = (c * (columns / channels) + kh * out_w + kw) * out_channels + o;
+    float sum = 0.0f;
+    for (int split = 0; split < splits; ++split) sum += partial[split * columns * out_channels + j];
+    scalar_t* dst = grad_w + o * taps + tap;
+    const double old = beta == 0.0 ? 0.0 : beta * static_cast<double>(*dst);
+    *dst = static_cast<scalar_t>(old + scale * static_cast<double>(sum));
+  }
+}
+
 // How tensor_core_gemm_kernel covers a convolution (Note [tensor-core implicit GEMM]): tiles of 128 x 128,
 // 128 x 64 or 64 x 64 pixels x filters, 4 warps each, chosen below (a 64 x 128 tile, cuDNN's pick for the
 // 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed). why_not: why
@@ -867,6 +929,51 @@ struct Conv2dMMLauncher {
     return true;
   }
 
+  // Note [the weight gradient as a convolution]: grad_w (O, C*kH*kW) = beta * grad_w + scale * the weight
+  // gradient of g3 (N, O, Hout*Wout) and x4 (N, C, H, W), both contiguous. Returns false, computing nothing,
+  // where TensorCorePlan does not take the transposed problem (N not a multiple of 8, float64, ...).
+  static bool backward_weight_as_convolution(const conv2d_mm::Im2colShape& s, const at::Tensor& g3,
+                                             const at::Tensor& x4, const at::Tensor& grad_w, double scale,
+                                             double beta) {
+    const int64_t O = g3.size(1), N = s.batch, C = s.channels;
+    const conv2d_mm::Im2colShape t = conv2d_mm::make_shape(
+        C, N, s.height, s.width,
+        {s.out_h, s.out_w, s.dilation_h, s.dilation_w, s.pad_h, s.pad_w, s.stride_h, s.stride_w});
+    if (t.out_h < s.kernel_h || t.out_w < s.kernel_w) return false;
+    const TensorCorePlan plan(t, O, x4.scalar_type());
+    if (!plan.why_not.empty()) return false;
+    // x' (C, N, H, W) channels_last and g' (O, N, Hout, Wout) in (kh, kw, c) order: one transpose each.
+    at::Tensor x_memory = at::empty({C, s.height, s.width, N}, x4.options());
+    transpose(x4, 1, N, C * s.height * s.width, x_memory);
+    at::Tensor g_memory = at::empty({O, s.out_h, s.out_w, N}, g3.options());
+    transpose(g3, 1, N, O * s.blocks(), g_memory);
+    TensorCoreGemm gemm(t, O);
+    // Splits: about one wave of blocks (TensorCorePlan's tiles times the splits), at least 16 steps each.
+    constexpr int kStepK = kTcRowBytes / 2;  // k per step of the 2-byte types (float32: half as many)
+    const int64_t steps = ceil_div<int64_t>(gemm.K, x4.scalar_type() == at::kFloat ? kStepK / 2 : kStepK);
+    const int64_t wanted = ceil_div<int64_t>(tc_blocks_per_sm<128, 64>() * multiprocessor_count(), plan.blocks);
+    const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(wanted, steps / 16));
+    gemm.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, splits));
+    gemm.splits = static_cast<int>(ceil_div<int64_t>(steps, gemm.steps_per_split));
+    at::Tensor partial = at::empty({gemm.splits, gemm.columns, O}, x4.options().dtype(at::kFloat));
+    gemm.partial = partial.mutable_data_ptr<float>();
+    const at::Tensor xc = x_memory.permute({0, 3, 1, 2}), wk = g_memory.permute({0, 3, 1, 2});
+    AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_weight_gradient",
+        AT_DISPATCH_CASE(at::kHalf, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, at::Tensor(), partial); })
+        AT_DISPATCH_CASE(at::kBFloat16, [&] {
+          launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, at::Tensor(), partial);
+        })
+        AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, at::Tensor(), partial); }));
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_w.scalar_type(), "labops_add_splits", [&] {
+      const int64_t n = grad_w.numel();
+      add_splits_kernel<scalar_t><<<get_blocks(n), kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          partial.const_data_ptr<float>(), gemm.splits, gemm.columns, O, C, s.kernel_h, s.kernel_w, t.out_w, scale,
+          beta, grad_w.mutable_data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return true;
+  }
+
   // t (B, C, H, W) with its memory (B, H, W, C), 16-byte aligned: t itself when it is so already, else a
   // copy (transpose_kernel from a contiguous t).
   static at::Tensor channels_last(const at::Tensor& t) {
@@ -893,9 +1000,11 @@ struct Conv2dMMLauncher {
   static void launch_tensor_cores(const TensorCorePlan& plan, const TensorCoreGemm& gemm, const at::Tensor& x,
                                   const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out) {
     const auto launch = [&](auto kernel, int bytes) {
-      kernel<<<static_cast<unsigned>(plan.blocks), 128 /* 4 warps */, bytes, c10::cuda::getCurrentCUDAStream()>>>(
+      const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(gemm.splits));
+      kernel<<<grid, 128 /* 4 warps */, bytes, c10::cuda::getCurrentCUDAStream()>>>(
           gemm, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
-          bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>());
+          bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
+          gemm.partial != nullptr ? nullptr : out.mutable_data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (plan.bm == 128 && plan.bn == 128) {

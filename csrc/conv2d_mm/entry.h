@@ -23,6 +23,7 @@
 //   template <typename scalar_t> static void forward_implicit_gemm(...);  // the same arguments as forward_textbook
 //   static void forward_tensor_cores(const Im2colShape&, x4, weight, bias, out);  // on tensors: it picks the layouts
 //   static bool backward_input_as_convolution(const Im2colShape&, g4, weight, grad_input);  // false: not taken
+//   static bool backward_weight_as_convolution(const Im2colShape&, g3, x4, gw2, scale, beta);  // false: not taken
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (tools/host_time.py).
@@ -654,6 +655,12 @@ struct Entry {
   // in order), else from one ATen sum.
   static void weight_gradient(const Im2colShape& s, const at::Tensor& g3, const at::Tensor& x4,
                               const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
+    if constexpr (Launcher::kImplicitGemm) {  // on CUDA, by the tensor cores: no columns at all
+      if (Launcher::backward_weight_as_convolution(s, g3, x4, gw2, scale, beta)) {
+        if (bias_sum.defined()) sum_into(bias_sum, g3, {0, 2});
+        return;
+      }
+    }
     const int64_t O = gw2.size(0), rows = gw2.size(1);
     const Chunk chunk = chunk_size(s, x4.element_size(), Launcher::kColumnBudgetBytes, false);
     const int64_t slots = chunk_slots(x4), chunk_cols = chunk.images * chunk.out_rows * s.out_w;

@@ -312,12 +312,13 @@ def test_input_gradient_as_a_convolution(device, dtype, kernel, padding, dilatio
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("batch, size, kernel, stride, padding, dilation", [
-    (8, (11, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
-    (16, (12, 10), (3, 3), (2, 2), (1, 1), (1, 1)),   # the transposed problem has more pixels than the kernel
-    (8, (11, 13), (3, 2), (1, 2), (2, 0), (2, 1)),    # dilated, non-square, uneven stride and padding
+    (8, (19, 17), (3, 3), (1, 1), (1, 1), (1, 1)),
+    (16, (36, 34), (3, 3), (2, 2), (1, 1), (1, 1)),   # the transposed problem has more pixels than the kernel
+    (8, (23, 25), (3, 2), (1, 2), (2, 0), (2, 1)),    # dilated, non-square, uneven stride and padding
     (32, (40, 40), (3, 3), (1, 1), (1, 1), (1, 1)),   # 51200 terms a weight: many splits
-    (3, (11, 13), (3, 3), (1, 1), (1, 1), (1, 1)),    # a batch the tensor cores cannot take: the columns instead
-], ids=["3x3", "stride-2", "dilated", "deep", "batch-3"])
+    (3, (19, 17), (3, 3), (1, 1), (1, 1), (1, 1)),    # a batch the tensor cores cannot take: the columns instead
+    (8, (11, 13), (3, 3), (1, 1), (1, 1), (1, 1)),    # 143 output pixels an image: the columns instead
+], ids=["3x3", "stride-2", "dilated", "deep", "batch-3", "small-image"])
 def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, stride, padding, dilation):
     """conv2d_mm_backward_weight and accGradParameters on CUDA run the tensor_cores forward with the batch as its
     channels, its sum over pixels split and the splits added in order (Note [the weight gradient as a

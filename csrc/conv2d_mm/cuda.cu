@@ -756,6 +756,9 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Output pixels an image needs before its weight gradient runs as a convolution (below).
+constexpr int64_t kMinPixelsForWeightGradientAsConvolution = 256;
+
 // Note [the weight gradient as a convolution]
 // The weight gradient is a convolution too, of x by grad_output, with the batch as its channels:
 //   grad_w[o, c, kh, kw] = sum over n, oh, ow of g[n, o, oh, ow] * x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw],
@@ -935,6 +938,10 @@ struct Conv2dMMLauncher {
   static bool backward_weight_as_convolution(const conv2d_mm::Im2colShape& s, const at::Tensor& g3,
                                              const at::Tensor& x4, const at::Tensor& grad_w, double scale,
                                              double beta) {
+    // Only for large images, whose columns are large: at 14 x 14 and 7 x 7 (float16, batch 32) the columns
+    // and cuBLAS measured faster (docs/benchmarks/conv_goals/h100_weight_gradient_tc.md), at 28 x 28 and
+    // 56 x 56 slower.
+    if (s.blocks() < kMinPixelsForWeightGradientAsConvolution) return false;
     const int64_t O = g3.size(1), N = s.batch, C = s.channels;
     const conv2d_mm::Im2colShape t = conv2d_mm::make_shape(
         C, N, s.height, s.width,

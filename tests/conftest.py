@@ -171,11 +171,12 @@ NOTEBOOK_OF_TEST_FILE = {
     "test_viz_race": "nb03",  # notebook 03b's figure: 03b is part of 03's mark
     "test_bench": "nb09",
     "test_cli": "nb00",  # the `labops` command notebook 00 runs (doctor)
+    "test_triton": "nb12", "test_inductor": "nb12",
 }
 
 
 def pytest_configure(config):
-    for number in range(12):
+    for number in range(13):
         config.addinivalue_line("markers", f"nb{number:02d}: the tests of notebook {number:02d}'s material")
 
 

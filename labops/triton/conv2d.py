@@ -35,6 +35,8 @@ Example:
     True
 """
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -156,9 +158,25 @@ def conv2d_grad_input_kernel(g_ptr, w_ptr, gx_ptr, N, C, H, W, F, Hout, Wout, kH
 
 # ---- the launcher ---------------------------------------------------------------------------------------------
 
-# One tile size for every dtype and both devices: 64 x 64 outputs a program, 32 of the reduction a step
-# (tl.dot needs 16 or more on the GPU). Untuned: tutorial 03 autotunes these per shape.
-BLOCK_M, BLOCK_N, BLOCK_K = 64, 64, 32
+class Tiles(NamedTuple):
+    """A program's tile: block_m x block_n outputs, block_k of the reduction a step (tl.dot needs 16 or more on a
+    GPU), and on a GPU its warps and the depth of its software pipeline (loads in flight, num_stages)."""
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+# The interpreter's tiles: small enough that a small test's programs stay cheap in NumPy.
+CPU_TILES = Tiles(64, 64, 32)
+# A GPU's, one choice for every shape and dtype (tutorial 03 autotunes per shape; a fixed tile keeps the order
+# of every sum, so the bits, the same on every run): the fastest of tools/triton_conv_tiles.py's sweep.
+GPU_TILES = Tiles(64, 64, 32)
+
+
+def tiles(t: torch.Tensor) -> Tiles:
+    return GPU_TILES if t.is_cuda else CPU_TILES
 
 
 def _tf32_allowed():
@@ -189,26 +207,28 @@ def _dtypes(t):
 
 def _launch(kernel_, grid_rows, grid_cols, a, b, c, out, x_shape, weight_shape, out_hw, stride, padding,
             dilation, splits=1, **extra):
-    """A grid of BLOCK_M x BLOCK_N tiles over a (grid_rows, grid_cols) matrix, times `splits`; sizes as ints."""
+    """A grid of tiles (tiles(a)) over a (grid_rows, grid_cols) matrix, times `splits`; sizes as ints."""
     if out.numel() == 0:
         return out
     (N, C, H, W), (F, _, kH, kW) = x_shape, weight_shape
     DOT, ACC, PRECISION = _dtypes(a)
+    t = tiles(a)
     args = (a, b) if c is None else (a, b, c)
-    kernel_[(triton.cdiv(grid_rows, BLOCK_M), triton.cdiv(grid_cols, BLOCK_N), splits)](
+    kernel_[(triton.cdiv(grid_rows, t.block_m), triton.cdiv(grid_cols, t.block_n), splits)](
         *args, out, N, C, H, W, F, *out_hw, kH, kW, *stride, *padding, *dilation, **extra,
-        DOT=DOT, ACC=ACC, PRECISION=PRECISION, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K)
+        DOT=DOT, ACC=ACC, PRECISION=PRECISION, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k,
+        num_warps=t.num_warps, num_stages=t.num_stages)
     return out
 
 
-def _weight_grad_splits(x, tiles, M):
+def _weight_grad_splits(x, tile_count, M):
     """How many slices of the M output pixels grad_weight's programs share: on a GPU enough for about four
     programs per multiprocessor, each at least 8 steps of BLOCK_K; on the CPU one (the interpreter runs the
     programs one after another: splitting only adds work)."""
     if not x.is_cuda:
         return 1
     programs = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
-    return max(1, min(triton.cdiv(programs, tiles), M // (8 * BLOCK_K)))
+    return max(1, min(triton.cdiv(programs, tile_count), M // (8 * tiles(x).block_k)))
 
 
 # ---- the ops: checks (stated once, for the ops and their fakes), registration, autograd -------------------------
@@ -295,8 +315,9 @@ def _conv2d_grad_weight(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     grad, x = grad.contiguous(), x.contiguous()
     F, C, kH, kW = weight.shape
     M, R = x.shape[0] * out_hw[0] * out_hw[1], C * kH * kW
-    splits = _weight_grad_splits(x, triton.cdiv(F, BLOCK_M) * triton.cdiv(R, BLOCK_N), M)
-    m_per_split = triton.cdiv(triton.cdiv(M, splits), BLOCK_K) * BLOCK_K  # whole steps of BLOCK_K each
+    t = tiles(x)
+    splits = _weight_grad_splits(x, triton.cdiv(F, t.block_m) * triton.cdiv(R, t.block_n), M)
+    m_per_split = triton.cdiv(triton.cdiv(M, splits), t.block_k) * t.block_k  # whole steps of BLOCK_K each
     splits = triton.cdiv(M, m_per_split) if M else 1  # no split left empty (M = 0: one, of zeros)
     partial = torch.zeros(splits, F, R, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32,
                           device=x.device)  # zeros: with M = 0 the loop never runs, and the tiles must still be 0

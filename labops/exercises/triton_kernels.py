@@ -1,0 +1,750 @@
+"""Triton kernel exercises: the learner writes a ``@triton.jit`` kernel, the grader launches it.
+
+A submission is ``triton_submission(kernel, launch)``: ``kernel`` is the learner's ``@triton.jit`` function
+and ``launch(**sizes)`` returns ``(grid, meta)``: the grid (an int or a tuple of 1 to 3 ints, how many
+programs) and a dict of the kernel's ``tl.constexpr`` arguments (``{"BLOCK": 1024}``)::
+
+    from labops.exercises import check, triton_submission
+    check("triton_gelu", triton_submission(gelu_kernel, lambda n: (triton.cdiv(n, 1024), {"BLOCK": 1024})))
+
+The grader, never the learner's Python, allocates the tensors and launches ``kernel[grid](*tensors,
+*sizes, **meta)``: the answer is what the kernel stored. Before the launch every output is filled with
+NaN (an element no program stored shows as NaN), and every tensor sits inside a larger buffer whose
+guard zones, on both sides, hold a sentinel: a store outside a tensor changes a guard
+(``OutOfBoundsWriteError``, ``OffByOneWriteError`` when it is exactly the element after the end), a load
+outside one reads the sentinel (a huge value). The same buffers are used on a GPU, so a kernel gets the
+same verdict there.
+
+Where the kernels run: on the CPU (the default) through Triton's interpreter (``triton.runtime.
+interpreter``, NumPy on the tensors' memory), whatever ``TRITON_INTERPRET`` said when the kernel was
+decorated; ``LABOPS_EXERCISE_DEVICE=cuda`` compiles the same function for the GPU. On the CPU a load or
+store that reaches past the guard zones is stopped before it touches memory (``WildAccessError``).
+
+What is allowed, and enforced: the kernel must be a ``@triton.jit`` function (a JITFunction or the
+interpreter's InterpretedFunction), and it must compile to Triton IR (``TritonIRError`` otherwise): a
+kernel that calls torch, NumPy or any Python function other than ``triton.language``'s cannot compute
+its result on data, so an answer computed outside Triton does not reach the outputs. ``launch`` returns
+numbers only.
+
+Triton is imported when a kernel is first run: ``import labops.exercises`` works without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import cuda
+from ._core import Case, Check, Exercise, Mistake, randn
+from .cuda import RTOL, ATOL, EmptyGridError, LaunchConfigError, exercise_device
+
+__all__ = ["EXERCISES", "EXERCISES_BY_ID", "MISTAKES", "NotATritonKernelError", "OffByOneWriteError",
+           "OutOfBoundsWriteError", "TritonIRError", "TritonSubmission", "WildAccessError", "triton_submission"]
+
+# What a guard zone of an input holds (a load past a tensor reads it) and of an output (a store there changes
+# it): huge, so that a product with it shows, and not what any kernel of these exercises would store.
+INPUT_GUARD = {torch.float32: -1.0e30, torch.float16: -6.0e4}
+OUTPUT_GUARD = 3.0e38
+GUARD_ELEMENTS = 1 << 14  # on each side of every tensor: past any block's overrun in these exercises
+
+
+class NotATritonKernelError(TypeError):
+    """The submission's kernel is not a ``@triton.jit`` function."""
+
+
+class TritonIRError(ValueError):
+    """The kernel does not compile to Triton IR (it calls something that is not Triton, say)."""
+
+
+class OutOfBoundsWriteError(IndexError):
+    """The kernel stored outside a tensor (a guard zone changed)."""
+
+
+class OffByOneWriteError(OutOfBoundsWriteError):
+    """The only store outside a tensor was to the element right after its end (``offs <= n``)."""
+
+
+class WildAccessError(IndexError):
+    """On the CPU: a load or store beyond the guard zones, stopped before it touched memory."""
+
+
+def _triton():
+    """triton, imported on first use, with what the interpreter needs imported before it patches anything."""
+    try:
+        import triton
+        import triton.language  # noqa: F401
+        from triton.runtime import interpreter  # noqa: F401
+    except ImportError:
+        raise ImportError("the triton_* exercises need Triton: pip install triton (or labops[triton])") from None
+    with contextlib.suppress(ImportError):
+        import triton.experimental.gluon  # noqa: F401  (imported lazily by the interpreter, which must not be mid-patch)
+    _fix_interpreter_index()
+    return triton
+
+
+@functools.cache
+def _fix_interpreter_index():
+    """Triton 3.6's interpreter turns a scalar argument into int with int(a 1-element array), which NumPy 2.4
+    refuses; ``range(0, K, BLOCK_K)`` over a kernel argument needs it. The same conversion, of the element."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patch(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patch
+
+
+def _is_kernel(kernel) -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(kernel, (JITFunction, InterpretedFunction))
+
+
+class TritonSubmission:
+    """A learner's Triton kernel (a ``@triton.jit`` function) and ``launch`` (sizes -> (grid, meta))."""
+
+    __slots__ = ("kernel", "launch")
+
+    def __init__(self, kernel, launch: Callable):
+        _triton()
+        if not _is_kernel(kernel):
+            raise NotATritonKernelError(f"triton_submission: kernel must be a @triton.jit function, got "
+                                        f"{type(kernel).__name__}")
+        if not callable(launch):
+            raise TypeError(f"triton_submission: launch must be a function of the exercise's sizes returning "
+                            f"(grid, meta), got {type(launch).__name__}")
+        self.kernel, self.launch = kernel, launch
+
+    def __call__(self, exercise_id: str, *inputs):
+        if exercise_id not in PROBLEMS:
+            raise ValueError(f"exercise_id must be one of {sorted(PROBLEMS)}, got {exercise_id!r}")
+        return PROBLEMS[exercise_id].run(self, inputs)
+
+    def __repr__(self):
+        return f"triton_submission({self.kernel.fn.__name__}, {getattr(self.launch, '__name__', 'launch')})"
+
+
+def triton_submission(kernel, launch: Callable) -> TritonSubmission:
+    """Your kernel for a ``triton_*`` exercise: the ``@triton.jit`` function and the launch it needs.
+
+    Args:
+        kernel: your ``@triton.jit`` function, with the arguments the exercise's signature
+            (``describe(exercise_id)``) names, in that order.
+        launch: a function of the exercise's sizes (keyword arguments) returning ``(grid, meta)``: the
+            number of programs (an int or a tuple of 1 to 3 ints) and a dict giving each ``tl.constexpr``
+            argument of the kernel its value.
+
+    Returns:
+        a ``TritonSubmission`` to pass to ``check``.
+    """
+    return TritonSubmission(kernel, launch)
+
+
+# =========================================================================================================
+# The machinery: the launch's rules, the guarded buffers, one launch
+# =========================================================================================================
+
+def _constexpr_names(fn) -> list[str]:
+    names = []
+    for p in inspect.signature(fn).parameters.values():
+        ann = p.annotation
+        if ann is not inspect.Parameter.empty and ("constexpr" in ann if isinstance(ann, str)
+                                                   else getattr(ann, "__name__", "") == "constexpr"):
+            names.append(p.name)
+    return names
+
+
+def _check_launch(config, fn, where: str) -> tuple[tuple, dict]:
+    """(grid as a 3-tuple, meta) of what launch returned, or a LaunchConfigError naming the rule."""
+    if not isinstance(config, tuple) or len(config) != 2 or not isinstance(config[1], dict):
+        raise LaunchConfigError(f"{where} returned {config!r}: launch must return (grid, meta), meta a dict of "
+                                f"the kernel's tl.constexpr arguments")
+    grid, meta = config
+    dims = [grid] if isinstance(grid, numbers.Integral) and not isinstance(grid, bool) else grid
+    if not isinstance(dims, (tuple, list)) or not 1 <= len(dims) <= 3 or not all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims):
+        hint = " (n / BLOCK is a float in Python: triton.cdiv(n, BLOCK) rounds up)" if isinstance(grid, float) \
+            or (isinstance(grid, (tuple, list)) and any(isinstance(d, float) for d in grid)) else ""
+        raise LaunchConfigError(f"{where}: grid must be an int or a tuple of 1 to 3 ints, got {grid!r}{hint}")
+    dims = [int(d) for d in dims] + [1] * (3 - len(dims))
+    if any(d < 0 for d in dims) or any(d > limit for d, limit in zip(dims, (2**31 - 1, 65535, 65535))):
+        raise LaunchConfigError(f"{where}: grid {grid!r} is outside 1 .. (2**31 - 1, 65535, 65535)")
+    if 0 in dims:
+        raise EmptyGridError(f"{where}: grid {grid!r} has 0 programs along an axis: n // BLOCK is 0 when n < "
+                             f"BLOCK; round up, triton.cdiv(n, BLOCK)")
+    wanted = _constexpr_names(fn)
+    if sorted(meta) != sorted(wanted):
+        raise LaunchConfigError(f"{where}: meta must give each tl.constexpr argument of the kernel a value: "
+                                f"{wanted}, got {sorted(meta)}")
+    for name, value in meta.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise LaunchConfigError(f"{where}: meta[{name!r}] must be an int, got {value!r}")
+    return tuple(dims), {k: int(v) for k, v in meta.items()}
+
+
+def _power_of_two(value) -> bool:
+    return value >= 1 and value & (value - 1) == 0
+
+
+class _Guarded:
+    """A tensor inside a buffer with GUARD_ELEMENTS of ``guard`` on each side; ``view`` is what the kernel gets."""
+
+    def __init__(self, values: torch.Tensor, guard: float, device, fill: float | None = None):
+        span = values.numel()
+        self.buffer = torch.full((2 * GUARD_ELEMENTS + span,), guard, dtype=values.dtype, device=device)
+        self.view = self.buffer[GUARD_ELEMENTS:GUARD_ELEMENTS + span].view(values.shape)
+        self.view.copy_(values if fill is None else torch.full_like(values, fill))
+        self.guard = guard
+
+    def range(self) -> tuple[int, int]:
+        start = self.buffer.data_ptr()
+        return start, start + self.buffer.numel() * self.buffer.element_size()
+
+    def written_outside(self) -> tuple[int, list]:
+        """(how many guard elements before the start changed, the first two changed after the end: 0 is the
+        element right after it)."""
+        g = torch.full((GUARD_ELEMENTS,), self.guard, dtype=self.buffer.dtype, device=self.buffer.device)
+        head, tail = self.buffer[:GUARD_ELEMENTS], self.buffer[-GUARD_ELEMENTS:]
+        bits = torch.int16 if self.buffer.element_size() == 2 else torch.int32
+        changed_head = (head.view(bits) != g.view(bits))
+        changed_tail = (tail.view(bits) != g.view(bits))
+        return int(changed_head.sum()), [int(i) for i in changed_tail.nonzero().flatten()[:2]]
+
+
+@contextlib.contextmanager
+def _interpreted(ranges):
+    """Triton's interpreter for one launch: triton.language's own @jit helpers (tl.zeros, tl.max, ...) run
+    interpreted too, however triton was imported, and every load and store is checked against ``ranges``
+    (the guarded buffers) before it touches memory."""
+    import numpy as np
+    from triton import language as tl
+    from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    scope = interpreter._LangPatchScope()
+    for module in (tl, tl.standard, tl.math):
+        for name, member in list(vars(module).items()):
+            if isinstance(member, JITFunction):
+                scope.set_attr(module, name, _interpreted_helper(member))
+    builder = interpreter.interpreter_builder
+
+    def inside(ptrs, mask, what):
+        addresses = np.asarray(ptrs.data).reshape(-1)[np.asarray(mask.data, dtype=bool).reshape(-1)]
+        ok = np.zeros(addresses.shape, dtype=bool)
+        for lo, hi in ranges:
+            ok |= (addresses >= lo) & (addresses < hi)
+        if not ok.all():
+            raise WildAccessError(f"a {what} reached memory far outside every tensor (beyond "
+                                  f"{GUARD_ELEMENTS} elements past its ends): an index or a stride is wrong")
+
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def checked_load(ptrs, mask, *args):
+        inside(ptrs, mask, "load")
+        return load(ptrs, mask, *args)
+
+    def checked_store(ptrs, value, mask, *args):
+        inside(ptrs, mask, "store")
+        return store(ptrs, value, mask, *args)
+
+    scope.set_attr(builder, "create_masked_load", checked_load)
+    scope.set_attr(builder, "create_masked_store", checked_store)
+    try:
+        yield
+    finally:
+        scope.restore()
+
+
+_HELPERS: dict = {}
+
+
+def _interpreted_helper(member):
+    """triton.language's own @jit ``member`` (tl.max, tl.zeros, ...) run by the interpreter. Triton's
+    InterpretedFunction, called from a kernel, patches triton.language for the interpreter and never puts it
+    back, which breaks every later compile in the process; this one puts back what it patched."""
+    from triton.runtime import interpreter
+
+    class Helper(interpreter.InterpretedFunction):
+        def __call__(self, *args, **kwargs):
+            scope = interpreter._patch_lang(self.fn)
+            try:
+                return self.rewrite()(*args, **kwargs)
+            except Exception as exc:
+                raise interpreter.InterpreterError(repr(exc)) from exc
+            finally:
+                scope.restore()
+
+    if member.fn not in _HELPERS:
+        _HELPERS[member.fn] = Helper(member.fn)
+    return _HELPERS[member.fn]
+
+
+@contextlib.contextmanager
+def _unpatched_language():
+    """triton.language as the compiler needs it: what an interpreted run elsewhere in this process (a kernel
+    the learner called under TRITON_INTERPRET=1) left patched is put back for the block. A patched builtin is
+    the interpreter's lambda, holding the builtin as its default ``member``."""
+    from triton import language as tl
+    from triton.runtime import interpreter
+
+    scope = interpreter._LangPatchScope()
+    for owner in (tl, tl.core, tl.math, tl.standard, tl.core.tensor):
+        for name, value in list(vars(owner).items()):
+            original = (getattr(value, "__kwdefaults__", None) or {}).get("member")
+            if getattr(value, "__name__", "") == "<lambda>" and original is not None and tl.core.is_builtin(original):
+                scope.set_attr(owner, name, original)
+    try:
+        yield
+    finally:
+        scope.restore()
+
+
+_COMPILED: dict = {}
+
+
+def _device_kernel(kernel, device):
+    """The learner's function as this device runs it: interpreted on the CPU, compiled (JITFunction) on CUDA."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    fn = kernel.fn
+    key = (fn, device.type)
+    if key not in _COMPILED:
+        _COMPILED[key] = InterpretedFunction(fn) if device.type == "cpu" else JITFunction(fn)
+    return _COMPILED[key]
+
+
+def check_triton_ir(kernel, args, meta) -> None:
+    """Raise TritonIRError unless ``kernel`` compiles to Triton IR for these arguments (no GPU needed: the
+    front end only, for an sm_80 target)."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource, make_backend
+    from triton.runtime.jit import JITFunction, mangle_type
+
+    fn = kernel.fn
+    jit = _COMPILED.get((fn, "ir")) or JITFunction(fn)
+    _COMPILED[(fn, "ir")] = jit
+    names = [p for p in inspect.signature(fn).parameters]
+    values = dict(zip([n for n in names if n not in meta], args))
+    signature = {name: "constexpr" if name in meta else mangle_type(values[name]) for name in names}
+    target = GPUTarget("cuda", 80, 32)
+    backend = make_backend(target)
+    options = backend.parse_options({})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    try:
+        with _unpatched_language():
+            ASTSource(jit, signature, constexprs=dict(meta)).make_ir(
+                target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
+    except Exception as exc:  # CompilationError: what Triton says, with the line
+        text = str(exc).strip().splitlines()
+        raise TritonIRError("the kernel is not Triton: it does not compile to Triton IR, as it must to run on a "
+                            "GPU (" + " | ".join(line.strip() for line in text[-4:] if line.strip())[:400] + ")") \
+            from None
+
+
+@dataclass(frozen=True)
+class TritonProblem:
+    """How one exercise's case becomes a launch: the case args -> (inputs, output shapes, the scalar arguments
+    after the tensors, the sizes ``launch`` is called with); the exercise's own launch rule."""
+
+    setup: Callable
+    rule: Callable | None = None  # (grid, meta, sizes) -> None or the rule broken (one sentence)
+    output_dtype: torch.dtype = torch.float32
+
+    def run(self, submission, args):
+        if not isinstance(submission, TritonSubmission):
+            raise TypeError(f"this exercise checks a Triton kernel: pass triton_submission(kernel, launch), got "
+                            f"{type(submission).__name__}")
+        triton = _triton()
+        if not _is_kernel(submission.kernel):  # a TritonSubmission whose kernel was swapped after it was made
+            raise NotATritonKernelError("the submission's kernel is not a @triton.jit function")
+        device = exercise_device()
+        inputs, out_shapes, scalars, sizes = self.setup(*args)
+        where = "launch(" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ")"
+        grid, meta = _check_launch(submission.launch(**sizes), submission.kernel.fn, where)
+        broken = self.rule(grid, meta, sizes) if self.rule is not None else None
+        if broken:
+            raise LaunchConfigError(f"{where} returned grid={grid}, meta={meta}: {broken}")
+        ins = [_Guarded(t, INPUT_GUARD[t.dtype], device) for t in inputs]
+        outs = [_Guarded(torch.empty(s, dtype=self.output_dtype), OUTPUT_GUARD, device, fill=math.nan)
+                for s in out_shapes]
+        tensors = [g.view for g in ins + outs]
+        check_triton_ir(submission.kernel, tensors + list(scalars), meta)
+        kernel = _device_kernel(submission.kernel, device)
+        if device.type == "cpu":
+            with _interpreted([g.range() for g in ins + outs]):
+                try:
+                    kernel[grid](*tensors, *scalars, **meta)
+                except triton.runtime.errors.InterpreterError as exc:
+                    cause = exc.__cause__
+                    while isinstance(cause, triton.runtime.errors.InterpreterError):
+                        cause = cause.__cause__
+                    if isinstance(cause, WildAccessError):
+                        raise cause from None
+                    raise
+        else:
+            kernel[grid](*tensors, *scalars, **meta)
+            torch.cuda.synchronize()
+        names = ["an input"] * len(ins) + ["an output"] * len(outs)
+        for g, name in zip(ins + outs, names):
+            before, after = g.written_outside()
+            if before or after:
+                if not before and after == [0]:
+                    raise OffByOneWriteError(f"the kernel stored to the element right after the end of {name} "
+                                             f"(index n of a tensor of n elements)")
+                raise OutOfBoundsWriteError(f"the kernel stored outside {name} ({before} elements before its "
+                                            f"start, {'some' if after else 'none'} after its end)")
+        results = [g.view.to("cpu", torch.float64) for g in outs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+# ---- shared by the mistakes ----
+
+def _caught(cls, sentence, **how) -> Mistake:
+    return Mistake(sentence, raises=cls, **how)
+
+
+def _some_written(case, got) -> bool:
+    """Some elements are NaN, at least one is written, and every element written is right (cuda._unwritten)."""
+    outputs = cuda._outputs(got)
+    return cuda._unwritten(case, got) and any(bool((~torch.isnan(torch.as_tensor(g))).any()) for g in outputs)
+
+
+LAUNCH_RULE = ("Your launch() returned a configuration this exercise does not accept (the error names the rule): "
+               "grid is an int or a tuple of ints (triton.cdiv rounds up; / gives a float), and meta gives each "
+               "tl.constexpr argument of the kernel an int.")
+NOT_TRITON = ("Your kernel is not Triton: it must compile to Triton IR, so inside it use only triton.language "
+              "(tl.load, tl.store, tl.arange, tl.exp, ...) on the pointers it is given: no torch, no NumPy, no "
+              "Python functions of your own (another @triton.jit function is fine).")
+WILD = ("A load or store reached far outside every tensor: an offset is computed from the wrong size or stride "
+        "(check each pointer's arithmetic: base + row * stride + column).")
+
+
+def _common_mistakes() -> dict:
+    return {
+        "not_triton": _caught(TritonIRError, NOT_TRITON),
+        "launch_rule": _caught(LaunchConfigError, LAUNCH_RULE),
+        "wild": _caught(WildAccessError, WILD),
+    }
+
+
+MISTAKES: dict[str, dict[str, Mistake]] = {}
+PROBLEMS: dict[str, TritonProblem] = {}
+
+
+def mistake_key(exercise_id: str, sentence: str | None) -> str | None:
+    """The key of the mistake of ``exercise_id`` whose sentence is ``sentence`` (None for none)."""
+    return next((k for k, m in MISTAKES[exercise_id].items() if m.sentence == sentence), None)
+
+
+def _exercise(exercise_id, title, signature, checks, problem, mistakes) -> Exercise:
+    PROBLEMS[exercise_id], MISTAKES[exercise_id] = problem, mistakes
+    return Exercise(exercise_id, title, signature, checks, mistakes=list(mistakes.values()),
+                    call=lambda fn, args: problem.run(fn, args), rtol=RTOL, atol=ATOL)
+
+
+# =========================================================================================================
+# a. triton_gelu: exact GELU and its gradient, a block of elements per program, the mask on the tail
+# =========================================================================================================
+# The cases, the oracle and the wrong formulas are cuda_gelu's: the same op, written in Triton.
+
+def _gelu_setup(x, gy):
+    n = x.numel()
+    return [x.float().reshape(-1), gy.float().reshape(-1)], [(n,), (n,)], [n], {"n": n}
+
+
+def _gelu_result_shape(checks_of):
+    """cuda_gelu's checks, with the answers flattened as the kernel sees them (x.reshape(-1))."""
+    def checks(hidden):
+        out = checks_of(hidden)
+        for chk in out:
+            for case in chk.cases:
+                case.expected = tuple(e.reshape(-1) for e in case.expected)
+                case.args = tuple(a.reshape(-1) for a in case.args)
+        return out
+    return checks
+
+
+def _gelu_rule(grid, meta, sizes):
+    if grid[1:] != (1, 1):
+        return "the grid is 1-D: (number of programs,)"
+    if not _power_of_two(meta.get("BLOCK", 0)) or meta["BLOCK"] > 8192:
+        return "BLOCK must be a power of two (tl.arange's rule) from 1 to 8192"
+    return None
+
+
+def _formula(key):
+    return cuda.GELU_MISTAKES[key].test
+
+
+GELU_MISTAKES = {
+    **_common_mistakes(),
+    "off_by_one": _caught(OffByOneWriteError,
+        "Off by one: the kernel stored the element at index n, one past the end. The last valid offset is n - 1, "
+        "so the mask is offs < n, not offs <= n."),
+    "mask": _caught(OutOfBoundsWriteError,
+        "The kernel stored past the end of an output: the last program's block runs past n when n is not a "
+        "multiple of BLOCK, so every load and store takes mask=offs < n."),
+    "unwritten": _caught(EmptyGridError,
+        "Some elements were never written (they still hold the NaN the output was filled with) and every "
+        "element written is right: the grid must cover n, triton.cdiv(n, BLOCK) programs, and program pid "
+        "takes its own block, offs = pid * BLOCK + tl.arange(0, BLOCK).", test=_some_written),
+    "swapped_outputs": Mistake(
+        "y and gx are swapped: y = x * Phi(x) is the forward, gx = gy * (Phi(x) + x * phi(x)) the gradient.",
+        test=_formula("swapped_outputs")),
+    "tanh": Mistake(
+        "That is GELU's tanh approximation; this exercise wants the exact GELU, x * Phi(x) with "
+        "Phi(x) = (1 + tl.erf(x / sqrt(2))) / 2.", test=_formula("tanh")),
+    "sigmoid": Mistake(
+        "That is GELU's sigmoid approximation x * sigmoid(1.702 x); this exercise wants the exact GELU, "
+        "x * Phi(x) with Phi(x) = (1 + tl.erf(x / sqrt(2))) / 2.", test=_formula("sigmoid")),
+    "erf_argument": Mistake(
+        "The erf argument is wrong: Phi(x) = (1 + erf(x / sqrt(2))) / 2, so tl.erf takes x times 0.70710678, "
+        "not x or x * sqrt(2).", test=_formula("erf_argument")),
+    "product_rule": Mistake(
+        "The gradient misses a term of the product rule: gx = gy * (Phi(x) + x * phi(x)).",
+        test=_formula("product_rule")),
+    "chain_rule": Mistake(
+        "The gradient forgot the chain rule: gx is gy times GELU'(x), gx = gy * (Phi(x) + x * phi(x)).",
+        test=_formula("chain_rule")),
+}
+
+TRITON_GELU = _exercise(
+    "triton_gelu", "A Triton kernel: exact GELU and its gradient, a masked block of elements per program",
+    "triton_submission(kernel, launch)   kernel(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr) sets "
+    "y = x * Phi(x), gx = gy * (Phi(x) + x * phi(x)) for the n float32 elements; launch(n) -> (grid, "
+    "{'BLOCK': ...}) with a 1-D grid and BLOCK a power of two",
+    _gelu_result_shape(cuda._gelu_checks),
+    TritonProblem(_gelu_setup, rule=_gelu_rule),
+    GELU_MISTAKES,
+)
+
+
+# =========================================================================================================
+# b. triton_softmax: one row per program, the whole row in one block
+# =========================================================================================================
+# x is handed to the kernel as the first `cols` columns of a wider matrix (width >= cols), so its row
+# stride need not be cols; y is contiguous.
+
+def _softmax_case(label, shape, seed, row_scales=None, width=None):
+    case = cuda._softmax_case(label, shape, seed, row_scales)
+    rows, cols = shape
+    width = width or cols
+    pad = cuda._f32(randn(rows, width - cols, seed=seed + 7))
+    if width != cols:
+        case.label += f" (a row stride of {width})"
+    case.args = (case.args[0], pad)
+    return case
+
+
+def _softmax_checks(hidden):
+    c = _softmax_case
+    return [
+        Check("rows of 16 (a power of two: no masked lanes)", [c("random", (4, 16), 481)]),
+        Check("rows that are not a power of two (masked lanes)", [c("random", (5, 10), 441), c("random", (3, 100), 445)]
+              + ([c("random", (6, 20), 442)] if hidden else [])),
+        Check("one element", [c("one element", (1, 1), 447)]),
+        Check("rows of a wider matrix (row stride != cols)", [c("strided", (4, 12), 483, width=20)]
+              + ([c("strided", (3, 9), 484, width=16)] if hidden else [])),
+        Check("large logits (exp overflows float32 beyond 88)",
+              [c("rows scaled by 100", (4, 40), 449, row_scales=[100, 1, 100, 1])]
+              + ([c("rows scaled by 300", (3, 7), 450, row_scales=[1, 300, 300])] if hidden else [])),
+    ]
+
+
+def _softmax_setup(x, pad):
+    rows, cols = x.shape
+    wide = torch.cat([x, pad], 1).float()
+    return [wide], [(rows, cols)], [wide.shape[1], cols, cols], {"rows": rows, "cols": cols}
+
+
+def _softmax_rule(grid, meta, sizes):
+    if grid != (sizes["rows"], 1, 1):
+        return f"one program per row: grid = (rows,) = ({sizes['rows']},)"
+    block = meta.get("BLOCK", 0)
+    if not _power_of_two(block) or block < sizes["cols"]:
+        return (f"the whole row is one block: BLOCK must be a power of two >= cols = {sizes['cols']} "
+                f"(triton.next_power_of_2(cols))")
+    return None
+
+
+def _softmax_zero_lanes(case, got):
+    """Masked lanes loaded as 0: the max and the sum include BLOCK - cols zeros, for a BLOCK >= cols."""
+    x = case.args[0]
+    cols = x.shape[1]
+    block = 1 << (cols - 1).bit_length()
+    if block == cols:
+        return False
+    for b in (block, 2 * block, 4 * block):
+        m = torch.clamp(x.max(1, keepdim=True).values, min=0.0)
+        s = torch.exp(x - m).sum(1, keepdim=True) + (b - cols) * torch.exp(-m)
+        if cuda._close(got, torch.exp(x - m) / s):
+            return True
+    return False
+
+
+def _softmax_row_stride(case, got):
+    """Rows read at row * cols of the wider matrix instead of row * stride."""
+    x, pad = case.args
+    if pad.shape[1] == 0:
+        return False
+    rows, cols = x.shape
+    flat = torch.cat([x, pad], 1).reshape(-1)
+    return cuda._close(got, torch.softmax(flat[:rows * cols].reshape(rows, cols), 1))
+
+
+SOFTMAX_MISTAKES = {
+    **_common_mistakes(),
+    "mask": _caught(OutOfBoundsWriteError,
+        "The kernel stored outside y: the block is a power of two, longer than the row when cols is not, so "
+        "the store takes mask=cols < n_cols (and so does the load)."),
+    "no_max": Mistake(
+        "NaN at large logits: exp(x) overflows float32 beyond x = 88 and inf / inf is NaN. Subtract the row's "
+        "max first: softmax(x) = exp(x - m) / sum(exp(x - m)) with m = tl.max(x, axis=0).",
+        test=cuda._softmax_overflow),
+    "zero_lanes": Mistake(
+        "The masked lanes were loaded as 0 (tl.load's default other): each adds exp(0 - max) to the sum when "
+        "cols is not a power of two. Load them as -inf, other=-float('inf'): exp(-inf) = 0 adds nothing.",
+        test=_softmax_zero_lanes),
+    "row_stride": Mistake(
+        "Rows are read at row * n_cols: x's rows are x_row_stride elements apart (here x is part of a wider "
+        "matrix), so row r starts at x_ptr + r * x_row_stride.", test=_softmax_row_stride),
+    "sum_without_max": cuda.SOFTMAX_MISTAKES["sum_without_max"],
+    "no_normalize": cuda.SOFTMAX_MISTAKES["no_normalize"],
+}
+
+TRITON_SOFTMAX = _exercise(
+    "triton_softmax", "A Triton kernel: row softmax, one program per row, the whole row in one block",
+    "triton_submission(kernel, launch)   kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, "
+    "BLOCK: tl.constexpr) sets each row of y (rows, n_cols) to the softmax of that row of x (float32; row r "
+    "of x starts at x_ptr + r * x_row_stride); launch(rows, cols) -> ((rows,), {'BLOCK': a power of two >= "
+    "cols})",
+    _softmax_checks,
+    TritonProblem(_softmax_setup, rule=_softmax_rule),
+    SOFTMAX_MISTAKES,
+)
+
+
+# =========================================================================================================
+# c. triton_matmul: C = A B, float16 in, float32 accumulated, tiles by tl.dot and a loop over K
+# =========================================================================================================
+
+def _f16(t):
+    return t.to(torch.float16).to(torch.float64)
+
+
+def _matmul_case(label, m, n, k, seed):
+    a, b = _f16(randn(m, k, seed=seed)), _f16(randn(k, n, seed=seed + 1))
+    return Case(f"{label}: M = {m}, N = {n}, K = {k}", (a, b), a @ b, ("C",))
+
+
+def _matmul_checks(hidden):
+    c = _matmul_case
+    return [
+        Check("M, N, K multiples of 16", [c("whole tiles", 16, 32, 16, 461)]),
+        Check("ragged M, N (partial tiles at the edges of C)", [c("ragged", 20, 18, 32, 463)]
+              + ([c("ragged", 33, 17, 16, 464)] if hidden else [])),
+        Check("ragged K (a partial last tile along K)", [c("ragged K", 16, 16, 40, 465), c("ragged", 33, 17, 23, 466)]
+              + ([c("ragged", 17, 3, 70, 467)] if hidden else [])),
+        Check("long K (accumulated in float32)", [c("K = 256", 16, 16, 256, 468)]),
+        Check("wide and flat (more tiles along one side)", [c("M < N", 5, 40, 16, 469)]
+              + ([c("M > N", 40, 5, 17, 470)] if hidden else [])),
+    ]
+
+
+def _matmul_setup(a, b):
+    (m, k), n = a.shape, b.shape[1]
+    return [a.half(), b.half()], [(m, n)], [m, n, k, k, 1, n, 1, n, 1], {"m": m, "n": n, "k": k}
+
+
+def _matmul_rule(grid, meta, sizes):
+    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        value = meta.get(name, 0)
+        if not _power_of_two(value) or not 16 <= value <= 128:
+            return f"{name} must be a power of two from 16 to 128 (tl.dot takes tiles of at least 16)"
+    if grid[2] != 1:
+        return "the grid is 1-D or 2-D"
+    return None
+
+
+def _matmul_k_tail(case, got):
+    """The K tail unmasked in both loads: past K, a row of A runs on into the next row (past A's end, its
+    guard), and B's rows past K are past B's end (its guard); tried for each BLOCK_K the launch allows."""
+    a, b = case.args
+    (m, k), n = a.shape, b.shape[1]
+    guard = INPUT_GUARD[torch.float16]
+    flat = torch.cat([a.reshape(-1), torch.full((GUARD_ELEMENTS,), guard, dtype=a.dtype)])
+    for block_k in (16, 32, 64, 128):
+        pad = -k % block_k
+        if pad:
+            tail = flat[torch.arange(m)[:, None] * k + k + torch.arange(pad)[None, :]]
+            if cuda._close(got, a @ b + tail @ torch.full((pad, n), guard, dtype=a.dtype)):
+                return True
+    return False
+
+
+def _matmul_low_precision(case, got):
+    """Right to float16's precision (about 1e-3) but not float32's: summed in float16."""
+    from labops.testing import rel_error
+
+    g = torch.as_tensor(got)
+    if g.shape != case.expected.shape or not bool(torch.isfinite(g).all()):
+        return False
+    return 1e-5 < rel_error(g, case.expected) < 3e-2
+
+
+MATMUL_MISTAKES = {
+    **_common_mistakes(),
+    "mask": _caught(OutOfBoundsWriteError,
+        "C was stored outside its M x N elements: a tile at the edge of C runs past it, so the store takes "
+        "mask=(rm[:, None] < M) & (rn[None, :] < N)."),
+    "k_tail": Mistake(
+        "The last tile along K read past the end of A's rows and B's columns: when K is not a multiple of "
+        "BLOCK_K, both loads need the K mask too, (k + rk) < K, with other=0.0, so the tail adds nothing.",
+        test=_matmul_k_tail),
+    "unwritten": _caught(EmptyGridError,
+        "Some tiles of C were never written (they still hold NaN) and every tile written is right: the grid "
+        "must have a program for every tile, (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N)), and each "
+        "program must find its own tile: pid_m from the axis (or the part of pid) that counts M's tiles.",
+        test=_some_written),
+    "accumulator_dtype": Mistake(
+        "C is right only to float16's precision: the sum was kept in the inputs' dtype. Accumulate in float32, "
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), acc += tl.dot(a, b), and store acc.",
+        test=_matmul_low_precision),
+    "transposed": Mistake(
+        "C is stored transposed: element (m, n) goes to c_ptr + m * stride_cm + n * stride_cn.",
+        test=cuda.SGEMM_MISTAKES["transposed"].test),
+    "k_range": Mistake(
+        "Only part of the K dimension was added: loop over every tile of K, for k in range(0, K, BLOCK_K), "
+        "and set the accumulator once, before the loop (acc += tl.dot(...), not acc = ...).",
+        test=cuda.SGEMM_MISTAKES["k_range"].test),
+}
+
+TRITON_MATMUL = _exercise(
+    "triton_matmul", "A Triton kernel: tiled matmul, tl.dot on float16 tiles accumulated in float32",
+    "triton_submission(kernel, launch)   kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, "
+    "stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr) sets "
+    "C = A B for A (M, K) and B (K, N) float16, C (M, N) float32; launch(m, n, k) -> (grid, {'BLOCK_M': ..., "
+    "'BLOCK_N': ..., 'BLOCK_K': ...}), each a power of two from 16 to 128",
+    _matmul_checks,
+    TritonProblem(_matmul_setup, rule=_matmul_rule),
+    MATMUL_MISTAKES,
+)
+
+
+EXERCISES = [TRITON_GELU, TRITON_SOFTMAX, TRITON_MATMUL]
+EXERCISES_BY_ID = {ex.id: ex for ex in EXERCISES}

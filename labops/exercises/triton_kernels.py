@@ -292,11 +292,13 @@ def _interpreted_helper(member):
 
 @contextlib.contextmanager
 def _unpatched_language():
-    """triton.language as the compiler needs it: what an interpreted run elsewhere in this process (a kernel
-    the learner called under TRITON_INTERPRET=1) left patched is put back for the block. A patched builtin is
-    the interpreter's lambda, holding the builtin as its default ``member``."""
+    """triton.language as the compiler needs it, for the block: its own helpers (tl.max, tl.zeros, ...)
+    JITFunctions even when triton was imported under TRITON_INTERPRET=1, and what an interpreted run elsewhere
+    in this process (a kernel the learner called) left patched put back. A patched builtin is the
+    interpreter's lambda, holding the builtin as its default ``member``."""
     from triton import language as tl
     from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
 
     scope = interpreter._LangPatchScope()
     for owner in (tl, tl.core, tl.math, tl.standard, tl.core.tensor):
@@ -304,6 +306,10 @@ def _unpatched_language():
             original = (getattr(value, "__kwdefaults__", None) or {}).get("member")
             if getattr(value, "__name__", "") == "<lambda>" and original is not None and tl.core.is_builtin(original):
                 scope.set_attr(owner, name, original)
+            elif isinstance(value, interpreter.InterpretedFunction):
+                if (value.fn, "jit") not in _HELPERS:
+                    _HELPERS[(value.fn, "jit")] = JITFunction(value.fn)
+                scope.set_attr(owner, name, _HELPERS[(value.fn, "jit")])
     try:
         yield
     finally:

@@ -282,6 +282,10 @@ class Variant:
     def submission(self) -> TritonSubmission:
         return triton_submission(self.kernel, self.launch)
 
+    @property
+    def sentence(self) -> str | None:
+        return None if self.planted is None else triton_kernels.MISTAKES[self.exercise][self.planted].sentence
+
 
 def _variants(exercise, reference, table):
     ref = SOLUTIONS[exercise]

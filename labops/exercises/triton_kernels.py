@@ -509,24 +509,9 @@ GELU_MISTAKES = {
         "Some elements were never written (they still hold the NaN the output was filled with) and every "
         "element written is right: the grid must cover n, triton.cdiv(n, BLOCK) programs, and program pid "
         "takes its own block, offs = pid * BLOCK + tl.arange(0, BLOCK).", test=_some_written),
-    "swapped_outputs": Mistake(
-        "y and gx are swapped: y = x * Phi(x) is the forward, gx = gy * (Phi(x) + x * phi(x)) the gradient.",
-        test=_formula("swapped_outputs")),
     "tanh": Mistake(
         "That is GELU's tanh approximation; this exercise wants the exact GELU, x * Phi(x) with "
         "Phi(x) = (1 + tl.erf(x / sqrt(2))) / 2.", test=_formula("tanh")),
-    "sigmoid": Mistake(
-        "That is GELU's sigmoid approximation x * sigmoid(1.702 x); this exercise wants the exact GELU, "
-        "x * Phi(x) with Phi(x) = (1 + tl.erf(x / sqrt(2))) / 2.", test=_formula("sigmoid")),
-    "erf_argument": Mistake(
-        "The erf argument is wrong: Phi(x) = (1 + erf(x / sqrt(2))) / 2, so tl.erf takes x times 0.70710678, "
-        "not x or x * sqrt(2).", test=_formula("erf_argument")),
-    "product_rule": Mistake(
-        "The gradient misses a term of the product rule: gx = gy * (Phi(x) + x * phi(x)).",
-        test=_formula("product_rule")),
-    "chain_rule": Mistake(
-        "The gradient forgot the chain rule: gx is gy times GELU'(x), gx = gy * (Phi(x) + x * phi(x)).",
-        test=_formula("chain_rule")),
 }
 
 TRITON_GELU = _exercise(
@@ -629,8 +614,6 @@ SOFTMAX_MISTAKES = {
     "row_stride": Mistake(
         "Rows are read at row * n_cols: x's rows are x_row_stride elements apart (here x is part of a wider "
         "matrix), so row r starts at x_ptr + r * x_row_stride.", test=_softmax_row_stride),
-    "sum_without_max": cuda.SOFTMAX_MISTAKES["sum_without_max"],
-    "no_normalize": cuda.SOFTMAX_MISTAKES["no_normalize"],
 }
 
 TRITON_SOFTMAX = _exercise(
@@ -731,9 +714,6 @@ MATMUL_MISTAKES = {
         "C is right only to float16's precision: the sum was kept in the inputs' dtype. Accumulate in float32, "
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), acc += tl.dot(a, b), and store acc.",
         test=_matmul_low_precision),
-    "transposed": Mistake(
-        "C is stored transposed: element (m, n) goes to c_ptr + m * stride_cm + n * stride_cn.",
-        test=cuda.SGEMM_MISTAKES["transposed"].test),
     "k_range": Mistake(
         "Only part of the K dimension was added: loop over every tile of K, for k in range(0, K, BLOCK_K), "
         "and set the accumulator once, before the loop (acc += tl.dot(...), not acc = ...).",

@@ -101,6 +101,17 @@ def benchmarks(device="cpu") -> dict:
                             bytes=4 * (C * H * W + C * k * k * oh * ow)),
         "cuda_col2im_atomic": dict(args=(randn(C, k, k, oh, ow), H, W, 1, 1, 1, 1), native=fold,
                                    bytes=4 * (C * H * W + C * k * k * oh * ow)),
+        # The Triton exercises, at the sizes of their CUDA twins (x of the softmax with a row stride of cols).
+        "triton_gelu": dict(args=(randn(N_GELU), randn(N_GELU)),
+                            native=lambda x, gy: (F.gelu(x), torch.ops.aten.gelu_backward(gy, x)),
+                            bytes=4 * N_GELU * 4),
+        "triton_softmax": dict(args=(randn(*SOFTMAX), randn(SOFTMAX[0], 0)), native=lambda x: torch.softmax(x, -1),
+                               bytes=2 * 4 * SOFTMAX[0] * SOFTMAX[1]),
+        # float16 in, float32 out: checked against cuBLAS on float32 copies (exact products, TF32 off), scored
+        # against cuBLAS's float16 GEMM.
+        "triton_matmul": dict(args=(randn(GEMM, GEMM).half(), randn(GEMM, GEMM).half()),
+                              native=lambda a, b: torch.mm(a.float(), b.float()), gemm=(GEMM, GEMM, GEMM),
+                              dtype=torch.float16),
         "cuda_depthwise_weight_grad": dict(
             args=(randn(n, c, h, w), randn(n, c, out_size(h, dk, 1, 1), out_size(w, dk, 1, 1)), dk, dk, 1, 1, 1, 1),
             native=lambda x, gy, geom: torch.nn.grad.conv2d_weight(x, (c, 1, dk, dk), gy, padding=1, groups=c),
@@ -162,7 +173,12 @@ def _runner(exercise_id, args, body, launch: cuda.Launch):
 
 
 def submission_runner(exercise_id, args, solution=None):
-    """(make_inputs, run) for ``solution`` (default: the exercise's reference) on the setup of ``args``."""
+    """(make_inputs, run) for ``solution`` (default: the exercise's reference) on the setup of ``args``; for a
+    ``triton_*`` exercise, its ``triton_submission`` compiled for the GPU (``triton_kernels.gpu_runner``)."""
+    if exercise_id.startswith("triton_"):
+        from . import triton_corpus, triton_kernels
+
+        return triton_kernels.gpu_runner(exercise_id, args, solution or triton_corpus.SOLUTIONS[exercise_id])
     problem, solution = cuda.PROBLEMS[exercise_id], solution or cuda.SOLUTIONS[exercise_id]
     sizes = problem.setup(*args)[2]
     return _runner(exercise_id, args, solution.body, cuda._check_launch(solution.launch(**sizes), "launch"))

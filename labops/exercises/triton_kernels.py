@@ -418,6 +418,32 @@ class TritonProblem:
         return results[0] if len(results) == 1 else tuple(results)
 
 
+def gpu_runner(exercise_id, args, submission):
+    """(make_inputs, run) to time ``submission`` on a GPU (``speed.time_submission``) on the setup of ``args``
+    (real or "meta"): make_inputs draws the kernel's inputs afresh on the GPU, run(inputs) allocates the
+    outputs and launches the compiled kernel. No guard zones: the checks are ``check``'s, and every timed rep
+    is compared with native torch."""
+    _triton()
+    problem = PROBLEMS[exercise_id]
+    inputs, out_shapes, scalars, sizes = problem.setup(*args)
+    where = "launch(" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ")"
+    grid, meta = _check_launch(submission.launch(**sizes), submission.kernel.fn, where)
+    broken = problem.rule(grid, meta, sizes) if problem.rule is not None else None
+    if broken:
+        raise LaunchConfigError(f"{where} returned grid={grid}, meta={meta}: {broken}")
+    kernel = _device_kernel(submission.kernel, torch.device("cuda"))
+    shapes = [(t.shape, t.dtype) for t in inputs]
+
+    def make_inputs(generator):
+        return tuple(torch.randn(shape, generator=generator, device="cuda").to(dtype) for shape, dtype in shapes)
+
+    def run(ins):
+        outs = [torch.empty(shape, dtype=problem.output_dtype, device="cuda") for shape in out_shapes]
+        kernel[grid](*ins, *outs, *scalars, **meta)
+        return tuple(outs)
+    return make_inputs, run
+
+
 # ---- shared by the mistakes ----
 
 def _caught(cls, sentence, **how) -> Mistake:

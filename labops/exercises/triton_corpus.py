@@ -6,12 +6,15 @@ Grading the corpus (``grade_corpus``, the path ``check`` takes) tells how well t
 every variant fails and names its planted mistake. With ``device="cuda"`` the same kernels run compiled on
 the GPU, which gives the parity rows of ``tools/gpu_exercises.py``.
 
-A Triton kernel must live in a Python file (``@triton.jit`` reads its source), so every variant is a kernel
-of its own here, written as the reference with one change (marked ``# planted``).
+Each variant is the reference's source with a textual edit (``cuda_corpus.edit``), compiled as a kernel of its
+own (``planted_kernel``); a change of the launch alone keeps the reference kernel.
 """
 
 from __future__ import annotations
 
+import inspect
+import linecache
+import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
@@ -49,59 +52,6 @@ def gelu_launch(n):
     return (triton.cdiv(n, 1024),), {"BLOCK": 1024}
 
 
-@triton.jit
-def _gelu_no_mask(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs)  # planted: no mask
-    gy = tl.load(gy_ptr + offs)
-    cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
-    tl.store(y_ptr + offs, x * cdf)
-    tl.store(gx_ptr + offs, gy * (cdf + x * 0.3989422804014327 * tl.exp(-0.5 * x * x)))
-
-
-@triton.jit
-def _gelu_mask_le(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs <= n  # planted: off by one
-    x = tl.load(x_ptr + offs, mask=mask)
-    gy = tl.load(gy_ptr + offs, mask=mask)
-    cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
-    tl.store(y_ptr + offs, x * cdf, mask=mask)
-    tl.store(gx_ptr + offs, gy * (cdf + x * 0.3989422804014327 * tl.exp(-0.5 * x * x)), mask=mask)
-
-
-@triton.jit
-def _gelu_no_pid(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)  # planted: every program takes the first block
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    gy = tl.load(gy_ptr + offs, mask=mask)
-    cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
-    tl.store(y_ptr + offs, x * cdf, mask=mask)
-    tl.store(gx_ptr + offs, gy * (cdf + x * 0.3989422804014327 * tl.exp(-0.5 * x * x)), mask=mask)
-
-
-@triton.jit
-def _gelu_tanh(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    gy = tl.load(gy_ptr + offs, mask=mask)
-    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    cdf = 0.5 * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * u)) - 1.0))  # planted: tanh(u), the approximation
-    tl.store(y_ptr + offs, x * cdf, mask=mask)
-    tl.store(gx_ptr + offs, gy * (cdf + x * 0.3989422804014327 * tl.exp(-0.5 * x * x)), mask=mask)
-
-
-@triton.jit
-def _gelu_calls_torch(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, torch.nn.functional.gelu(x), mask=mask)  # planted: not Triton
-    tl.store(gx_ptr + offs, tl.load(gy_ptr + offs, mask=mask), mask=mask)
-
-
 # ---- b. softmax ----
 
 @triton.jit
@@ -120,48 +70,6 @@ def softmax_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, BLOCK: tl.c
 def softmax_launch(rows, cols):
     """One program per row, the row in one block: the next power of two >= cols."""
     return (rows,), {"BLOCK": triton.next_power_of_2(cols)}
-
-
-@triton.jit
-def _softmax_no_max(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(axis=0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf"))
-    e = tl.exp(x)  # planted: the max is not subtracted
-    tl.store(y_ptr + row * y_row_stride + cols, e / tl.sum(e, axis=0), mask=mask)
-
-
-@triton.jit
-def _softmax_zero_other(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(axis=0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0)  # planted: masked lanes are 0
-    x = x - tl.max(x, axis=0)
-    e = tl.exp(x)
-    tl.store(y_ptr + row * y_row_stride + cols, e / tl.sum(e, axis=0), mask=mask)
-
-
-@triton.jit
-def _softmax_row_stride(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(axis=0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))  # planted: n_cols for the stride
-    x = x - tl.max(x, axis=0)
-    e = tl.exp(x)
-    tl.store(y_ptr + row * y_row_stride + cols, e / tl.sum(e, axis=0), mask=mask)
-
-
-@triton.jit
-def _softmax_no_store_mask(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(axis=0)
-    cols = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=cols < n_cols, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
-    e = tl.exp(x)
-    tl.store(y_ptr + row * y_row_stride + cols, e / tl.sum(e, axis=0))  # planted: no mask
 
 
 # ---- c. matmul ----
@@ -191,68 +99,6 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 def matmul_launch(m, n, k):
     """32 x 32 tiles of C, 32 along K: x along M's tiles, y along N's."""
     return (triton.cdiv(m, 32), triton.cdiv(n, 32)), {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
-
-
-@triton.jit
-def _matmul_k_unmasked(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                       stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rm = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):  # planted: the loads mask M and N, not K
-        a = tl.load(a_ptr + rm[:, None] * stride_am + (k + rk)[None, :] * stride_ak, mask=rm[:, None] < M, other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * stride_bk + rn[None, :] * stride_bn, mask=rn[None, :] < N, other=0.0)
-        acc += tl.dot(a, b)
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-@triton.jit
-def _matmul_fp16_acc(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                     stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rm = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)  # planted: the inputs' dtype
-    for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptr + rm[:, None] * stride_am + (k + rk)[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc, out_dtype=tl.float16)
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-@triton.jit
-def _matmul_acc_reset(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                      stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rm = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptr + rm[:, None] * stride_am + (k + rk)[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(a, b)  # planted: = for +=
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-@triton.jit
-def _matmul_store_unmasked(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                           stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rm = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptr + rm[:, None] * stride_am + (k + rk)[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b)
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc)  # planted: no mask
 
 
 SOLUTIONS: dict[str, TritonSubmission] = {
@@ -287,39 +133,82 @@ class Variant:
         return None if self.planted is None else triton_kernels.MISTAKES[self.exercise][self.planted].sentence
 
 
-def _variants(exercise, reference, table):
+def planted_kernel(reference, name: str, *changes):
+    """The @triton.jit kernel whose source is ``reference``'s with ``changes`` made (``cuda_corpus.edit``: each
+    ``(old, new[, count])``, ``old`` found exactly ``count`` times). Its source is registered with linecache
+    under ``<triton_corpus NAME>``, as a notebook cell's is, so Triton can read it (``inspect.getsource``)."""
+    source = cuda_corpus.edit(textwrap.dedent(inspect.getsource(reference.fn)), *changes)
+    filename = f"<triton_corpus {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"triton": triton, "tl": tl, "torch": torch}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[reference.fn.__name__]
+
+
+def _variants(exercise, table):
+    """The reference and one variant per row ``(name, planted key, edits of the kernel, launch or None)``."""
     ref = SOLUTIONS[exercise]
     out = [Variant(f"{exercise}/reference", exercise, None, ref.kernel, ref.launch)]
-    for name, planted, kernel, launch in table:
+    for name, planted, changes, launch in table:
         assert planted in triton_kernels.MISTAKES[exercise], (exercise, planted)
-        out.append(Variant(f"{exercise}/{name}", exercise, planted, kernel or reference, launch or ref.launch))
+        kernel = planted_kernel(ref.kernel, f"{exercise}/{name}", *changes) if changes else ref.kernel
+        out.append(Variant(f"{exercise}/{name}", exercise, planted, kernel, launch or ref.launch))
     return out
 
 
+_GELU_MASK = "mask = offs < n"
+_GELU_CDF = "cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))"
+_GELU_GX = "gy * (cdf + x * pdf)"
+_SM_LOAD = "x_ptr + row * x_row_stride + cols, mask=mask, other=-float(\"inf\")"
+_SM_STORE = "e / tl.sum(e, axis=0), mask=mask"
+_MM_A_MASK = "mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0"
+_MM_B_MASK = "mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0"
+_MM_STORE = "acc,\n             mask=(rm[:, None] < M) & (rn[None, :] < N)"
+
+
+def _tiles(block):
+    return lambda m, n, k: ((triton.cdiv(m, block), triton.cdiv(n, block)),
+                            {"BLOCK_M": block, "BLOCK_N": block, "BLOCK_K": block})
+
+
 CORPUS: list[Variant] = [
-    *_variants("triton_gelu", gelu_kernel, [
-        ("no_mask", "mask", _gelu_no_mask, None),
-        ("mask_le", "off_by_one", _gelu_mask_le, None),
-        ("grid_rounded_down", "unwritten", None, lambda n: ((n // 256,), {"BLOCK": 256})),
-        ("no_program_id", "unwritten", _gelu_no_pid, lambda n: ((triton.cdiv(n, 256),), {"BLOCK": 256})),
-        ("tanh", "tanh", _gelu_tanh, None),
-        ("calls_torch", "not_triton", _gelu_calls_torch, None),
-        ("grid_float", "launch_rule", None, lambda n: ((n / 256,), {"BLOCK": 256})),
+    *_variants("triton_gelu", [
+        ("no_mask", "mask", [(", mask=mask", "", 4)], None),
+        ("mask_le", "off_by_one", [(_GELU_MASK, "mask = offs <= n")], None),
+        ("grid_rounded_down", "unwritten", [], lambda n: ((n // 256,), {"BLOCK": 256})),
+        ("no_program_id", "unwritten", [("offs = pid * BLOCK + tl.arange(0, BLOCK)", "offs = tl.arange(0, BLOCK)")],
+         lambda n: ((triton.cdiv(n, 256),), {"BLOCK": 256})),
+        ("tanh", "tanh", [(_GELU_CDF, "u = 0.7978845608028654 * (x + 0.044715 * x * x * x)\n    "
+                                      "cdf = 0.5 * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * u)) - 1.0))")], None),
+        ("erf_of_x", "erf_argument", [("tl.erf(x * 0.7071067811865476)", "tl.erf(x)")], None),
+        ("grad_without_x_pdf", "product_rule", [(_GELU_GX, "gy * cdf")], None),
+        ("grad_without_gy", "chain_rule", [(_GELU_GX, "(cdf + x * pdf)")], None),
+        ("outputs_swapped", "swapped_outputs", [("y_ptr + offs, x * cdf", "gx_ptr + offs, x * cdf"),
+                                                ("gx_ptr + offs, gy * (cdf", "y_ptr + offs, gy * (cdf")], None),
+        ("calls_torch", "not_triton", [("x * cdf, mask=mask", "torch.nn.functional.gelu(x), mask=mask")], None),
+        ("grid_float", "launch_rule", [], lambda n: ((n / 256,), {"BLOCK": 256})),
     ]),
-    *_variants("triton_softmax", softmax_kernel, [
-        ("no_max", "no_max", _softmax_no_max, None),
-        ("masked_lanes_zero", "zero_lanes", _softmax_zero_other, None),
-        ("row_stride", "row_stride", _softmax_row_stride, None),
-        ("no_store_mask", "mask", _softmax_no_store_mask, None),
-        ("block_too_small", "launch_rule", None, lambda rows, cols: ((rows,), {"BLOCK": 8})),
+    *_variants("triton_softmax", [
+        ("no_max", "no_max", [("x = x - tl.max(x, axis=0)", "x = x")], None),
+        ("masked_lanes_zero", "zero_lanes", [('other=-float("inf")', "other=0.0")], None),
+        ("row_stride", "row_stride", [("row * x_row_stride", "row * n_cols")], None),
+        ("no_store_mask", "mask", [(_SM_STORE, "e / tl.sum(e, axis=0)")], None),
+        ("no_normalize", "no_normalize", [(_SM_STORE, "e, mask=mask")], None),
+        ("block_too_small", "launch_rule", [], lambda rows, cols: ((rows,), {"BLOCK": 8})),
     ]),
-    *_variants("triton_matmul", matmul_kernel, [
-        ("k_tail_unmasked", "k_tail", _matmul_k_unmasked, None),
-        ("fp16_accumulator", "accumulator_dtype", _matmul_fp16_acc, None),
-        ("grid_axes_swapped", "unwritten", None, lambda m, n, k: (
+    *_variants("triton_matmul", [
+        ("k_tail_unmasked", "k_tail", [(_MM_A_MASK, "mask=rm[:, None] < M, other=0.0"),
+                                       (_MM_B_MASK, "mask=rn[None, :] < N, other=0.0")], None),
+        ("fp16_accumulator", "accumulator_dtype", [("dtype=tl.float32", "dtype=tl.float16"),
+                                                   ("acc += tl.dot(a, b)", "acc = tl.dot(a, b, acc, out_dtype=tl.float16)")],
+         None),
+        ("grid_axes_swapped", "unwritten", [], lambda m, n, k: (
             (triton.cdiv(n, 16), triton.cdiv(m, 16)), {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16})),
-        ("acc_reset_each_tile", "k_range", _matmul_acc_reset, None),
-        ("store_unmasked", "mask", _matmul_store_unmasked, None),
+        ("acc_reset_each_tile", "k_range", [("acc += tl.dot(a, b)", "acc = tl.dot(a, b)")], None),
+        ("store_unmasked", "mask", [(_MM_STORE, "acc")], None),
+        ("stored_transposed", "transposed", [("c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn",
+                                              "c_ptr + rn[None, :] * M + rm[:, None]")], _tiles(16)),
+        ("block_of_8", "launch_rule", [], _tiles(8)),
     ]),
 ]
 

@@ -371,6 +371,15 @@ class TritonProblem:
     rule: Callable | None = None  # (grid, meta, sizes) -> None or the rule broken (one sentence)
     output_dtype: torch.dtype = torch.float32
 
+    def launch(self, submission, sizes) -> tuple[tuple, dict]:
+        """(grid, meta) of ``submission.launch(**sizes)``, checked by the launch rules and the exercise's own."""
+        where = "launch(" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ")"
+        grid, meta = _check_launch(submission.launch(**sizes), submission.kernel.fn, where)
+        broken = self.rule(grid, meta, sizes) if self.rule is not None else None
+        if broken:
+            raise LaunchConfigError(f"{where} returned grid={grid}, meta={meta}: {broken}")
+        return grid, meta
+
     def run(self, submission, args):
         if not isinstance(submission, TritonSubmission):
             raise TypeError(f"this exercise checks a Triton kernel: pass triton_submission(kernel, launch), got "
@@ -380,11 +389,7 @@ class TritonProblem:
             raise NotATritonKernelError("the submission's kernel is not a @triton.jit function")
         device = exercise_device()
         inputs, out_shapes, scalars, sizes = self.setup(*args)
-        where = "launch(" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ")"
-        grid, meta = _check_launch(submission.launch(**sizes), submission.kernel.fn, where)
-        broken = self.rule(grid, meta, sizes) if self.rule is not None else None
-        if broken:
-            raise LaunchConfigError(f"{where} returned grid={grid}, meta={meta}: {broken}")
+        grid, meta = self.launch(submission, sizes)
         ins = [_Guarded(t, INPUT_GUARD[t.dtype], device) for t in inputs]
         outs = [_Guarded(torch.empty(s, dtype=self.output_dtype), OUTPUT_GUARD, device, fill=math.nan)
                 for s in out_shapes]
@@ -426,11 +431,7 @@ def gpu_runner(exercise_id, args, submission):
     _triton()
     problem = PROBLEMS[exercise_id]
     inputs, out_shapes, scalars, sizes = problem.setup(*args)
-    where = "launch(" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ")"
-    grid, meta = _check_launch(submission.launch(**sizes), submission.kernel.fn, where)
-    broken = problem.rule(grid, meta, sizes) if problem.rule is not None else None
-    if broken:
-        raise LaunchConfigError(f"{where} returned grid={grid}, meta={meta}: {broken}")
+    grid, meta = problem.launch(submission, sizes)
     kernel = _device_kernel(submission.kernel, torch.device("cuda"))
     shapes = [(t.shape, t.dtype) for t in inputs]
 
@@ -519,10 +520,6 @@ def _gelu_rule(grid, meta, sizes):
     return None
 
 
-def _formula(key):
-    return cuda.GELU_MISTAKES[key].test
-
-
 GELU_MISTAKES = {
     **_common_mistakes(),
     "off_by_one": _caught(OffByOneWriteError,
@@ -535,9 +532,18 @@ GELU_MISTAKES = {
         "Some elements were never written (they still hold the NaN the output was filled with) and every "
         "element written is right: the grid must cover n, triton.cdiv(n, BLOCK) programs, and program pid "
         "takes its own block, offs = pid * BLOCK + tl.arange(0, BLOCK).", test=_some_written),
-    "tanh": Mistake(
-        "That is GELU's tanh approximation; this exercise wants the exact GELU, x * Phi(x) with "
-        "Phi(x) = (1 + tl.erf(x / sqrt(2))) / 2.", test=_formula("tanh")),
+    # recognised by cuda_gelu's wrong formulas, named here in Triton's words
+    **{key: Mistake(sentence, test=cuda.GELU_MISTAKES[key].test) for key, sentence in (
+        ("tanh", "That is GELU's tanh approximation; this exercise wants the exact GELU, x * Phi(x) with "
+                 "Phi(x) = (1 + tl.erf(x / sqrt(2))) / 2."),
+        ("erf_argument", "The erf argument is wrong: Phi(x) = (1 + erf(x / sqrt(2))) / 2, so tl.erf takes x times "
+                         "0.70710678, not x or x * sqrt(2)."),
+        ("product_rule", "The gradient misses a term of the product rule: d/dx [x * Phi(x)] = Phi(x) + x * phi(x), "
+                         "so gx = gy * (Phi(x) + x * phi(x))."),
+        ("chain_rule", "The gradient forgot the chain rule: gx is the incoming gradient gy times GELU'(x), "
+                       "gx = gy * (Phi(x) + x * phi(x))."),
+        ("swapped_outputs", "y and gx are swapped: y_ptr gets the forward, x * Phi(x), and gx_ptr the gradient."),
+    )},
 }
 
 TRITON_GELU = _exercise(
@@ -640,6 +646,9 @@ SOFTMAX_MISTAKES = {
     "row_stride": Mistake(
         "Rows are read at row * n_cols: x's rows are x_row_stride elements apart (here x is part of a wider "
         "matrix), so row r starts at x_ptr + r * x_row_stride.", test=_softmax_row_stride),
+    "no_normalize": Mistake(
+        "y is not divided by the row's sum: softmax(x) = exp(x - m) / sum(exp(x - m)), the sum by "
+        "tl.sum(e, axis=0).", test=cuda.SOFTMAX_MISTAKES["no_normalize"].test),
 }
 
 TRITON_SOFTMAX = _exercise(
@@ -740,6 +749,9 @@ MATMUL_MISTAKES = {
         "C is right only to float16's precision: the sum was kept in the inputs' dtype. Accumulate in float32, "
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), acc += tl.dot(a, b), and store acc.",
         test=_matmul_low_precision),
+    "transposed": Mistake(
+        "C is stored transposed: element (m, n) goes to c_ptr + m * stride_cm + n * stride_cn.",
+        test=cuda.SGEMM_MISTAKES["transposed"].test),
     "k_range": Mistake(
         "Only part of the K dimension was added: loop over every tile of K, for k in range(0, K, BLOCK_K), "
         "and set the accumulator once, before the loop (acc += tl.dot(...), not acc = ...).",

@@ -126,3 +126,73 @@ def test_the_sandboxed_child_runs_triton_interpreted_and_hands_back_arrays():
     with seeds_from("a secret"):
         result = evaluate(exercise, exercise.make_checks(True), lambda k, j, case: outcomes[(1, k, j)], hidden=True)
     assert result.passed, result.messages
+
+
+# A module of the learner's whose function computes GELU in NumPy when the interpreter hands it the data (at
+# compile time it gets IR values and hands them back): Triton's own IR check lets a module's function through.
+def _numpy_gelu(x):
+    import math
+
+    import numpy as np
+
+    handle = x.handle
+    if type(handle).__name__ == "TensorHandle":  # interpreted: the data is there
+        v = handle.data.astype(np.float64)
+        handle.data = (v * 0.5 * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))).astype(np.float32)
+    return x
+
+
+_helpers = type(torch)("helpers")
+_helpers.gelu = _numpy_gelu
+
+
+@triton.jit
+def _gelu_through_a_module(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, _helpers.gelu(x), mask=mask)
+    tl.store(gx_ptr + offs, x, mask=mask)
+
+
+@triton.jit
+def _phi(x):
+    return 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+
+
+@triton.jit
+def _gelu_with_a_helper(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    gy = tl.load(gy_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * _phi(x), mask=mask)
+    tl.store(gx_ptr + offs, gy * (_phi(x) + x * 0.3989422804014327 * tl.exp(-0.5 * x * x)), mask=mask)
+
+
+@triton.jit
+def _helper_through_a_module(x):
+    return _helpers.gelu(x)
+
+
+@triton.jit
+def _gelu_with_a_helper_that_cheats(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, _helper_through_a_module(x), mask=mask)
+    tl.store(gx_ptr + offs, x, mask=mask)
+
+
+@pytest.mark.parametrize("kernel, what", [(_gelu_through_a_module, "helpers.gelu"),
+                                          (_gelu_with_a_helper_that_cheats, "helpers.gelu")])
+def test_a_python_function_reached_through_a_module_is_refused(kernel, what):
+    result = check("triton_gelu", triton_submission(kernel, triton_corpus.gelu_launch), show=False)
+    assert result.score == 0
+    assert f"TritonIRError: the kernel is not Triton: it uses _{what}" in " ".join(result.messages[1].split())
+    assert triton_kernels.NOT_TRITON in result.messages[1].replace("\n        ", " ")
+
+
+def test_a_jit_helper_of_the_learner_is_triton():
+    result = check("triton_gelu", triton_submission(_gelu_with_a_helper, triton_corpus.gelu_launch), show=False)
+    assert result.passed, result.messages

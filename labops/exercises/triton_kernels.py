@@ -269,6 +269,38 @@ def _interpreted(ranges):
 _HELPERS: dict = {}
 
 
+@contextlib.contextmanager
+def _helpers_as(fn, make):
+    """For the block, each @triton.jit helper of the learner's that ``fn`` names (and they, in turn) replaced in
+    its globals by ``make(helper)``: interpreted for the interpreter, a JITFunction for the compiler."""
+    changes = []
+
+    def swap(function, seen):
+        if function in seen:
+            return
+        seen.add(function)
+        for name, value in list(function.__globals__.items()):
+            if _is_kernel(value) and value.fn is not function and _learners(value):
+                changes.append((function.__globals__, name, value))
+                function.__globals__[name] = make(value)
+                swap(value.fn, seen)
+
+    swap(fn, set())
+    try:
+        yield
+    finally:
+        for namespace, name, value in reversed(changes):
+            namespace[name] = value
+
+
+def _jit_helper(member):
+    from triton.runtime.jit import JITFunction
+
+    if (member.fn, "jit") not in _HELPERS:
+        _HELPERS[(member.fn, "jit")] = JITFunction(member.fn)
+    return _HELPERS[(member.fn, "jit")]
+
+
 def _interpreted_helper(member):
     """triton.language's own @jit ``member`` (tl.max, tl.zeros, ...) run by the interpreter. Triton's
     InterpretedFunction, called from a kernel, patches triton.language for the interpreter and never puts it
@@ -307,9 +339,7 @@ def _unpatched_language():
             if getattr(value, "__name__", "") == "<lambda>" and original is not None and tl.core.is_builtin(original):
                 scope.set_attr(owner, name, original)
             elif isinstance(value, interpreter.InterpretedFunction):
-                if (value.fn, "jit") not in _HELPERS:
-                    _HELPERS[(value.fn, "jit")] = JITFunction(value.fn)
-                scope.set_attr(owner, name, _HELPERS[(value.fn, "jit")])
+                scope.set_attr(owner, name, _jit_helper(value))
     try:
         yield
     finally:
@@ -329,6 +359,95 @@ def _device_kernel(kernel, device):
     if key not in _COMPILED:
         _COMPILED[key] = InterpretedFunction(fn) if device.type == "cpu" else JITFunction(fn)
     return _COMPILED[key]
+
+
+_PYTHON_BUILTINS = {"range", "min", "max", "len", "int", "float", "bool", "abs", "print"}
+
+
+def _learners(kernel) -> bool:
+    """A @triton.jit function that is not one of triton.language's own (tl.max, tl.zeros, ...)."""
+    return not (kernel.fn.__module__ or "").startswith("triton.")
+
+
+def _allowed(value) -> bool:
+    """What a kernel may name from outside itself: triton.language (its modules, functions, dtypes and
+    constexpr values), other @triton.jit functions, numbers, and a few of Python's builtins."""
+    import builtins
+
+    from triton import language as tl
+
+    if _is_kernel(value) or isinstance(value, (bool, int, float, tl.dtype, tl.constexpr)):
+        return True
+    if any(value is getattr(builtins, name) for name in _PYTHON_BUILTINS):
+        return True
+    module = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None) or ""
+    return module == "triton" and inspect.ismodule(value) or module.startswith("triton.language")
+
+
+def check_source(fn, seen=None) -> None:
+    """Raise TritonIRError unless every name ``fn``'s source takes from outside itself is ``_allowed`` (and so,
+    in turn, for each @triton.jit function it calls), and every method it calls on a value is a method of a
+    Triton tensor. Triton's compiler calls a plain Python function it meets at compile time, and the
+    interpreter would run it on the data: a module of the learner's whose function computes the answer in
+    NumPy would pass the IR check. This check refuses it."""
+    import ast
+    import builtins
+    import textwrap
+
+    from triton import language as tl
+
+    seen = set() if seen is None else seen
+    if fn in seen:
+        return
+    seen.add(fn)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    function = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef))
+    local = {a.arg for a in function.args.args} | {
+        node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+
+    def refuse(what):
+        raise TritonIRError(f"the kernel is not Triton: it uses {what}, which is not part of triton.language "
+                            f"(inside a kernel only tl.*, other @triton.jit functions, numbers and "
+                            f"{', '.join(sorted(_PYTHON_BUILTINS))} may be named)")
+
+    def resolve(node):
+        """The object an expression of names and attributes outside the function stands for, or None (local)."""
+        if isinstance(node, ast.Name):
+            if node.id in local:
+                return None
+            if node.id in fn.__globals__:
+                return fn.__globals__[node.id]
+            if hasattr(builtins, node.id):
+                return getattr(builtins, node.id)
+            refuse(f"the name {node.id}, which is not defined")
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("_"):
+                refuse(f"the attribute {node.attr}")
+            base = resolve(node.value) if isinstance(node.value, (ast.Name, ast.Attribute)) else None
+            if base is None:  # a method or attribute of a value the kernel computed: a Triton tensor's
+                if not hasattr(tl.tensor, node.attr) and node.attr not in ("value", "dtype", "shape"):
+                    refuse(f"the attribute .{node.attr} of a value")
+                return None
+            if not inspect.ismodule(base) and not _allowed(base):
+                refuse(f"{ast.unparse(node.value)}")
+            return getattr(base, node.attr) if hasattr(base, node.attr) else refuse(ast.unparse(node))
+        return None
+
+    function.decorator_list = []  # @triton.jit is how the kernel was made, not what it does
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            value = resolve(node)
+            if value is not None and not inspect.ismodule(value) and not _allowed(value):
+                refuse(ast.unparse(node))
+            if value is not None and inspect.ismodule(value) and not _allowed(value):
+                parent_is_attribute = any(isinstance(p, ast.Attribute) and p.value is node
+                                          for p in ast.walk(function))
+                if not parent_is_attribute:
+                    refuse(f"the module {ast.unparse(node)}")
+            if _is_kernel(value) and value.fn is not fn and _learners(value):
+                check_source(value.fn, seen)  # the learner's own @triton.jit helper
+        elif isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda)):
+            refuse(f"`{ast.unparse(node)}`")
 
 
 def check_triton_ir(kernel, args, meta) -> None:
@@ -352,7 +471,7 @@ def check_triton_ir(kernel, args, meta) -> None:
     ir.load_dialects(context)
     backend.load_dialects(context)
     try:
-        with _unpatched_language():
+        with _unpatched_language(), _helpers_as(fn, _jit_helper):
             ASTSource(jit, signature, constexprs=dict(meta)).make_ir(
                 target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
     except Exception as exc:  # CompilationError: what Triton says, with the line
@@ -394,10 +513,11 @@ class TritonProblem:
         outs = [_Guarded(torch.empty(s, dtype=self.output_dtype), OUTPUT_GUARD, device, fill=math.nan)
                 for s in out_shapes]
         tensors = [g.view for g in ins + outs]
+        check_source(submission.kernel.fn)
         check_triton_ir(submission.kernel, tensors + list(scalars), meta)
         kernel = _device_kernel(submission.kernel, device)
         if device.type == "cpu":
-            with _interpreted([g.range() for g in ins + outs]):
+            with _interpreted([g.range() for g in ins + outs]), _helpers_as(submission.kernel.fn, _interpreted_helper):
                 try:
                     kernel[grid](*tensors, *scalars, **meta)
                 except triton.runtime.errors.InterpreterError as exc:
@@ -721,6 +841,14 @@ def _matmul_k_tail(case, got):
     return False
 
 
+def _matmul_k_range(case, got):
+    """C summed over a part of K only, from one tile boundary to another (BLOCK_K is at least 16)."""
+    a, b = case.args
+    k = a.shape[1]
+    ends = sorted(set(range(0, k, 16)) | {k})
+    return any(cuda._close(got, a[:, k0:k1] @ b[k0:k1]) for k0 in ends for k1 in ends if k0 < k1 and (k0, k1) != (0, k))
+
+
 def _matmul_low_precision(case, got):
     """Right to float16's precision (about 1e-3) but not float32's: summed in float16."""
     from labops.testing import rel_error
@@ -755,7 +883,7 @@ MATMUL_MISTAKES = {
     "k_range": Mistake(
         "Only part of the K dimension was added: loop over every tile of K, for k in range(0, K, BLOCK_K), "
         "and set the accumulator once, before the loop (acc += tl.dot(...), not acc = ...).",
-        test=cuda.SGEMM_MISTAKES["k_range"].test),
+        test=_matmul_k_range),
 }
 
 TRITON_MATMUL = _exercise(

@@ -20,11 +20,19 @@ interpreter``, NumPy on the tensors' memory), whatever ``TRITON_INTERPRET`` said
 decorated; ``LABOPS_EXERCISE_DEVICE=cuda`` compiles the same function for the GPU. On the CPU a load or
 store that reaches past the guard zones is stopped before it touches memory (``WildAccessError``).
 
-What is allowed, and enforced: the kernel must be a ``@triton.jit`` function (a JITFunction or the
-interpreter's InterpretedFunction), and it must compile to Triton IR (``TritonIRError`` otherwise): a
-kernel that calls torch, NumPy or any Python function other than ``triton.language``'s cannot compute
-its result on data, so an answer computed outside Triton does not reach the outputs. ``launch`` returns
-numbers only.
+What is allowed, and enforced: the answer is what the learner's Triton kernel stores. The kernel must be a
+``@triton.jit`` function (a JITFunction or the interpreter's InterpretedFunction, else
+``NotATritonKernelError``); everything its source names from outside itself must be triton.language, another
+``@triton.jit`` function of the learner's (checked the same way), a number or one of a few builtins
+(``check_source``); and it must compile to Triton IR for an sm_80 target (``check_triton_ir``, the
+compiler's front end, no GPU needed). Either failing is a ``TritonIRError``. So a kernel cannot hand its
+data to torch, NumPy or a Python function of the learner's (Triton's compiler alone would call such a
+function at compile time, and the interpreter on the data). ``launch`` returns numbers only: the grader
+allocates the outputs after it returns.
+
+Not enforced: the learner's cells run in the same process as the launch (in the grader's sandboxed child
+too), so code that patches labops itself there can still hand back any array, as for every exercise (see
+"What is protected" in ``notebooks/exercises/README.md``).
 
 Triton is imported when a kernel is first run: ``import labops.exercises`` works without it.
 """

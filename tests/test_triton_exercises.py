@@ -184,15 +184,98 @@ def _gelu_with_a_helper_that_cheats(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.c
     tl.store(gx_ptr + offs, x, mask=mask)
 
 
-@pytest.mark.parametrize("kernel, what", [(_gelu_through_a_module, "helpers.gelu"),
-                                          (_gelu_with_a_helper_that_cheats, "helpers.gelu")])
-def test_a_python_function_reached_through_a_module_is_refused(kernel, what):
+@pytest.mark.parametrize("kernel", [_gelu_through_a_module, _gelu_with_a_helper_that_cheats])
+def test_a_python_function_reached_through_a_module_is_refused(kernel):
     result = check("triton_gelu", triton_submission(kernel, triton_corpus.gelu_launch), show=False)
     assert result.score == 0
-    assert f"TritonIRError: the kernel is not Triton: it uses _{what}" in " ".join(result.messages[1].split())
+    assert "TritonIRError: the kernel is not Triton: it uses the global name _helpers" in " ".join(
+        result.messages[1].split())
     assert triton_kernels.NOT_TRITON in result.messages[1].replace("\n        ", " ")
 
 
 def test_a_jit_helper_of_the_learner_is_triton():
     result = check("triton_gelu", triton_submission(_gelu_with_a_helper, triton_corpus.gelu_launch), show=False)
     assert result.passed, result.messages
+
+
+# ---- the grader: the learner's cells hand back the kernel's source, a fresh child runs it ----
+
+def _notebook(cells):
+    """Notebook cells as grading.grade_cells reads them: (source, exercise id or None for a learner's cell)."""
+    out = []
+    for source, exercise in cells:
+        meta = {"nbgrader": {"grade": True, "solution": False, "points": 1.0}} if exercise else {}
+        out.append({"cell_type": "code", "source": source, "metadata": meta})
+    return out
+
+
+_SETUP = "import torch\nimport triton\nimport triton.language as tl\nfrom labops.exercises import check, triton_submission\n"
+
+
+def _grade(cells):
+    from labops.exercises.grading import grade_cells
+
+    results, _ = grade_cells(_notebook(cells), "a secret of this test", Limits(cell_time_limit_s=30.0))
+    return [results[i] for i in sorted(results)]
+
+
+def test_the_grader_gives_each_planted_kernel_the_verdict_check_gives():
+    import inspect
+
+    variants = [v for v in triton_corpus.CORPUS if v.kernel is not triton_corpus.SOLUTIONS[v.exercise].kernel
+                and v.launch is triton_corpus.SOLUTIONS[v.exercise].launch]
+    launches = "".join(inspect.getsource(triton_corpus.SOLUTIONS[e].launch) for e in IDS)
+    cells = [(_SETUP + launches, None)]
+    for n, v in enumerate(variants):
+        name = v.kernel.fn.__name__
+        cells.append((inspect.getsource(v.kernel.fn) + f"\nsub_{n} = triton_submission({name}, "
+                      f"{triton_corpus.SOLUTIONS[v.exercise].launch.__name__})\n", None))
+        cells.append((f'check("{v.exercise}", sub_{n}).score', v.exercise))
+    for v, result in zip(variants, _grade(cells)):
+        named = cuda_corpus.named_mistake(v.exercise, result.messages, triton_kernels.mistake_key)
+        assert (result.passed, named) == (v.planted is None, v.planted), (v.id, result.messages)
+
+
+_PATCHES_LABOPS = """
+import torch, torch.nn.functional as F
+import labops.exercises.triton_kernels as _tk
+
+def _run(self, submission, args):  # the oracle, computed by torch, for whichever exercise
+    if len(args) == 2 and args[0].dim() == 1:
+        x, gy = args
+        return F.gelu(x), torch.ops.aten.gelu_backward(gy, x)
+    return torch.softmax(args[0], 1) if args[1].dtype != torch.float64 or args[0].shape[1] != args[1].shape[0] \\
+        else args[0] @ args[1]
+_tk.TritonProblem.run = _run
+
+@triton.jit
+def gelu_kernel(x_ptr, gy_ptr, y_ptr, gx_ptr, n, BLOCK: tl.constexpr):
+    pass  # stores nothing
+
+gelu = triton_submission(gelu_kernel, lambda n: ((triton.cdiv(n, 256),), {"BLOCK": 256}))
+"""
+
+
+def test_a_notebook_that_patches_labops_gets_only_what_its_kernel_stores():
+    # Where the learner's cells ran, the patch works: graded there, the stub kernel would take every point.
+    exercise = EXERCISES["triton_gelu"]
+    cases = [c.cases for c in exercise.make_checks(False)]
+    outcomes, _ = run_steps([CodeStep("cell 1", _SETUP + _PATCHES_LABOPS), GradeStep("triton_gelu", "gelu", cases)],
+                            Limits())
+    assert evaluate(exercise, exercise.make_checks(False), lambda k, j, case: outcomes[(1, k, j)]).passed
+    # The grader runs the kernel in a child where no cell of the learner's ran: it stores nothing, and scores 0.
+    [result] = _grade([(_SETUP + _PATCHES_LABOPS, None), ('check("triton_gelu", gelu).score', "triton_gelu")])
+    assert result.score == 0 and "(301 of them inf or NaN)" in result.messages[-1], result.messages
+
+
+def test_a_source_that_is_not_only_kernels_is_refused():
+    import numpy as np
+
+    sizes = [{"n": 5}]
+    rows, errors = np.zeros((1, 4), dtype=np.int64), ("",)
+    for source in ("import os\n@triton.jit\ndef k(x, BLOCK: tl.constexpr):\n    pass\n",
+                   "@triton.jit\ndef k(x, BLOCK: __import__('os').getpid()):\n    pass\n",
+                   "@print\n@triton.jit\ndef k(x):\n    pass\n", "@triton.jit\ndef k(x=print()):\n    pass\n"):
+        got = (np.frombuffer(source.encode(), dtype=np.uint8).copy(), rows, errors)
+        with pytest.raises(triton_kernels.TritonIRError):
+            triton_kernels.harness("triton_gelu", got, sizes)

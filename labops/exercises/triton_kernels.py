@@ -39,11 +39,13 @@ Triton is imported when a kernel is first run: ``import labops.exercises`` works
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import inspect
 import math
 import numbers
+import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
@@ -277,23 +279,32 @@ def _interpreted(ranges):
 _HELPERS: dict = {}
 
 
+def _learner_helpers(fn) -> list:
+    """(globals, name, kernel) of each @triton.jit helper of the learner's that ``fn`` can name, and they in turn
+    (each function's globals: a helper defined in a notebook shares the kernel's)."""
+    found, seen = [], set()
+
+    def walk(function):
+        if function in seen:
+            return
+        seen.add(function)
+        for name, value in list(function.__globals__.items()):
+            if _is_kernel(value) and value.fn is not function and value.fn is not fn and _learners(value):
+                found.append((function.__globals__, name, value))
+                walk(value.fn)
+
+    walk(fn)
+    return found
+
+
 @contextlib.contextmanager
 def _helpers_as(fn, make):
     """For the block, each @triton.jit helper of the learner's that ``fn`` names (and they, in turn) replaced in
     its globals by ``make(helper)``: interpreted for the interpreter, a JITFunction for the compiler."""
     changes = []
-
-    def swap(function, seen):
-        if function in seen:
-            return
-        seen.add(function)
-        for name, value in list(function.__globals__.items()):
-            if _is_kernel(value) and value.fn is not function and _learners(value):
-                changes.append((function.__globals__, name, value))
-                function.__globals__[name] = make(value)
-                swap(value.fn, seen)
-
-    swap(fn, set())
+    for namespace, name, value in _learner_helpers(fn):
+        changes.append((namespace, name, value))
+        namespace[name] = make(value)
     try:
         yield
     finally:
@@ -398,9 +409,7 @@ def check_source(fn, seen=None) -> None:
     Triton tensor. Triton's compiler calls a plain Python function it meets at compile time, and the
     interpreter would run it on the data: a module of the learner's whose function computes the answer in
     NumPy would pass the IR check. This check refuses it."""
-    import ast
     import builtins
-    import textwrap
 
     from triton import language as tl
 
@@ -424,7 +433,13 @@ def check_source(fn, seen=None) -> None:
             if node.id in local:
                 return None
             if node.id in fn.__globals__:
-                return fn.__globals__[node.id]
+                value = fn.__globals__[node.id]
+                named = {"tl": "triton.language", "triton": "triton"}.get(node.id)
+                if not (named and inspect.ismodule(value) and value.__name__ == named) and not (
+                        _is_kernel(value) and _learners(value)):
+                    refuse(f"the global name {node.id} (a kernel may name tl, triton and its own @triton.jit "
+                           f"functions: the grader runs it with nothing else)")
+                return value
             if hasattr(builtins, node.id):
                 return getattr(builtins, node.id)
             refuse(f"the name {node.id}, which is not defined")
@@ -571,6 +586,113 @@ def gpu_runner(exercise_id, args, submission):
         kernel[grid](*ins, *outs, *scalars, **meta)
         return tuple(outs)
     return make_inputs, run
+
+
+# ---- grading in two children: the learner's cells hand back the kernel's source, a fresh child runs it ----
+# The grader (grading.grade_cells) runs a notebook's cells in a child, which hands back, for each triton_*
+# check, the kernel's source and its launches at every case's sizes (``kernel_arrays``: plain arrays and
+# strings). The grader checks that source here (``harness``: only @triton.jit definitions) and a second,
+# fresh child, in which none of the learner's cells ran, defines the kernel from it and runs the cases:
+# whatever those cells patched (labops included) is not in the process that computes the answers.
+
+LARGEST_SOURCE = 64 << 10  # bytes of UTF-8: a kernel and its helpers (the references are under 2 KiB)
+
+
+def kernel_arrays(submission, sizes_list) -> tuple:
+    """What a ``KernelStep`` of a triton_* exercise hands back (run in the learner's child): (the UTF-8 source
+    of the kernel and of every @triton.jit helper of the learner's it can name, kernel first; a row per
+    sizes: the grid's 3 ints, then the tl.constexpr values in the kernel's order, or -1s where launch
+    raised; the text of what it raised, "" where it did not, as a tuple of str)."""
+    import numpy as np
+
+    if not isinstance(submission, TritonSubmission) or not _is_kernel(submission.kernel):
+        raise TypeError(f"this exercise checks a Triton kernel: pass triton_submission(kernel, launch), got "
+                        f"{type(submission).__name__}")
+    fn = submission.kernel.fn
+    functions = [fn] + [kernel.fn for _, _, kernel in _learner_helpers(fn)]
+    text = "\n\n".join(dict.fromkeys(textwrap.dedent(inspect.getsource(f)) for f in functions))
+    names = _constexpr_names(fn)
+    rows, errors = [], []
+    for sizes in sizes_list:
+        where = "launch(" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ")"
+        try:
+            grid, meta = _check_launch(submission.launch(**sizes), fn, where)
+            rows.append([*grid, *(meta[n] for n in names)])
+            errors.append("")
+        except Exception as exc:  # the check's own error for this case, as run in the learner's process
+            rows.append([-1] * (3 + len(names)))
+            errors.append(f"{type(exc).__name__}: {exc}"[:1000])
+    source = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
+    return source, np.array(rows, dtype=np.int64).reshape(len(rows), 3 + len(names)), tuple(errors)
+
+
+def _annotation_ok(node) -> bool:
+    return node is None or ast.unparse(node) in ("tl.constexpr", "triton.language.constexpr", "'tl.constexpr'")
+
+
+def harness(exercise_id, got, sizes_list) -> str:
+    """The cell a fresh child runs for a triton_* check, from what ``kernel_arrays`` handed back (``got``): the
+    imports, the kernel's source -- refused (TritonIRError) unless it is nothing but @triton.jit function
+    definitions without defaults, whose only annotations are tl.constexpr -- and ``_submission``, the kernel
+    with a launch that returns the recorded launches (``recorded_submission``)."""
+    import numpy as np
+
+    if exercise_id not in PROBLEMS:
+        raise ValueError(f"exercise_id must be one of {sorted(PROBLEMS)}, got {exercise_id!r}")
+    if not (isinstance(got, tuple) and len(got) == 3 and isinstance(got[0], np.ndarray) and got[0].dtype == np.uint8
+            and got[0].ndim == 1 and isinstance(got[1], np.ndarray) and got[1].dtype == np.int64
+            and got[1].ndim == 2 and got[1].shape[0] == len(sizes_list) and isinstance(got[2], tuple)
+            and len(got[2]) == len(sizes_list) and all(isinstance(e, str) for e in got[2])):
+        raise TritonIRError(f"the grading process handed back {got!r:.200}, not a kernel's source and launches")
+    if got[0].size > LARGEST_SOURCE:
+        raise TritonIRError(f"the kernel's source is {got[0].size} bytes; at most {LARGEST_SOURCE} are taken")
+    try:
+        text = got[0].tobytes().decode("utf-8")
+        tree = ast.parse(text)
+    except (UnicodeDecodeError, SyntaxError, ValueError) as exc:
+        raise TritonIRError(f"the kernel's source does not parse ({exc})") from None
+    functions = tree.body
+    for node in functions:
+        args = node.args if isinstance(node, ast.FunctionDef) else None
+        if args is None or [ast.unparse(d) for d in node.decorator_list] not in (["triton.jit"], ["jit"]) \
+                or args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults \
+                or node.returns is not None or not all(_annotation_ok(a.annotation) for a in args.args):
+            raise TritonIRError("the kernel's source must be @triton.jit functions alone, their arguments without "
+                                "defaults and annotated with tl.constexpr or nothing: "
+                                f"{ast.unparse(node).splitlines()[0][:120]!r} is not")
+    if not functions:
+        raise TritonIRError("the kernel's source holds no function")
+    rows = [[int(v) for v in row] for row in got[1]]
+    return ("import triton\nimport triton.language as tl\nfrom triton import jit\n"
+            "from labops.exercises.triton_kernels import recorded_submission\n\n" + text
+            + f"\n\n_submission = recorded_submission({functions[0].name}, {rows!r}, {list(got[2])!r}, "
+            f"{[dict(s) for s in sizes_list]!r})\n")
+
+
+_LAUNCH_ERRORS = {"LaunchConfigError": LaunchConfigError, "EmptyGridError": EmptyGridError}
+
+
+def recorded_submission(kernel, rows, errors, sizes_list) -> TritonSubmission:
+    """``kernel`` with a launch that gives, for each of ``sizes_list``, the grid and meta recorded in ``rows``
+    (or raises again what the learner's launch raised there)."""
+    names = _constexpr_names(kernel.fn)
+    table = {tuple(sorted(sizes.items())): (row, error) for sizes, row, error in zip(sizes_list, rows, errors)}
+
+    def launch(**sizes):
+        row, error = table[tuple(sorted(sizes.items()))]
+        if error:
+            name, _, text = error.partition(": ")
+            raise _LAUNCH_ERRORS.get(name, RuntimeError)(text if name in _LAUNCH_ERRORS else error)
+        if len(row) != 3 + len(names):
+            raise LaunchConfigError(f"launch: {len(row) - 3} tl.constexpr values recorded, the kernel takes {names}")
+        return tuple(row[:3]), dict(zip(names, row[3:]))
+    launch.__name__ = "launch"
+    return TritonSubmission(kernel, launch)
+
+
+def case_sizes(exercise_id, case) -> dict:
+    """The sizes ``launch`` is called with for ``case``."""
+    return PROBLEMS[exercise_id].setup(*case.args)[3]
 
 
 # ---- shared by the mistakes ----

@@ -52,7 +52,7 @@ from typing import Callable
 import torch
 
 from . import cuda
-from ._core import Case, Check, Exercise, Mistake, randn
+from ._core import Check, Exercise, Mistake, randn
 from .cuda import RTOL, ATOL, EmptyGridError, LaunchConfigError, exercise_device
 
 __all__ = ["EXERCISES", "EXERCISES_BY_ID", "MISTAKES", "NotATritonKernelError", "OffByOneWriteError",
@@ -137,9 +137,7 @@ class TritonSubmission:
         self.kernel, self.launch = kernel, launch
 
     def __call__(self, exercise_id: str, *inputs):
-        if exercise_id not in PROBLEMS:
-            raise ValueError(f"exercise_id must be one of {sorted(PROBLEMS)}, got {exercise_id!r}")
-        return PROBLEMS[exercise_id].run(self, inputs)
+        return cuda.run_problem(PROBLEMS, self, exercise_id, inputs)
 
     def __repr__(self):
         return f"triton_submission({self.kernel.fn.__name__}, {getattr(self.launch, '__name__', 'launch')})"
@@ -349,7 +347,6 @@ def _unpatched_language():
     interpreter's lambda, holding the builtin as its default ``member``."""
     from triton import language as tl
     from triton.runtime import interpreter
-    from triton.runtime.jit import JITFunction
 
     scope = interpreter._LangPatchScope()
     for owner in (tl, tl.core, tl.math, tl.standard, tl.core.tensor):
@@ -921,13 +918,8 @@ def _f16(t):
     return t.to(torch.float16).to(torch.float64)
 
 
-def _matmul_case(label, m, n, k, seed):
-    a, b = _f16(randn(m, k, seed=seed)), _f16(randn(k, n, seed=seed + 1))
-    return Case(f"{label}: M = {m}, N = {n}, K = {k}", (a, b), a @ b, ("C",))
-
-
 def _matmul_checks(hidden):
-    c = _matmul_case
+    c = functools.partial(cuda._sgemm_case, exact=_f16)
     return [
         Check("M, N, K multiples of 16", [c("whole tiles", 16, 32, 16, 461)]),
         Check("ragged M, N (partial tiles at the edges of C)", [c("ragged", 20, 18, 32, 463)]

@@ -30,9 +30,10 @@ data to torch, NumPy or a Python function of the learner's (Triton's compiler al
 function at compile time, and the interpreter on the data). ``launch`` returns numbers only: the grader
 allocates the outputs after it returns.
 
-Not enforced: the learner's cells run in the same process as the launch (in the grader's sandboxed child
-too), so code that patches labops itself there can still hand back any array, as for every exercise (see
-"What is protected" in ``notebooks/exercises/README.md``).
+In ``check`` the learner's cells run in the process that launches the kernel, so they could patch labops
+there; the grader does not trust that process: ``grading.grade_cells`` has the learner's child hand back
+only the kernel's source and launches (``kernel_arrays``), keeps only ``@triton.jit`` definitions
+(``harness``) and runs the cases in a fresh child where none of the learner's cells ran.
 
 Triton is imported when a kernel is first run: ``import labops.exercises`` works without it.
 """

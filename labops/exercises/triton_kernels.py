@@ -63,7 +63,7 @@ __all__ = ["EXERCISES", "EXERCISES_BY_ID", "MISTAKES", "NotATritonKernelError", 
 # it): huge, so that a product with it shows, and not what any kernel of these exercises would store.
 INPUT_GUARD = {torch.float32: -1.0e30, torch.float16: -6.0e4}
 OUTPUT_GUARD = 3.0e38
-GUARD_ELEMENTS = 1 << 14  # on each side of every tensor: past any block's overrun in these exercises
+GUARD_ELEMENTS = 1 << 16  # on each side of every tensor: past any block's overrun the launch rules allow
 
 
 class NotATritonKernelError(TypeError):
@@ -847,9 +847,9 @@ def _softmax_rule(grid, meta, sizes):
     if grid != (sizes["rows"], 1, 1):
         return f"one program per row: grid = (rows,) = ({sizes['rows']},)"
     block = meta.get("BLOCK", 0)
-    if not _power_of_two(block) or block < sizes["cols"]:
+    if not _power_of_two(block) or not sizes["cols"] <= block <= 8192:
         return (f"the whole row is one block: BLOCK must be a power of two >= cols = {sizes['cols']} "
-                f"(triton.next_power_of_2(cols))")
+                f"(triton.next_power_of_2(cols)), and at most 8192")
     return None
 
 

@@ -279,3 +279,44 @@ def test_a_source_that_is_not_only_kernels_is_refused():
         got = (np.frombuffer(source.encode(), dtype=np.uint8).copy(), rows, errors)
         with pytest.raises(triton_kernels.TritonIRError):
             triton_kernels.harness("triton_gelu", got, sizes)
+
+
+# ---- the speed board: a student's Triton kernel rebuilt from its source alone, timed by a fake timer ----
+
+def test_the_board_rebuilds_each_students_kernel_from_its_source_alone(tmp_path):
+    import inspect
+
+    nbformat = pytest.importorskip("nbformat")
+    from labops.exercises.speed_board import KernelScore, board
+
+    kernel = inspect.getsource(triton_corpus.gelu_kernel.fn) + inspect.getsource(triton_corpus.gelu_launch)
+    students = {
+        "alice": kernel + "gelu = triton_submission(gelu_kernel, gelu_launch)\n",
+        "mallory": _PATCHES_LABOPS,  # a stub kernel, and labops patched where it ran
+        "moduler": "_helpers = type(torch)('helpers')\n" + inspect.getsource(_gelu_through_a_module.fn)
+                   + "gelu = triton_submission(_gelu_through_a_module, lambda n: ((triton.cdiv(n, 256),), {'BLOCK': 256}))\n",
+        "erin": "raise NotImplementedError()\n",
+    }
+    for student, source in students.items():
+        cells = [nbformat.v4.new_code_cell(_SETUP), nbformat.v4.new_code_cell(source),
+                 nbformat.v4.new_code_cell('check("triton_gelu", gelu).score', metadata={"nbgrader": {
+                     "grade": True, "solution": False, "grade_id": "check_triton_gelu", "points": 4}})]
+        path = tmp_path / "course" / "submitted" / student / "ex12" / "ex12.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nbformat.v4.new_notebook(cells=cells), str(path))
+    launches = []
+
+    def timer(exercise_id, submission, launch):  # what the GPU would time: here, the kernel checked on the CPU
+        launches.append(submission.launch(n=2**26))  # recorded at the benchmark size only
+        result = check(exercise_id, triton_submission(submission.kernel, triton_corpus.gelu_launch), show=False)
+        return KernelScore("ok", 50.0, 1.5) if result.passed else KernelScore("wrong", reason=result.messages[1])
+
+    rows = {r["student_id"]: r for r in board(tmp_path / "course", "ex12", tmp_path / "speed.csv", timer=timer,
+                                                show=False)}
+    assert (rows["alice"]["verdict"], rows["alice"]["percent_of_roof"]) == ("ok", 50.0)
+    assert rows["mallory"]["verdict"] == "wrong"  # its stub kernel, rebuilt here, stores nothing
+    # rebuilt from its source alone, its kernel names a module that is not there
+    assert rows["moduler"]["verdict"] == "error" and "it uses the name _helpers, which is not defined" in rows[
+        "moduler"]["reason"]
+    assert rows["erin"]["verdict"] == "error" and "name 'gelu' is not defined" in rows["erin"]["reason"]
+    assert launches == [((2**16, 1, 1), {"BLOCK": 1024}), ((2**18, 1, 1), {"BLOCK": 256})]  # alice's, mallory's

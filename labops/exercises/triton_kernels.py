@@ -420,10 +420,9 @@ def check_source(fn, seen=None) -> None:
     local = {a.arg for a in function.args.args} | {
         node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
 
-    def refuse(what):
-        raise TritonIRError(f"the kernel is not Triton: it uses {what}, which is not part of triton.language "
-                            f"(inside a kernel only tl.*, other @triton.jit functions, numbers and "
-                            f"{', '.join(sorted(_PYTHON_BUILTINS))} may be named)")
+    def refuse(what, why="which is not part of triton.language"):
+        raise TritonIRError(f"the kernel is not Triton: it uses {what}, {why} (inside a kernel only tl.*, other "
+                            f"@triton.jit functions, numbers and {', '.join(sorted(_PYTHON_BUILTINS))} may be named)")
 
     def resolve(node):
         """The object an expression of names and attributes outside the function stands for, or None (local)."""
@@ -435,12 +434,12 @@ def check_source(fn, seen=None) -> None:
                 named = {"tl": "triton.language", "triton": "triton"}.get(node.id)
                 if not (named and inspect.ismodule(value) and value.__name__ == named) and not (
                         _is_kernel(value) and _learners(value)):
-                    refuse(f"the global name {node.id} (a kernel may name tl, triton and its own @triton.jit "
-                           f"functions: the grader runs it with nothing else)")
+                    refuse(f"the global name {node.id}", "which the grader's process, where the kernel runs alone, "
+                           "does not have")
                 return value
             if hasattr(builtins, node.id):
                 return getattr(builtins, node.id)
-            refuse(f"the name {node.id}, which is not defined")
+            refuse(f"the name {node.id}", "which is not defined")
         if isinstance(node, ast.Attribute):
             if node.attr.startswith("_"):
                 refuse(f"the attribute {node.attr}")

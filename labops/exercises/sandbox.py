@@ -274,13 +274,9 @@ def _child_env(job: Path) -> dict:
     env.update(HOME=work, TMPDIR=work, MPLBACKEND="Agg", MPLCONFIGDIR=work, PYTHONDONTWRITEBYTECODE="1",
                TORCH_EXTENSIONS_DIR=str(job / "work" / "torch_extensions"), PYTHONWARNINGS="ignore",
                TORCHINDUCTOR_CACHE_DIR=str(job / "work" / "inductor"), LABOPS_GRADING_CHILD="1",
-               # Triton (the triton_* exercises) caches compiled kernels under its home: the job's folder, the
-               # only one the child may write. On the CPU its kernels run interpreted.
-               TRITON_HOME=work, TRITON_CACHE_DIR=str(job / "work" / "triton"))
-    if os.environ.get("LABOPS_EXERCISE_DEVICE", "").strip().lower() != "cuda":
-        env["TRITON_INTERPRET"] = "1"
-    elif "LABOPS_EXERCISE_DEVICE" in os.environ:
-        env["LABOPS_EXERCISE_DEVICE"] = os.environ["LABOPS_EXERCISE_DEVICE"]
+               # Triton (the triton_* exercises): the child runs on the CPU, so its kernels run interpreted;
+               # what Triton caches goes under its home, the job's folder, the only one the child may write.
+               TRITON_INTERPRET="1", TRITON_HOME=work, TRITON_CACHE_DIR=str(job / "work" / "triton"))
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 

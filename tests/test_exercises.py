@@ -133,8 +133,27 @@ std::tuple<at::Tensor, at::Tensor> prelu_backward(const at::Tensor& grad_y, cons
 
 
 def test_every_exercise_has_a_right_answer_here():
-    assert set(RIGHT) | {"prelu_op"} | set(cuda.SOLUTIONS) == set(EXERCISES)
+    # The Triton exercises' right answers are triton_corpus.SOLUTIONS (tests/test_triton_exercises.py).
+    from labops.exercises import triton_kernels
+
+    triton_ids = {ex.id for ex in triton_kernels.EXERCISES}
+    assert set(RIGHT) | {"prelu_op"} | set(cuda.SOLUTIONS) | triton_ids == set(EXERCISES)
     assert len(EXERCISES) >= 12
+
+
+def test_the_exercises_import_and_describe_without_triton():
+    # Triton is an extra: only running a triton_* kernel needs it (triton_kernels imports it then).
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['triton'] = None; import labops.exercises as e; print(e.describe('triton_gelu'))\n"
+            "try:\n    e.triton_submission(print, print)\nexcept ImportError as exc:\n    print(exc)")
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("triton_gelu: A Triton kernel") and "pip install triton" in done.stdout
 
 
 def test_every_exercise_is_graded_once_for_what_its_checks_are_worth():

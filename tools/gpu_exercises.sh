@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU machine: every variant of the CUDA exercises' corpus graded on the GPU, each in a process of its own
 # with a time limit (a kernel that hangs the GPU costs that process, and is recorded as a hang), 12 at a
-# time (NVRTC compiles on the host's cores); then the references' speed.
-# Writes $OUT/parity_gpu.json, $OUT/speed.json and $OUT/exercises.log.
+# time (NVRTC compiles on the host's cores); then the Triton corpus compiled on the GPU; then the references'
+# speed, the Triton ones' included.
+# Writes $OUT/parity_gpu.json, $OUT/parity_triton_gpu.json, $OUT/speed.json and $OUT/exercises.log.
 set -uo pipefail
 # One torch thread per worker: a dozen workers each spinning 16 OpenMP threads over the float64 oracles
 # made some variants take minutes (seen 2026-11-26: 11 "hangs" that took 1 s each with 2 threads).
@@ -42,4 +43,7 @@ for r in wrong:
     print("  ", {k: r[k] for k in ("variant", "planted", "passed", "named")}, r.get("tail", "")[-1200:])
 PY
 cat "$work"/*.out > "$out/exercises.log"
+# The Triton corpus compiled on the GPU (one process: Triton compiles each kernel once, in seconds).
+timeout "${TRITON_TIMEOUT:-600}" python3 tools/gpu_exercises.py --skip-parity --skip-speed --triton-parity \
+  --out "$out/parity_triton_gpu.json" 2>&1 | tail -25
 [ "${SKIP_SPEED:-0}" = 1 ] || timeout "${SPEED_TIMEOUT:-240}" python3 tools/gpu_exercises.py --skip-parity --out "$out/speed.json" 2>&1 | tail -15

@@ -22,14 +22,15 @@ import os
 
 from ._core import CheckResult, Exercise, run_checks, wrap_lines
 from . import compiled as _compiled, convolution as _convolution, cuda as _cuda, kernel as _kernel, layers as _layers
-from . import planted_bugs as _planted_bugs, training as _training
+from . import planted_bugs as _planted_bugs, training as _training, triton_kernels as _triton_kernels
 from .cuda import kernel_submission
+from .triton_kernels import triton_submission
 
-__all__ = ["CheckResult", "EXERCISES", "check", "describe", "kernel_submission"]
+__all__ = ["CheckResult", "EXERCISES", "check", "describe", "kernel_submission", "triton_submission"]
 
 EXERCISES: dict[str, Exercise] = {
     ex.id: ex for ex in (*_layers.EXERCISES, *_convolution.EXERCISES, *_kernel.EXERCISES, *_compiled.EXERCISES,
-                         *_cuda.EXERCISES, *_training.EXERCISES,
+                         *_cuda.EXERCISES, *_triton_kernels.EXERCISES, *_training.EXERCISES,
                          *_planted_bugs.EXERCISES)
 }
 

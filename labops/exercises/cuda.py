@@ -146,13 +146,18 @@ class KernelSubmission:
         self.body, self.launch = body, launch
 
     def __call__(self, exercise_id: str, *inputs):
-        if exercise_id not in PROBLEMS:
-            raise ValueError(f"exercise_id must be one of {sorted(PROBLEMS)}, got {exercise_id!r}")
-        return PROBLEMS[exercise_id].run(self, inputs)
+        return run_problem(PROBLEMS, self, exercise_id, inputs)
 
     def __repr__(self):
         first = next((line.strip() for line in self.body.splitlines() if line.strip()), "")
         return f"kernel_submission({first[:40]!r}..., {getattr(self.launch, '__name__', 'launch')})"
+
+
+def run_problem(problems: dict, submission, exercise_id: str, inputs):
+    """``problems[exercise_id].run(submission, inputs)``: a submission called on one exercise's inputs."""
+    if exercise_id not in problems:
+        raise ValueError(f"exercise_id must be one of {sorted(problems)}, got {exercise_id!r}")
+    return problems[exercise_id].run(submission, inputs)
 
 
 def kernel_submission(body: str, launch: Callable) -> KernelSubmission:
@@ -933,8 +938,10 @@ CUDA_SOFTMAX = _exercise(
 # d. cuda_sgemm: C = A B with TILE x TILE tiles in shared memory
 # =========================================================================================================
 
-def _sgemm_case(label, m, n, k, seed):
-    a, b = _f32(randn(m, k, seed=seed)), _f32(randn(k, n, seed=seed + 1))
+def _sgemm_case(label, m, n, k, seed, exact=None):
+    """A (m, k) and B (k, n), float64 values that float32 (or ``exact``: float16, for triton_matmul) holds."""
+    exact = exact or _f32
+    a, b = exact(randn(m, k, seed=seed)), exact(randn(k, n, seed=seed + 1))
     return Case(f"{label}: M = {m}, N = {n}, K = {k}", (a, b), a @ b, ("C",))
 
 

@@ -535,12 +535,13 @@ class Row(NamedTuple):
     named: str | None
 
 
-def named_mistake(exercise_id: str, messages: list[str]) -> str | None:
-    """The key of the first mistake the feedback ``messages`` name ("-> sentence"), or None."""
+def named_mistake(exercise_id: str, messages: list[str], key=cuda.mistake_key) -> str | None:
+    """The key of the first mistake the feedback ``messages`` name ("-> sentence"), or None; ``key(exercise_id,
+    sentence)`` looks it up (``triton_kernels.mistake_key`` for the Triton exercises)."""
     for message in messages:
         if "\n    -> " in message:
             sentence = message.split("\n    -> ", 1)[1].split("\n", 1)[0]
-            return cuda.mistake_key(exercise_id, sentence) or f"unknown: {sentence}"
+            return key(exercise_id, sentence) or f"unknown: {sentence}"
     return None
 
 

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 from ._core import evaluate, seeds_from, wrap_lines
-from .sandbox import CodeStep, GradeStep, Limits, bwrap_args, bwrap_path, run_steps, signal_name
+from .sandbox import CodeStep, GradeStep, KernelStep, Limits, bwrap_args, bwrap_path, run_steps, signal_name
 
 __all__ = ["ContainedExecute", "SandboxedKernelManager", "TrustedScores", "audit", "grade_cells", "load_secret",
            "notebook_steps"]
@@ -131,7 +131,10 @@ def grade_cells(cells: list, secret: str, limits: Limits | None = None, skip: di
     for step in steps:
         if isinstance(step, GradeStep):
             step.cases = [c.cases for c in checks_of(step)]
-    outcomes, notes = run_steps(steps, limits)
+    # A triton_* check: the learner's child hands back the kernel's source and launches; a fresh child runs it.
+    first = [_triton_kernel_step(step) if _is_triton(step) else step for step in steps]
+    outcomes, notes = run_steps(first, limits)
+    outcomes.update(_run_triton_kernels(steps, outcomes, limits))
     for step in steps:
         if isinstance(step, GradeStep):
             step.cases = None
@@ -143,6 +146,50 @@ def grade_cells(cells: list, secret: str, limits: Limits | None = None, skip: di
             results[where[s]] = evaluate(exercise, checks_of(step), lambda k, j, case, s=s: outcomes[(s, k, j)],
                                          hidden=True)
     return results, {where[s]: note for s, note in notes.items() if s in where}
+
+
+def _is_triton(step) -> bool:
+    return isinstance(step, GradeStep) and step.exercise.startswith("triton_")
+
+
+def _triton_kernel_step(step) -> KernelStep:
+    from . import triton_kernels
+
+    sizes = [triton_kernels.case_sizes(step.exercise, case) for check in step.cases for case in check]
+    return KernelStep(step.exercise, step.fn_name, sizes, language="triton")
+
+
+def _run_triton_kernels(steps, outcomes, limits) -> dict:
+    """The outcomes of each triton_* grade step's cases: its kernel's source (handed back by the learner's child
+    as ``outcomes[(s, 0, 0)]``), checked by ``triton_kernels.harness``, defined and run in a fresh child where
+    no cell of the learner's ran. What the learner's child raised, or a source refused, is every case's
+    outcome."""
+    from . import triton_kernels
+    from ._core import Outcome, raised
+
+    found, second, where = {}, [], {}
+    for s, step in enumerate(steps):
+        if not _is_triton(step):
+            continue
+        keys = [(s, k, j) for k, check in enumerate(step.cases) for j in range(len(check))]
+        handed = outcomes.pop((s, 0, 0))
+        if handed.raised is not None:
+            found.update({key: handed for key in keys})
+            continue
+        sizes = [triton_kernels.case_sizes(step.exercise, case) for check in step.cases for case in check]
+        try:
+            cell = triton_kernels.harness(step.exercise, handed.got, sizes)
+        except triton_kernels.TritonIRError as exc:
+            found.update({key: Outcome(raised=raised(exc)) for key in keys})
+            continue
+        second.append(CodeStep(f"your {step.exercise} kernel", cell))
+        where[len(second)] = s
+        second.append(GradeStep(step.exercise, "_submission", step.cases))
+    if second:
+        ran, _ = run_steps(second, limits)
+        for (s2, k, j), outcome in ran.items():
+            found[(where[s2], k, j)] = outcome
+    return found
 
 
 # ---- nbgrader: the kernel in a sandbox, and a dead kernel that costs only what it did not finish ----

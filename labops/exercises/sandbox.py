@@ -85,11 +85,15 @@ class KernelStep:
     """Hand back the CUDA kernel that the expression ``fn_name`` (a ``kernel_submission``) holds after the cells
     so far: its body as a uint8 array of UTF-8 bytes and its ``launch(**sizes)`` as an int64 array (grid x, y, z,
     block x, y, z, shared_mem), checked by the child as ``check`` checks a launch. Its outcome is keyed
-    (step, 0, 0) and is left as the arrays (``speed_board.kernel_from_child`` checks them again)."""
+    (step, 0, 0) and is left as the arrays (``speed_board.kernel_from_child`` checks them again).
+
+    ``language="triton"``: a ``triton_submission``'s kernel, as ``triton_kernels.kernel_arrays`` hands it back
+    (its source and its launches at each of ``sizes``, a list of dicts), for the grader to run in a fresh child."""
 
     exercise: str
     fn_name: str
-    sizes: dict  # the exercise's sizes at the size the kernel is timed at
+    sizes: dict | list  # the exercise's sizes at the size the kernel is timed at (triton: one dict per case)
+    language: str = "cuda"
 
 
 def kernel_arrays(submission, sizes: dict) -> tuple:
@@ -269,7 +273,10 @@ def _child_env(job: Path) -> dict:
     work = str(job / "work")
     env.update(HOME=work, TMPDIR=work, MPLBACKEND="Agg", MPLCONFIGDIR=work, PYTHONDONTWRITEBYTECODE="1",
                TORCH_EXTENSIONS_DIR=str(job / "work" / "torch_extensions"), PYTHONWARNINGS="ignore",
-               TORCHINDUCTOR_CACHE_DIR=str(job / "work" / "inductor"), LABOPS_GRADING_CHILD="1")
+               TORCHINDUCTOR_CACHE_DIR=str(job / "work" / "inductor"), LABOPS_GRADING_CHILD="1",
+               # Triton (the triton_* exercises): the child runs on the CPU, so its kernels run interpreted;
+               # what Triton caches goes under its home, the job's folder, the only one the child may write.
+               TRITON_INTERPRET="1", TRITON_HOME=work, TRITON_CACHE_DIR=str(job / "work" / "triton"))
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
@@ -358,8 +365,10 @@ def run_steps(steps: list, limits: Limits | None = None) -> tuple[dict, dict]:
             if isinstance(step, CodeStep):
                 plan.append({"kind": "code", "label": step.label, "source": step.source})
             elif isinstance(step, KernelStep):
-                plan.append({"kind": "kernel", "exercise": step.exercise, "fn": step.fn_name,
-                             "sizes": {str(k): int(v) for k, v in step.sizes.items()}})
+                sizes = [{str(k): int(v) for k, v in d.items()} for d in
+                         (step.sizes if isinstance(step.sizes, list) else [step.sizes])]
+                plan.append({"kind": "kernel", "exercise": step.exercise, "fn": step.fn_name, "language": step.language,
+                             "sizes": sizes if isinstance(step.sizes, list) else sizes[0]})
             else:
                 cases = [[{"label": c.label, "names": list(c.names), "time_limit_s": c.time_limit_s,
                            "args": _encode(tuple(c.args), job / "in", f"s{s}_k{k}_c{j}", [])}
@@ -536,8 +545,11 @@ def _worker(job: Path, progress_fd: int):
             try:
                 if step["fn"].isidentifier() and step["fn"] not in namespace:
                     raise undefined
+                arrays = kernel_arrays
+                if step.get("language") == "triton":
+                    from .triton_kernels import kernel_arrays as arrays
                 with time_limit(cell_time_limit_s):
-                    outcome = _Outcome(got=kernel_arrays(eval(step["fn"], namespace), step["sizes"]))
+                    outcome = _Outcome(got=arrays(eval(step["fn"], namespace), step["sizes"]))
             except BaseException as exc:  # launch() raised, or returned a launch CUDA does not accept
                 outcome = _Outcome(raised=raised(exc))
             write(f"s{s}_k0_c0", outcome)

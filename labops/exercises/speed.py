@@ -277,18 +277,23 @@ def fp32_matmul():
         torch.set_float32_matmul_precision(before)
 
 
-def cublas_sgemm_time(m: int, n: int, k: int, device=None) -> float:
+def cublas_sgemm_time(m: int, n: int, k: int, device=None, dtype: torch.dtype = torch.float32) -> float:
     """Median seconds of cuBLAS's float32 ``(m, k) @ (k, n)`` with TF32 off, timed by ``time_submission``'s
-    rules."""
+    rules; ``dtype=torch.float16``: its half-precision GEMM (float16 in and out; the roof of
+    ``triton_matmul``)."""
     m, n, k = (_integer(v, name, "cublas_sgemm_time", low=1) for v, name in ((m, "m"), (n, "n"), (k, "k")))
+    if dtype not in (torch.float32, torch.float16):
+        raise ValueError(f"{_HERE}cublas_sgemm_time: dtype must be torch.float32 or torch.float16, got {dtype}")
     device = _cuda_device(device, "cublas_sgemm_time")
 
     def make_inputs(g):
-        return torch.randn(m, k, generator=g, device=g.device), torch.randn(k, n, generator=g, device=g.device)
+        return (torch.randn(m, k, generator=g, device=g.device).to(dtype),
+                torch.randn(k, n, generator=g, device=g.device).to(dtype))
 
+    rtol = 1e-4 if dtype == torch.float32 else 1e-2  # float16's output is rounded to 11 bits
     with fp32_matmul():
         timing = time_submission(lambda ab: torch.mm(*ab), make_inputs, lambda ab: torch.mm(ab[0].double(),
-                                 ab[1].double()), check=close(rtol=1e-4, atol=1e-5 * k), device=device,
+                                 ab[1].double()), check=close(rtol=rtol, atol=1e-5 * k), device=device,
                                  launch_is_ours=True)
     if not timing.passed:
         raise RuntimeError(f"{_HERE}cublas_sgemm_time: torch.mm failed its check: {timing.reasons}")

@@ -46,12 +46,13 @@ import torch.nn.functional as F
 
 from labops import rtc
 
-from . import cuda, speed
+from . import cuda, cuda_corpus, speed, triton_kernels
 from .grading import DEFAULT_SECRET_FILE, notebook_steps, secret_folder
 from .sandbox import LARGEST_KERNEL_BODY, GradeStep, KernelStep, Limits, run_steps
 
 __all__ = ["CudaContextLost", "KernelScore", "RefusedKernel", "Roofs", "benchmarks", "board", "checked_launch",
-           "kernel_from_child", "preprocessor_file_read", "relative_error", "submission_runner", "time_kernel"]
+           "kernel_from_child", "preprocessor_file_read", "relative_error", "submission_runner", "time_kernel",
+           "time_triton_kernel", "triton_from_child"]
 
 _HERE = "labops.exercises.speed_board."
 
@@ -101,6 +102,17 @@ def benchmarks(device="cpu") -> dict:
                             bytes=4 * (C * H * W + C * k * k * oh * ow)),
         "cuda_col2im_atomic": dict(args=(randn(C, k, k, oh, ow), H, W, 1, 1, 1, 1), native=fold,
                                    bytes=4 * (C * H * W + C * k * k * oh * ow)),
+        # The Triton exercises, at the sizes of their CUDA twins (x of the softmax with a row stride of cols).
+        "triton_gelu": dict(args=(randn(N_GELU), randn(N_GELU)),
+                            native=lambda x, gy: (F.gelu(x), torch.ops.aten.gelu_backward(gy, x)),
+                            bytes=4 * N_GELU * 4),
+        "triton_softmax": dict(args=(randn(*SOFTMAX), randn(SOFTMAX[0], 0)), native=lambda x: torch.softmax(x, -1),
+                               bytes=2 * 4 * SOFTMAX[0] * SOFTMAX[1]),
+        # float16 in, float32 out: checked against cuBLAS on float32 copies (exact products, TF32 off), scored
+        # against cuBLAS's float16 GEMM.
+        "triton_matmul": dict(args=(randn(GEMM, GEMM).half(), randn(GEMM, GEMM).half()),
+                              native=lambda a, b: torch.mm(a.float(), b.float()), gemm=(GEMM, GEMM, GEMM),
+                              dtype=torch.float16),
         "cuda_depthwise_weight_grad": dict(
             args=(randn(n, c, h, w), randn(n, c, out_size(h, dk, 1, 1), out_size(w, dk, 1, 1)), dk, dk, 1, 1, 1, 1),
             native=lambda x, gy, geom: torch.nn.grad.conv2d_weight(x, (c, 1, dk, dk), gy, padding=1, groups=c),
@@ -116,6 +128,9 @@ def _exercise(exercise_id, where):
 
 def benchmark_sizes(exercise_id) -> dict:
     """The sizes ``launch`` is called with at the benchmark size (what a KernelStep passes the child)."""
+    if exercise_id in triton_kernels.PROBLEMS:
+        return {k: int(v) for k, v in triton_kernels.PROBLEMS[exercise_id].setup(
+            *benchmarks("meta")[exercise_id]["args"])[3].items()}
     problem = _exercise(exercise_id, "benchmark_sizes")
     return {k: int(v) for k, v in problem.setup(*benchmarks("meta")[exercise_id]["args"])[2].items()}
 
@@ -162,7 +177,12 @@ def _runner(exercise_id, args, body, launch: cuda.Launch):
 
 
 def submission_runner(exercise_id, args, solution=None):
-    """(make_inputs, run) for ``solution`` (default: the exercise's reference) on the setup of ``args``."""
+    """(make_inputs, run) for ``solution`` (default: the exercise's reference) on the setup of ``args``; for a
+    ``triton_*`` exercise, its ``triton_submission`` compiled for the GPU (``triton_kernels.gpu_runner``)."""
+    if exercise_id.startswith("triton_"):
+        from . import triton_corpus, triton_kernels
+
+        return triton_kernels.gpu_runner(exercise_id, args, solution or triton_corpus.SOLUTIONS[exercise_id])
     problem, solution = cuda.PROBLEMS[exercise_id], solution or cuda.SOLUTIONS[exercise_id]
     sizes = problem.setup(*args)[2]
     return _runner(exercise_id, args, solution.body, cuda._check_launch(solution.launch(**sizes), "launch"))
@@ -277,6 +297,28 @@ def kernel_from_child(exercise_id, outcome, sizes) -> tuple[str, cuda.Launch]:
     return body, checked_launch(exercise_id, (grid, block, int(numbers[6])), sizes)
 
 
+def triton_from_child(exercise_id, outcome, sizes_list):
+    """The ``triton_submission`` a Triton ``KernelStep`` handed back (its ``Outcome``), rebuilt in this process
+    from the kernel's source alone: ``triton_kernels.harness`` keeps only ``@triton.jit`` definitions, which are
+    defined here (no other line of the student's runs), and ``check_source`` refuses a kernel that names
+    anything but triton.language and its own helpers. Else a RefusedKernel says why."""
+    import linecache
+
+    if outcome.raised is not None:
+        raise RefusedKernel(f"the check's argument {outcome.raised.text}")
+    try:
+        cell = triton_kernels.harness(exercise_id, outcome.got, sizes_list)
+        filename = f"<the student's {exercise_id} kernel>"
+        linecache.cache[filename] = (len(cell), None, cell.splitlines(True), filename)
+        namespace = {"__name__": "student_kernel"}
+        exec(compile(cell, filename, "exec"), namespace)
+        submission = namespace["_submission"]
+        triton_kernels.check_source(submission.kernel.fn)
+    except triton_kernels.TritonIRError as exc:
+        raise RefusedKernel(str(exc)) from None
+    return submission
+
+
 # ---- timing, on a GPU ----
 
 @dataclass
@@ -345,27 +387,80 @@ def time_kernel(exercise_id, body, config, *, roofs: Roofs | None = None) -> Ker
                 return KernelScore("wrong", reason=f"the checked launch at the benchmark size: {exc}")
             if wrong:
                 return KernelScore("wrong", reason=f"the checked launch at the benchmark size: {wrong}")
-            timing = _timed(run, make_inputs, reference)
-            if not timing.passed:
-                return KernelScore("wrong", reason="; ".join(timing.reasons))
-            if exercise_id not in roofs.native_s:
-                roofs.native_s[exercise_id] = _timed(reference, make_inputs, reference).median_s
-            if "gemm" in spec:
-                if spec["gemm"] not in roofs.cublas_s:
-                    roofs.cublas_s[spec["gemm"]] = speed.cublas_sgemm_time(*spec["gemm"])
-                percent = speed.gemm_score(timing.median_s, *spec["gemm"], cublas_s=roofs.cublas_s[spec["gemm"]])
-            else:
-                if roofs.bandwidth is None:
-                    roofs.bandwidth = speed.copy_bandwidth()
-                percent = speed.memory_score(timing.median_s, spec["bytes"], roofs.bandwidth)
+            return _timed_and_scored(exercise_id, spec, run, make_inputs, reference, roofs)
     except Exception as exc:
-        try:
-            torch.cuda.synchronize()
-        except Exception:
-            raise CudaContextLost(f"the kernel broke this process's CUDA context: {exc}") from exc
+        _raise_if_context_lost(exc)
         raise
+
+
+def _raise_if_context_lost(exc):
+    try:
+        torch.cuda.synchronize()
+    except Exception:
+        raise CudaContextLost(f"the kernel broke this process's CUDA context: {exc}") from exc
+
+
+def _timed_and_scored(exercise_id, spec, run, make_inputs, reference, roofs) -> KernelScore:
+    """Time ``run`` (checked already), then score it against its roof, measured once per board in ``roofs``."""
+    timing = _timed(run, make_inputs, reference)
+    if not timing.passed:
+        return KernelScore("wrong", reason="; ".join(timing.reasons))
+    if exercise_id not in roofs.native_s:
+        roofs.native_s[exercise_id] = _timed(reference, make_inputs, reference).median_s
+    if "gemm" in spec:
+        key = (*spec["gemm"], spec.get("dtype", torch.float32))
+        if key not in roofs.cublas_s:
+            roofs.cublas_s[key] = speed.cublas_sgemm_time(*spec["gemm"], dtype=key[3])
+        percent = speed.gemm_score(timing.median_s, *spec["gemm"], cublas_s=roofs.cublas_s[key])
+    else:
+        if roofs.bandwidth is None:
+            roofs.bandwidth = speed.copy_bandwidth()
+        percent = speed.memory_score(timing.median_s, spec["bytes"], roofs.bandwidth)
     return KernelScore(speed.verdict(timing), percent, timing.median_s / roofs.native_s[exercise_id],
                        "; ".join(timing.reasons))
+
+
+def time_triton_kernel(exercise_id, submission, *, roofs: Roofs | None = None) -> KernelScore:
+    """Time a ``triton_submission`` at the exercise's benchmark size on this GPU, compiled by Triton, and score
+    it as ``time_kernel`` scores a CUDA kernel. It runs once first as ``check`` runs it (guard zones around every
+    tensor, the outputs filled with NaN), so a store outside a tensor is found ("wrong") before a launch
+    without them; a kernel that does not compile gets "error"."""
+    if exercise_id not in triton_kernels.PROBLEMS:
+        raise ValueError(f"{_HERE}time_triton_kernel: exercise_id must be one of {sorted(triton_kernels.PROBLEMS)}, "
+                         f"got {exercise_id!r}")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{_HERE}time_triton_kernel needs a CUDA GPU (torch.cuda.is_available() is False)")
+    problem = triton_kernels.PROBLEMS[exercise_id]
+    roofs = roofs if roofs is not None else Roofs()
+    spec = benchmarks("meta")[exercise_id]
+    try:
+        make_inputs, run = triton_kernels.gpu_runner(exercise_id, spec["args"], submission)
+    except cuda.LaunchConfigError as exc:
+        raise RefusedKernel(str(exc)) from None
+
+    def reference(ins):
+        return _as_tuple(spec["native"](*ins))
+
+    try:
+        with speed.fp32_matmul():
+            args = tuple(torch.randn(a.shape, device="cuda").to(a.dtype) for a in spec["args"])
+            inputs = problem.setup(*args)[0]
+            try:  # as check runs it: a store outside a tensor is found before an unguarded launch can make it
+                with cuda_corpus._device("cuda"):
+                    got = _as_tuple(problem.run(submission, args))
+            except (triton_kernels.TritonIRError, triton_kernels.OutOfBoundsWriteError, cuda.LaunchConfigError) as exc:
+                return KernelScore("wrong", reason=f"the guarded launch at the benchmark size: {exc}")
+            except Exception as exc:  # Triton's compile errors
+                _raise_if_context_lost(exc)
+                return KernelScore("error", reason=f"{type(exc).__name__}: {exc}"[:2000])
+            wrong = relative_error(CHECK_LIMIT)(got, tuple(t.to("cpu", torch.float64) for t in reference(
+                [t.to("cuda") for t in inputs])))
+            if wrong:
+                return KernelScore("wrong", reason=f"the guarded launch at the benchmark size: {wrong}")
+            return _timed_and_scored(exercise_id, spec, lambda ins: run(ins), make_inputs, reference, roofs)
+    except Exception as exc:
+        _raise_if_context_lost(exc)
+        raise
 
 
 # ---- the board ----
@@ -379,6 +474,10 @@ def _kernel_steps(steps, seen: set) -> list:
             if step.exercise in cuda.PROBLEMS and step.exercise not in seen:
                 seen.add(step.exercise)
                 kept.append(KernelStep(step.exercise, step.fn_name, benchmark_sizes(step.exercise)))
+            elif step.exercise in triton_kernels.PROBLEMS and step.exercise not in seen:
+                seen.add(step.exercise)
+                kept.append(KernelStep(step.exercise, step.fn_name, [benchmark_sizes(step.exercise)],
+                                       language="triton"))
         else:
             kept.append(step)
     return kept
@@ -445,6 +544,8 @@ def board(course_dir, assignment, out_csv=None, limits: Limits | None = None, *,
         roofs = Roofs()
 
         def timer(exercise_id, body, launch):
+            if exercise_id in triton_kernels.PROBLEMS:
+                return time_triton_kernel(exercise_id, body, roofs=roofs)
             return time_kernel(exercise_id, body, launch, roofs=roofs)
     out_csv = Path(out_csv) if out_csv is not None else course / f"speed_{assignment}.csv"
     limits = limits or _default_limits(course)
@@ -486,7 +587,10 @@ def board(course_dir, assignment, out_csv=None, limits: Limits | None = None, *,
 
 def _score(student, step, outcome, timer, rows, out_csv, time_limit_s) -> dict:
     try:
-        body, launch = kernel_from_child(step.exercise, outcome, step.sizes)
+        if step.language == "triton":
+            body, launch = triton_from_child(step.exercise, outcome, step.sizes), None
+        else:
+            body, launch = kernel_from_child(step.exercise, outcome, step.sizes)
     except RefusedKernel as exc:  # what the notebook raised, or what this process refuses
         refused = "" if outcome.raised is not None else "refused: "
         return _row(student, step.exercise, "error", reason=f"{refused}{exc}")

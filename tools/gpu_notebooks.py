@@ -6,6 +6,7 @@ stubbed to print the object's repr. Prints one line per notebook: seconds,
 number of cells, and the first failing cell with its traceback.
 """
 import json
+import linecache
 import os
 import sys
 import time
@@ -46,8 +47,12 @@ for path in paths:
             line for line in "".join(cell["source"]).splitlines() if not line.lstrip().startswith(("%", "!"))
         )
         print(f"--- {path.name} cell {number}", flush=True)
+        filename = f"<{path.name}[{number}]>"
+        # As IPython does: the cell's source in linecache, so that inspect.getsource (which @triton.jit calls
+        # on a kernel defined in a cell) finds it.
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
         try:
-            exec(compile(source, f"{path.name}[{number}]", "exec"), namespace)
+            exec(compile(source, filename, "exec"), namespace)
         except Exception:
             status = f"FAILED at code cell {number}:\n{traceback.format_exc()}"
             failures += 1

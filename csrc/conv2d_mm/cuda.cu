@@ -496,11 +496,10 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
   }
   cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
 
-  // The epilogue. Accumulator e of tile (mi, ni) is pixel wm + mi * 16 + lane / 4 (+ 8 for e >= 2) and
-  // filter wn + ni * 8 + 2 * (lane % 4) (+ 1 for odd e); out[n, o, p] = acc + bias[o], out NCHW.
+  // The epilogue. Accumulator e of tile (mi, ni) is GEMM row (pixel) wm + mi * 16 + lane / 4 (+ 8 for e >= 2)
+  // and filter wn + ni * 8 + 2 * (lane % 4) (+ 1 for odd e): visit(j, o, value, ni, e) for each inside the GEMM.
   const int g = lane / 4, q2 = 2 * (lane % 4);
-  if (gemm.partial != nullptr) {  // a split's sums: partial[split][j][o], two adjacent filters a store
-    float* split_sums = gemm.partial + static_cast<int64_t>(blockIdx.y) * columns * out_channels;
+  const auto for_each_result = [&](auto&& visit) {
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
@@ -512,11 +511,17 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int o = o0 + wn + ni * 8 + q2 + e;
-            if (o < out_channels) split_sums[static_cast<int64_t>(j) * out_channels + o] = acc[mi][ni][2 * h + e];
+            if (o < out_channels) visit(j, o, acc[mi][ni][2 * h + e], ni, e);
           }
         }
       }
     }
+  };
+  if (gemm.partial != nullptr) {  // a split's sums, partial[split][j][o]
+    float* split_sums = gemm.partial + static_cast<int64_t>(blockIdx.y) * columns * out_channels;
+    for_each_result([&](int j, int o, float value, int, int) {
+      split_sums[static_cast<int64_t>(j) * out_channels + o] = value;
+    });
     return;
   }
   float bias_of[NI][2];
@@ -528,25 +533,12 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
       bias_of[ni][e] = bias != nullptr && o < out_channels ? static_cast<float>(bias[o]) : 0.0f;
     }
   }
+  // out[n, o, p] = value + bias[o], out NCHW: lanes q2, q2 + 4, ..., q2 + 28 hold 8 consecutive pixels of a filter.
   const int64_t L = pixels.d;
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int j = j0 + wm + mi * 16 + g + 8 * h;
-      if (j >= columns) continue;
-      const int n = static_cast<int>(pixels.div(static_cast<uint32_t>(j))), p = j - n * static_cast<int>(L);
-      scalar_t* out_np = out + static_cast<int64_t>(n) * out_channels * L + p;
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int o = o0 + wn + ni * 8 + q2 + e;
-          if (o < out_channels) out_np[o * L] = static_cast<scalar_t>(acc[mi][ni][2 * h + e] + bias_of[ni][e]);
-        }
-      }
-    }
-  }
+  for_each_result([&](int j, int o, float value, int ni, int e) {
+    const int n = static_cast<int>(pixels.div(static_cast<uint32_t>(j))), p = j - n * static_cast<int>(L);
+    out[(static_cast<int64_t>(n) * out_channels + o) * L + p] = static_cast<scalar_t>(value + bias_of[ni][e]);
+  });
 }
 
 // col2im: a gather, one thread per image pixel summing the column entries

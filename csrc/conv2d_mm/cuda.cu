@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
       bias_of[ni][e] = bias != nullptr && o < out_channels ? static_cast<float>(bias[o]) : 0.0f;
     }
   }
-  // out[n, o, p] = value + bias[o], out NCHW: lanes q2, q2 + 4, ..., q2 + 28 hold 8 consecutive pixels of a filter.
+  // out[n, o, p] = value + bias[o], out NCHW: lanes l, l + 4, ..., l + 28 hold 8 consecutive pixels of a filter.
   const int64_t L = pixels.d;
   for_each_result([&](int j, int o, float value, int ni, int e) {
     const int n = static_cast<int>(pixels.div(static_cast<uint32_t>(j))), p = j - n * static_cast<int>(L);

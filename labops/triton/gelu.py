@@ -69,6 +69,9 @@ def gelu_kernel(x_ptr, grad_ptr, out_ptr, n,
 # 1024 elements a program (tutorial 01's size): 4 warps of 8 elements a thread on the GPU, and few
 # programs for the interpreter, which runs them one after another.
 BLOCK = 1024
+# On a GPU: elements a program and its warps (tools/triton_gelu_blocks.py sweeps them; the choice is the
+# fastest there, docs/benchmarks/triton/gelu_blocks_h100.md).
+GPU_BLOCK, GPU_WARPS = 1024, 4
 
 
 def _launch(x, grad, approximate):
@@ -79,10 +82,11 @@ def _launch(x, grad, approximate):
     if n == 0:
         return out
     backward = grad is not None
-    gelu_kernel[(triton.cdiv(n, BLOCK),)](
+    block, warps = (GPU_BLOCK, GPU_WARPS) if x.is_cuda else (BLOCK, 4)
+    gelu_kernel[(triton.cdiv(n, block),)](
         x, grad.contiguous() if backward else x, out, n,  # the forward never reads grad_ptr: x stands in
         TANH=approximate == "tanh", BACKWARD=backward,
-        COMPUTE=tl.float64 if x.dtype == torch.float64 else tl.float32, BLOCK=BLOCK)
+        COMPUTE=tl.float64 if x.dtype == torch.float64 else tl.float32, BLOCK=block, num_warps=warps)
     return out
 
 

@@ -71,7 +71,7 @@ def gelu_kernel(x_ptr, grad_ptr, out_ptr, n,
 BLOCK = 1024
 # On a GPU: elements a program and its warps (tools/triton_gelu_blocks.py sweeps them; the choice is the
 # fastest there, docs/benchmarks/triton/gelu_blocks_h100.md).
-GPU_BLOCK, GPU_WARPS = 1024, 4
+GPU_BLOCK, GPU_WARPS = 2048, 4
 
 
 def _launch(x, grad, approximate):

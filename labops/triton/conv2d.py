@@ -171,7 +171,7 @@ class Tiles(NamedTuple):
 # The interpreter's tiles: small enough that a small test's programs stay cheap in NumPy.
 CPU_TILES = Tiles(64, 64, 32)
 # A GPU's, one choice for every shape and dtype (tutorial 03 autotunes per shape; a fixed tile keeps the order
-# of every sum, so the bits, the same on every run): the fastest of tools/triton_conv_tiles.py's sweep on the
+# of every sum, so the bits, the same on every run): the fastest of tools/triton_tune.py conv's sweep on the
 # 28 x 28 and 14 x 14 layers, a little slower than 64 x 64 tiles on 56 x 56 (docs/benchmarks/triton/conv_tiles_h100.md).
 GPU_TILES = Tiles(128, 128, 32, num_warps=8, num_stages=3)
 

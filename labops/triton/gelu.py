@@ -69,7 +69,7 @@ def gelu_kernel(x_ptr, grad_ptr, out_ptr, n,
 # 1024 elements a program (tutorial 01's size): 4 warps of 8 elements a thread on the GPU, and few
 # programs for the interpreter, which runs them one after another.
 BLOCK = 1024
-# On a GPU: elements a program and its warps (tools/triton_gelu_blocks.py sweeps them; the choice is the
+# On a GPU: elements a program and its warps (tools/triton_tune.py gelu sweeps them; the choice is the
 # fastest there, docs/benchmarks/triton/gelu_blocks_h100.md).
 GPU_BLOCK, GPU_WARPS = 2048, 4
 

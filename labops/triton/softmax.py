@@ -61,6 +61,12 @@ def softmax_backward_kernel(grad_ptr, y_ptr, grad_x_ptr, cols, COMPUTE: tl.const
 
 # ---- the launcher ---------------------------------------------------------------------------------------------
 
+def GPU_WARPS(block):  # noqa: N802  (a setting tools/triton_tune.py replaces)
+    """Warps a row-program gets on a GPU. Tutorial 02's rule: more warps for longer rows, so that each
+    thread holds at most about 16 elements."""
+    return 4 if block < 2048 else 8 if block < 4096 else 16
+
+
 def _launch(kernel_, a, b):
     """One program per row of the contiguous (rows, cols) view of a and b (b is None for the forward)."""
     a = a.contiguous()
@@ -70,8 +76,7 @@ def _launch(kernel_, a, b):
     if rows == 0:
         return out
     block = triton.next_power_of_2(cols)
-    # Tutorial 02's rule: more warps for longer rows, so that each thread holds at most about 16 elements.
-    num_warps = 4 if block < 2048 else 8 if block < 4096 else 16
+    num_warps = GPU_WARPS(block) if a.is_cuda else 4
     args = (a,) if b is None else (a, b.contiguous())
     kernel_[(rows,)](*args, out, cols, COMPUTE=tl.float64 if a.dtype == torch.float64 else tl.float32,
                      BLOCK=block, num_warps=num_warps)

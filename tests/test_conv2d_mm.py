@@ -268,12 +268,9 @@ def test_ladder_defaults_conv2d_mm():
     ((8, 16, 64, 64), 120),   # 128 x 128 (one wave, where 64 x 64 would take three)
     ((4, 8, 100, 100), 40),   # 128 x 64 (313, one wave, where 64 x 64 would take two)
     ((1, 8, 5, 7), 72),       # 64 x 64 (a few blocks)
-    ((2, 256, 7, 7), 64),     # a few blocks, K = 2304: the sum over k split in 2 (4 in float32)
-    ((4, 512, 7, 7), 96),     # K = 4608: split in 4 (9 in float32)
-], ids=["128x128", "128x64", "64x64", "split-k", "split-k-deep"])
+], ids=["128x128", "128x64", "64x64"])
 def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels):
-    """Rung 4 (Note [tensor-core implicit GEMM]) on each of its tile sizes, and with its sum over k split (a layer
-    of few blocks), against float64 F.conv2d. float32
+    """Rung 4 (Note [tensor-core implicit GEMM]) on each of its tile sizes, against float64 F.conv2d. float32
     runs as TF32 here (tf32_convolutions; conftest turns it off for every other test): it rounds as float16
     does (10 bits), so it gets float16's tolerance."""
     if device != "cuda":

@@ -320,9 +320,6 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, 
 // exactly and add in float32, float32 is rounded to TF32 first (Mma<float>), as cuDNN does when
 // torch.backends.cudnn.conv.fp32_precision lets it. The epilogue adds the bias and writes out as NCHW: 8 lanes of a
 // warp hold 8 consecutive pixels of one filter.
-// A layer whose tiles fill less than half of the GPU's block slots (14 x 14 and 7 x 7 at batch 32: 98 and 200
-// blocks for 264 and 396 slots) splits its sum over k instead (TensorCoreGemm::partial, at least 32 steps a
-// split): each split writes float32 sums, and add_splits_to_output_kernel adds them in split order, then the bias.
 constexpr int kTcRowBytes = 64;               // k per step, in bytes
 constexpr int kTcPitch = kTcRowBytes + 16;    // a tile row in shared memory, padded (see above)
 constexpr int kTcStages = 4;                  // copies of the tiles in the ring
@@ -343,8 +340,7 @@ constexpr int tc_smem_bytes() {
 // that turn a k into (tap, c), a tap into (kh, kw) and a GEMM row into (image, oh, ow). With `partial` set
 // the sum over k is split (Note [the weight gradient as a convolution]): block (tile, split) sums steps
 // [split * steps_per_split, (split + 1) * steps_per_split) of k and writes its float32 sums, without bias,
-// to partial[split][filter][row] (a filter's rows in a row, as out's pixels are); else one block sums all of k
-// and writes out.
+// to partial[split][row][filter]; else one block sums all of k and writes out.
 struct TensorCoreGemm {
   conv2d_mm::Im2colShape s;
   int out_channels, K, columns;
@@ -521,10 +517,10 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
       }
     }
   };
-  if (gemm.partial != nullptr) {  // a split's sums, partial[split][o][j]
+  if (gemm.partial != nullptr) {  // a split's sums, partial[split][j][o]
     float* split_sums = gemm.partial + static_cast<int64_t>(blockIdx.y) * columns * out_channels;
     for_each_result([&](int j, int o, float value, int, int) {
-      split_sums[static_cast<int64_t>(o) * columns + j] = value;
+      split_sums[static_cast<int64_t>(j) * out_channels + o] = value;
     });
     return;
   }
@@ -774,34 +770,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     add_splits_kernel(const float* __restrict__ partial, int splits, int64_t columns, int64_t out_channels,
                       int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t out_w, double scale, double beta,
                       scalar_t* __restrict__ grad_w) {
-  // Thread i: filter o, tap (c, kh, kw) (fastest: a warp reads runs of one filter's row of partial).
+  // Thread i: filter o = i % O (fastest, so that a warp reads one row of partial), tap (c, kh, kw).
   const int64_t taps = channels * kernel_h * kernel_w, n = out_channels * taps;
   LABOPS_KERNEL_LOOP(i, n) {
-    const int64_t o = i / taps, tap = i % taps;
+    const int64_t o = i % out_channels, tap = i / out_channels;
     const int64_t c = tap / (kernel_h * kernel_w), kh = tap / kernel_w % kernel_h, kw = tap % kernel_w;
-    const int64_t j = o * columns + c * (columns / channels) + kh * out_w + kw;
+    const int64_t j = (c * (columns / channels) + kh * out_w + kw) * out_channels + o;
     float sum = 0.0f;
     for (int split = 0; split < splits; ++split) sum += partial[split * columns * out_channels + j];
-    scalar_t* dst = grad_w + i;
+    scalar_t* dst = grad_w + o * taps + tap;
     const double old = beta == 0.0 ? 0.0 : beta * static_cast<double>(*dst);
     *dst = static_cast<scalar_t>(old + scale * static_cast<double>(sum));
-  }
-}
-
-// The forward's split sums (Note [tensor-core implicit GEMM], the small layers): out[n, o, p] = bias[o] + the
-// splits of partial[.][o][n * L + p], added in split order. Thread i is out's element i (NCHW), so that reads
-// and writes both run along p.
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    add_splits_to_output_kernel(const float* __restrict__ partial, int splits, int64_t columns, int64_t out_channels,
-                                int64_t pixels, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
-  const int64_t n = columns * out_channels;
-  LABOPS_KERNEL_LOOP(i, n) {
-    const int64_t p = i % pixels, o = i / pixels % out_channels, image = i / (pixels * out_channels);
-    const int64_t j = o * columns + image * pixels + p;
-    float sum = 0.0f;
-    for (int split = 0; split < splits; ++split) sum += partial[split * n + j];
-    out[i] = static_cast<scalar_t>(bias != nullptr ? sum + static_cast<float>(bias[o]) : sum);
   }
 }
 
@@ -910,53 +889,11 @@ struct Conv2dMMLauncher {
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
     const at::Tensor xc = channels_last(x4);                                   // (N, H, W, C) in memory
     const at::Tensor wk = channels_last(weight);                               // (O, kH, kW, C) in memory
-    TensorCoreGemm gemm(s, O);
-    // A layer whose tiles fill less than half of the GPU's block slots (the 14 x 14 and 7 x 7 layers of a
-    // small batch) splits its sum over k, so that more blocks run; the splits are added in order after.
-    const int64_t slots = int64_t(plan.bm * plan.bn >= 128 * 128 ? tc_blocks_per_sm<128, 128>()
-                                                                  : tc_blocks_per_sm<128, 64>()) *
-                          multiprocessor_count();
-    const int64_t splits = 2 * plan.blocks <= slots ? split_count(gemm, x4.scalar_type(), slots / plan.blocks, 32) : 1;
-    if (splits == 1) {
-      AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_tensor_cores",
-          AT_DISPATCH_CASE(at::kHalf, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); })
-          AT_DISPATCH_CASE(at::kBFloat16, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); })
-          AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); }));
-      return;
-    }
-    at::Tensor partial = at::empty({gemm.splits, O, gemm.columns}, x4.options().dtype(at::kFloat));
-    gemm.partial = partial.mutable_data_ptr<float>();
-    AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_tensor_cores_split",
-        AT_DISPATCH_CASE(at::kHalf, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, at::Tensor(), partial); })
-        AT_DISPATCH_CASE(at::kBFloat16, [&] {
-          launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, at::Tensor(), partial);
-        })
-        AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, at::Tensor(), partial); }));
-    AT_DISPATCH_SWITCH(out.scalar_type(), "labops_conv2d_mm_add_splits",
-        AT_DISPATCH_CASE(at::kHalf, [&] { add_splits_to_output<scalar_t>(gemm, partial, bias, out); })
-        AT_DISPATCH_CASE(at::kBFloat16, [&] { add_splits_to_output<scalar_t>(gemm, partial, bias, out); })
-        AT_DISPATCH_CASE(at::kFloat, [&] { add_splits_to_output<scalar_t>(gemm, partial, bias, out); }));
-  }
-
-  // At most `wanted` splits of gemm's steps of k, each of at least `min_steps` (gemm's splits and
-  // steps_per_split are set; the count returned). So that no split is empty, the count is what the steps allow.
-  static int64_t split_count(TensorCoreGemm& gemm, at::ScalarType dtype, int64_t wanted, int64_t min_steps) {
-    const int64_t step_k = kTcRowBytes / (dtype == at::kFloat ? 4 : 2);  // k per step (tensor_core_gemm_kernel)
-    const int64_t steps = ceil_div<int64_t>(gemm.K, step_k);
-    const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(wanted, steps / min_steps));
-    gemm.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, splits));
-    gemm.splits = static_cast<int>(ceil_div<int64_t>(steps, gemm.steps_per_split));
-    return gemm.splits;
-  }
-
-  template <typename scalar_t>
-  static void add_splits_to_output(const TensorCoreGemm& gemm, const at::Tensor& partial, const at::Tensor& bias,
-                                   const at::Tensor& out) {
-    const int64_t n = out.numel();
-    add_splits_to_output_kernel<scalar_t><<<get_blocks(n), kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        partial.const_data_ptr<float>(), gemm.splits, gemm.columns, gemm.out_channels, gemm.pixels.d,
-        bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const TensorCoreGemm gemm(s, O);
+    AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_tensor_cores",
+        AT_DISPATCH_CASE(at::kHalf, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); })
+        AT_DISPATCH_CASE(at::kBFloat16, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); })
+        AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); }));
   }
 
   // Note [the input gradient as a convolution]
@@ -1011,8 +948,12 @@ struct Conv2dMMLauncher {
     transpose(g3, 1, N, O * s.blocks(), g_memory);
     TensorCoreGemm gemm(t, O);
     // Splits: about one wave of blocks (TensorCorePlan's tiles times the splits), at least 16 steps each.
-    split_count(gemm, x4.scalar_type(),
-                ceil_div<int64_t>(tc_blocks_per_sm<128, 64>() * multiprocessor_count(), plan.blocks), 16);
+    constexpr int kStepK = kTcRowBytes / 2;  // k per step of the 2-byte types (float32: half as many)
+    const int64_t steps = ceil_div<int64_t>(gemm.K, x4.scalar_type() == at::kFloat ? kStepK / 2 : kStepK);
+    const int64_t wanted = ceil_div<int64_t>(tc_blocks_per_sm<128, 64>() * multiprocessor_count(), plan.blocks);
+    const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(wanted, steps / 16));
+    gemm.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, splits));
+    gemm.splits = static_cast<int>(ceil_div<int64_t>(steps, gemm.steps_per_split));
     at::Tensor partial = at::empty({gemm.splits, gemm.columns, O}, x4.options().dtype(at::kFloat));
     gemm.partial = partial.mutable_data_ptr<float>();
     const at::Tensor xc = x_memory.permute({0, 3, 1, 2}), wk = g_memory.permute({0, 3, 1, 2});

@@ -102,17 +102,13 @@ def _triton():
 
 @functools.cache
 def _fix_interpreter_index():
-    """Triton 3.6's interpreter turns a scalar argument into int with int(a 1-element array), which NumPy 2.4
-    refuses; ``range(0, K, BLOCK_K)`` over a kernel argument needs it. The same conversion, of the element."""
+    """Triton 3.6's interpreter cannot convert a loop bound under NumPy 2.4 (labops/_triton_fix.py); a grading
+    child runs only interpreted kernels, so the fix stays for the process."""
     from triton.runtime import interpreter
 
-    original = interpreter._patch_lang_tensor
+    from .._triton_fix import with_index_fix
 
-    def patch(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    interpreter._patch_lang_tensor = patch
+    interpreter._patch_lang_tensor = with_index_fix(interpreter._patch_lang_tensor)
 
 
 def _is_kernel(kernel) -> bool:

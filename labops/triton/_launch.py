@@ -20,7 +20,8 @@ device functions (``columns_tile`` in conv2d.py) are plain ``@triton.jit`` ones 
 And one fix: Triton 3.6's interpreter turns a loop bound known only at run time
 (``for k in range(0, K, BLOCK_K)``) into an int with ``int(array of shape (1,))``, which NumPy 2.4
 refuses ("only 0-dimensional arrays can be converted to Python scalars"; triton-lang/triton#9171,
-fixed upstream after 3.6). ``_interpreting`` applies the upstream fix for the launch's duration.
+fixed upstream after 3.6). ``_interpreting`` applies the upstream fix (``labops/_triton_fix.py``, shared with
+the Triton exercises) for the launch's duration.
 """
 
 import contextlib
@@ -31,6 +32,8 @@ import triton
 from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction, _patch_lang
 from triton.runtime.jit import JITFunction
+
+from .._triton_fix import with_index_fix
 
 __all__ = ["kernel"]
 
@@ -82,9 +85,7 @@ def _call_interpreted(jit_function, *args, **kwargs):
         patched.restore()  # InterpretedFunction.__call__ leaves them patched: a later compile would see them
 
 
-def _patch_lang_tensor_fixed(tensor, scope, _original=interpreter._patch_lang_tensor):
-    _original(tensor, scope)
-    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))  # triton-lang/triton#9171
+_patch_lang_tensor_fixed = with_index_fix(interpreter._patch_lang_tensor)  # triton-lang/triton#9171
 
 
 @contextlib.contextmanager

@@ -7,12 +7,18 @@
 //   1 textbook     forward_textbook_kernel: one thread per output element,
 //                  forward_at (the direct convolution), grid-stride loop;
 //   2 im2col_gemm  im2col_kernel, then one strided-batched cuBLAS GEMM per
-//                  chunk of images; the default for every input.
+//                  chunk of images; the default where rung 4 cannot take the input.
 //   3 implicit_gemm  implicit_gemm_kernel: the same GEMM over the whole batch,
 //                  its columns loaded from x into shared memory tile by tile
 //                  and never written (Note [implicit GEMM]); FFMA in float32
 //                  (float64 for float64), any stride, padding, dilation.
-// Every rung reads x as NCHW: entry.h makes a channels_last x contiguous first.
+//   4 tensor_cores  tensor_core_gemm_kernel: rung 3's GEMM on tensor cores, x read
+//                  as channels_last (Note [tensor-core implicit GEMM]); the default
+//                  wherever TensorCorePlan takes the input. It also computes the
+//                  input gradient at stride 1 and the weight gradient of large
+//                  images (Notes [the input gradient as a convolution], [the
+//                  weight gradient as a convolution]).
+// Rungs 1 to 3 read x as NCHW: entry.h makes a channels_last x contiguous first.
 #include <algorithm>
 #include <atomic>
 #include <limits>

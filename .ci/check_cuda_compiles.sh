@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Compile every csrc/*/cuda.cu for sm_90 on a machine without a GPU or a CUDA toolkit, to catch
-# compile errors (and register spills: -warn-spills) before spending GPU time.
+# Compile every csrc/*/cuda.cu for sm_90a (H100, H200: what labops builds there) on a machine without a
+# GPU or a CUDA toolkit, to catch compile errors (and register spills: -warn-spills) before spending GPU time.
 # Usage: bash .ci/check_cuda_compiles.sh [file.cu ...]
 #   extra nvcc flags: $NVCC_EXTRA (e.g. "-Xptxas -v" for registers per kernel)
 #   nvcc: $NVCC, else NVIDIA's pip wheels when $CUDA_WHEELS_DIR is given, else nvcc on PATH, else the
@@ -35,7 +35,7 @@ files=("$@")
 for f in "${files[@]}"; do
   echo "== $f"
   obj="$out/$(basename "$(dirname "$f")")_$(basename "$f").o"  # every layer's file is called cuda.cu
-  "$nvcc" -c "$f" -o "$obj" -std=c++20 -O3 --expt-relaxed-constexpr -arch=sm_90 \
+  "$nvcc" -c "$f" -o "$obj" -std=c++20 -O3 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -DLABOPS_SM90A=1 \
     -Xptxas -warn-spills ${NVCC_EXTRA:-} "${cuda_inc[@]}" -I"$inc" -I"$inc/torch/csrc/api/include" -I"$pyinc" -Xcompiler -fPIC \
     2>&1 | grep -v "Warning: The .* is deprecated" || true
   [ -f "$obj" ] || { echo "FAILED: $f"; rm -rf "$out"; exit 1; }

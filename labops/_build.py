@@ -140,6 +140,8 @@ def plan() -> BuildPlan:
     if torch.backends.openmp.is_available():
         cflags.append("-fopenmp")
     cuda_cflags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
+    if with_cuda:
+        cuda_cflags += cuda_arch_flags()
 
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
@@ -153,6 +155,32 @@ def plan() -> BuildPlan:
     version = torch.__version__.replace("+", "_")
     key = f"torch{version}-{flavour}-{capability.lower()}-{digest.hexdigest()[:16]}"
     return BuildPlan(sources, with_cuda, capability, cflags, cuda_cflags, ldflags, key, notes)
+
+
+def cuda_architectures() -> list[str]:
+    """The GPU architectures to compile for: $TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX"), else each visible GPU's,
+    with Hopper's 9.0 as 9.0a: the wgmma rung of conv2d_mm exists only there, and sm_90a code runs on every
+    9.0 GPU (H100, H200) as sm_90 code does."""
+    wanted = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(",", ";").replace(" ", ";")
+    if wanted:
+        arches = [a for a in wanted.split(";") if a]
+    else:
+        arches = sorted({"%d.%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    return [a.replace("9.0", "9.0a", 1) if a.split("+")[0] == "9.0" else a for a in arches]
+
+
+def cuda_arch_flags() -> list[str]:
+    """nvcc's -gencode flags for cuda_architectures() (torch adds none of its own when these are given), and
+    LABOPS_SM90A where Hopper's wgmma code is compiled."""
+    flags = []
+    for arch in cuda_architectures():
+        number = arch.split("+")[0].replace(".", "")
+        flags.append(f"-gencode=arch=compute_{number},code=sm_{number}")
+        if arch.endswith("+PTX"):
+            flags.append(f"-gencode=arch=compute_{number},code=compute_{number}")
+    if any(a.split("+")[0] == "9.0a" for a in cuda_architectures()):
+        flags.append("-DLABOPS_SM90A=1")
+    return flags
 
 
 _loaded: str | None = None

@@ -228,6 +228,7 @@ def ladder_refusals(device):
     if device == "cpu":
         yield 3, labops.conv2d_mm, (x, x, None, 1, 0, 1), r"has no rung 3 on CPU \(rungs 1..2\)"
         yield 4, labops.conv2d_mm, (x, x, None, 1, 0, 1), r"has no rung 4 on CPU \(rungs 1..2\)"
+        yield 5, labops.conv2d_mm, (x, x, None, 1, 0, 1), r"has no rung 5 on CPU \(rungs 1..2\)"
         return
     # tensor_cores: float16, bfloat16, or float32 as TF32 (the tests turn TF32 off: conftest), C % 8 == 0
     # (C % 4 in float32)
@@ -239,6 +240,15 @@ def ladder_refusals(device):
         r"rung 4 \(tensor_cores\) cannot take this input: float32 with TF32 off"
     yield 4, labops.conv2d_mm, (x16[:, :12].half(), w16[:, :12].half(), None, 1, 1, 1), \
         r"rung 4 \(tensor_cores\) cannot take this input: C = 12 is not a multiple of 8"
+    # wgmma: float16 or bfloat16 only, on a Hopper GPU (compute capability 9.0) with labops built for sm_90a
+    yield 5, labops.conv2d_mm, (x16, w16, None, 1, 1, 1), \
+        r"rung 5 \(wgmma\) cannot take this input: float32: this rung multiplies float16 and bfloat16 only"
+    if torch.cuda.get_device_capability(device) == (9, 0):
+        yield 5, labops.conv2d_mm, (x16[:, :12].half(), w16[:, :12].half(), None, 1, 1, 1), \
+            r"rung 5 \(wgmma\) cannot take this input: C = 12 is not a multiple of 8"
+    else:
+        yield 5, labops.conv2d_mm, (x16.half(), w16.half(), None, 1, 1, 1), \
+            r"rung 5 \(wgmma\) cannot take this input: it needs an sm_90 GPU \(H100, H200\)"
     wide = x.expand(1, 2**30, 1, 1)
     yield 3, labops.conv2d_mm, (wide, wide, None, 1, 0, 1), \
         r"rung 3 \(implicit_gemm\) cannot take this input: C\*kH\*kW = 1073741824 is 2\^30 or more"
@@ -285,6 +295,32 @@ def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels):
         out = labops.conv2d_mm(x, w, b, 1, 1, 1)
     rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
     torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (shape[1] * 9) ** 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape, out_channels", [
+    # the tiles TensorCorePlan picks for these with wgmma on an H100 (132 multiprocessors, one block each)
+    ((8, 16, 40, 40), 64),    # 128 x 64: 100 blocks
+    ((8, 16, 40, 40), 120),   # 128 x 128 (one wave, where 128 x 64 would take two); a partial tile of filters
+    ((4, 16, 66, 64), 200),   # 128 x 256 (one wave, where 128 x 128 would take two)
+    ((1, 8, 5, 7), 72),       # a single partial tile of pixels; K = 72, less than one step
+], ids=["128x64", "128x128", "128x256", "partial"])
+def test_wgmma_every_tile_size(device, dtype, shape, out_channels):
+    """Rung 5 (Note [wgmma implicit GEMM]) on each of its tile sizes, against float64 F.conv2d."""
+    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("wgmma is a Hopper (sm_90) rung")
+    from labops import ladder
+
+    x = Seeded(device, dtype, 3).randn(*shape)
+    params = ((3, 3), (1, 1), (1, 1), (1, 1))
+    w, b = conv_weight(x, params, out_channels=out_channels)
+    expected = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
+    with ladder.use("conv2d_mm", "wgmma"):
+        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+        again = labops.conv2d_mm(x, w, b, 1, 1, 1)
+    rtol, atol = tolerances(dtype)
+    torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (shape[1] * 9) ** 0.5)
+    assert torch.equal(out, again), "the same bits on every run"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
@@ -350,11 +386,17 @@ def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):
 
     x, w = torch.randn(2, 0, 5, 5, device=device), torch.randn(3, 0, 3, 3, device=device)
     b = torch.randn(3, device=device)
-    for rung in range(1, len(ladder.rungs("conv2d_mm", device)) + 1):  # implicit GEMMs: K = 0, no steps
+    names = ladder.rungs("conv2d_mm", device)
+    for rung in range(1, len(names) + 1):  # implicit GEMMs: K = 0, no steps
+        if names[rung - 1] == "wgmma" and torch.cuda.get_device_capability(device) != (9, 0):
+            continue  # a Hopper rung
+        half = names[rung - 1] == "wgmma"  # it multiplies float16 and bfloat16 only
         with ladder.use("conv2d_mm", rung), tf32_convolutions():  # tensor_cores takes float32 as TF32
-            out = labops.conv2d_mm(x, w, b, 1, 1)
+            args = (x.half(), w.half(), b.half()) if half else (x, w, b)
+            out = labops.conv2d_mm(*args, 1, 1).float()
             assert ladder.last_rung("conv2d_mm") == rung
-        torch.testing.assert_close(out, b.view(1, 3, 1, 1).expand(2, 3, 5, 5))
+        bias = args[2].float()  # as the rung received it
+        torch.testing.assert_close(out, bias.view(1, 3, 1, 1).expand(2, 3, 5, 5))
 
 
 # ---- the implicit GEMM (CUDA rung 3), its tiling emulated on the CPU ----

@@ -106,7 +106,7 @@ struct Conv2dMMLauncher {
   static int forward_rung(int forced, const conv2d_mm::Im2colShape&, int64_t, at::ScalarType) {
     return forward_ladder().run(c10::DeviceType::CPU, forced, 2, [](int) { return std::string(); });
   }
-  static constexpr bool kImplicitGemm = false;  // the CPU's ladder stops at rung 2 (a forced 3 or 4 is refused)
+  static constexpr bool kImplicitGemm = false;  // the CPU's ladder stops at rung 2 (a forced 3, 4 or 5 is refused)
 
   // Rung 1, the textbook: forward_at per output element, the elements shared among the threads.
   template <typename scalar_t>

@@ -43,6 +43,7 @@
 #include "conv2d_mm.h"
 #include "../common/cuda/device.cuh"
 #include "../common/cuda/mma.cuh"
+#include "../common/cuda/wgmma.cuh"
 #include "../common/cuda/reduce.cuh"
 #include "../common/cuda/vec.cuh"
 
@@ -365,13 +366,118 @@ struct TensorCoreGemm {
         out_w(static_cast<uint32_t>(shape.out_w)) {}
 };
 
+// k = (tap, c) of the GEMM split into the channel and the kernel position it reads (TensorCoreGemm's
+// divisors); inside: k is a real one (k < K), not past the end of the last step.
+struct Tap {
+  int c, kh, kw;
+  bool inside;
+};
+__device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
+  const int tap = static_cast<int>(gemm.channels.div(static_cast<uint32_t>(k)));
+  const int kh = static_cast<int>(gemm.kernel_w.div(static_cast<uint32_t>(tap)));
+  return {k - tap * static_cast<int>(gemm.channels.d), kh, tap - kh * static_cast<int>(gemm.kernel_w.d), k < gemm.K};
+}
+
+// The GEMM rows (output pixels) a thread loads A's chunks for: first, first + stride, ... (kRows of them).
+// Each row's image and (oh, ow) stay fixed for the whole K loop, so they are found once, before it.
+template <typename scalar_t, int kRows>
+struct PixelRows {
+  const scalar_t* image[kRows];  // nullptr: a row past the batch
+  int oh[kRows], ow[kRows];
+
+  __device__ PixelRows(const TensorCoreGemm& gemm, const scalar_t* x, int first, int stride) {
+    const conv2d_mm::Im2colShape& s = gemm.s;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int j = first + i * stride;
+      image[i] = nullptr;
+      oh[i] = ow[i] = 0;
+      if (j < gemm.columns) {
+        const int n = static_cast<int>(gemm.pixels.div(static_cast<uint32_t>(j)));
+        const int p = j - n * static_cast<int>(gemm.pixels.d);
+        oh[i] = static_cast<int>(gemm.out_w.div(static_cast<uint32_t>(p)));
+        ow[i] = p - oh[i] * static_cast<int>(gemm.out_w.d);
+        image[i] = x + static_cast<int64_t>(n) * s.height * s.width * s.channels;
+      }
+    }
+  }
+  // The 16 bytes row i reads at `tap` (channels_last_source), or nullptr where it reads zeros (the padding,
+  // a row past the batch, a k past K).
+  __device__ __forceinline__ const scalar_t* source(const TensorCoreGemm& gemm, int i, const Tap& tap) const {
+    if (!tap.inside || image[i] == nullptr) return nullptr;
+    const int src = conv2d_mm::channels_last_source<int>(gemm.s, tap.c, tap.kh, tap.kw, oh[i], ow[i]);
+    return src >= 0 ? image[i] + src : nullptr;
+  }
+};
+
+// The epilogue of both tensor-core kernels: a warp's MI x NI tiles of 16 x 8 float32 accumulators (mma.sync's
+// layout, mma.cuh; wgmma's is the same), whose first row is GEMM row j0 (an output pixel) and first column
+// filter o0. Accumulator e of tile (mi, ni) is row j0 + mi * 16 + lane / 4 (+ 8 for e >= 2) and filter
+// o0 + ni * 8 + 2 * (lane % 4) (+ 1 for odd e). With the sum over k split, the split's float32 sums go to
+// partial[split][row][filter] (blockIdx.y is the split); else out = sum + bias, NCHW: lanes l, l + 4, ...,
+// l + 28 hold 8 consecutive pixels of a filter.
+template <typename scalar_t, int MI, int NI>
+__device__ __forceinline__ void write_results(const TensorCoreGemm& gemm, const float (&acc)[MI][NI][4], int j0,
+                                              int o0, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
+  const int lane = threadIdx.x % 32, g = lane / 4, q2 = 2 * (lane % 4);
+  const int columns = gemm.columns, out_channels = gemm.out_channels;
+  const auto for_each_result = [&](auto&& visit) {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = j0 + mi * 16 + g + 8 * h;
+        if (j >= columns) continue;
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int o = o0 + ni * 8 + q2 + e;
+            if (o < out_channels) visit(j, o, acc[mi][ni][2 * h + e], ni, e);
+          }
+        }
+      }
+    }
+  };
+  if (gemm.partial != nullptr) {  // a split's sums, partial[split][j][o]
+    float* split_sums = gemm.partial + static_cast<int64_t>(blockIdx.y) * columns * out_channels;
+    for_each_result([&](int j, int o, float value, int, int) {
+      split_sums[static_cast<int64_t>(j) * out_channels + o] = value;
+    });
+    return;
+  }
+  float bias_of[NI][2];
+#pragma unroll
+  for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int o = o0 + ni * 8 + q2 + e;
+      bias_of[ni][e] = bias != nullptr && o < out_channels ? static_cast<float>(bias[o]) : 0.0f;
+    }
+  }
+  const int64_t L = gemm.pixels.d;
+  for_each_result([&](int j, int o, float value, int ni, int e) {
+    const int n = static_cast<int>(gemm.pixels.div(static_cast<uint32_t>(j))), p = j - n * static_cast<int>(L);
+    out[(static_cast<int64_t>(n) * out_channels + o) * L + p] = static_cast<scalar_t>(value + bias_of[ni][e]);
+  });
+}
+
+// The steps of k (of kStepK each) a block sums: all of them, or, with the sum split, its split's.
+struct StepRange {
+  int first, count;
+};
+__device__ __forceinline__ StepRange block_steps(const TensorCoreGemm& gemm, int step_k) {
+  const int all_steps = (gemm.K + step_k - 1) / step_k;
+  if (gemm.partial == nullptr) return {0, all_steps};
+  const int first = static_cast<int>(blockIdx.y) * gemm.steps_per_split;
+  return {first, min(gemm.steps_per_split, all_steps - first)};
+}
+
 template <typename scalar_t, int BM, int BN, int WARPS_M, int WARPS_N>
 __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, BN>())
     tensor_core_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                             const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
-  const conv2d_mm::Im2colShape& s = gemm.s;
-  const int out_channels = gemm.out_channels, K = gemm.K, columns = gemm.columns;
-  const FastDivider &channels = gemm.channels, &kernel_w = gemm.kernel_w, &pixels = gemm.pixels, &out_w = gemm.out_w;
+  const int out_channels = gemm.out_channels, K = gemm.K;
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
   constexpr int kChunk = 16 / sizeof(scalar_t);  // k per 16-byte chunk
   constexpr int kStepK = kTcRowBytes / sizeof(scalar_t);
@@ -390,45 +496,25 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
   const int tiles_n = (out_channels + BN - 1) / BN;
   const int o0 = (blockIdx.x % tiles_n) * BN, j0 = (blockIdx.x / tiles_n) * BM;
 
-  // What this thread loads, every step: chunk `quarter` (16 bytes) of rows row0 + i * kRowsPerPass of both
-  // tiles. Its A rows are output pixels whose image and (oh, ow) stay fixed for the whole K loop.
+  // What this thread loads, every step: chunk `quarter` (16 bytes) of rows row0 + i * kRowsPerPass of both tiles.
   const int quarter = t % 4, row0 = t / 4;
-  const scalar_t* image[kRowsA];
-  int oh[kRowsA], ow[kRowsA];
-#pragma unroll
-  for (int i = 0; i < kRowsA; ++i) {
-    const int j = j0 + row0 + i * kRowsPerPass;
-    image[i] = nullptr;  // no pixel: past the batch
-    oh[i] = ow[i] = 0;
-    if (j < columns) {
-      const int n = static_cast<int>(pixels.div(static_cast<uint32_t>(j))), p = j - n * static_cast<int>(pixels.d);
-      oh[i] = static_cast<int>(out_w.div(static_cast<uint32_t>(p)));
-      ow[i] = p - oh[i] * static_cast<int>(out_w.d);
-      image[i] = x + static_cast<int64_t>(n) * s.height * s.width * s.channels;
-    }
-  }
+  const PixelRows<scalar_t, kRowsA> rows(gemm, x, j0 + row0, kRowsPerPass);
   const auto load_step = [&](int stage, int k0) {
 #pragma unroll
     for (int u = 0; u < kTcRowBytes / 64; ++u) {
       const int chunk = quarter + 4 * u, k = k0 + chunk * kChunk;
-      const bool inside_k = k < K;
-      const int tap = static_cast<int>(channels.div(static_cast<uint32_t>(k)));
-      const int c = k - tap * static_cast<int>(channels.d);
-      const int kh = static_cast<int>(kernel_w.div(static_cast<uint32_t>(tap)));
-      const int kw = tap - kh * static_cast<int>(kernel_w.d);
+      const Tap tap = tap_of(gemm, k);
       unsigned char* a = a_tile(stage) + row0 * kTcPitch + chunk * 16;
 #pragma unroll
       for (int i = 0; i < kRowsA; ++i) {
-        const int src = inside_k && image[i] != nullptr
-                            ? conv2d_mm::channels_last_source<int>(s, c, kh, kw, oh[i], ow[i])
-                            : -1;
-        cp_async_16(a + i * kRowsPerPass * kTcPitch, src >= 0 ? image[i] + src : x, src >= 0);
+        const scalar_t* src = rows.source(gemm, i, tap);
+        cp_async_16(a + i * kRowsPerPass * kTcPitch, src != nullptr ? src : x, src != nullptr);
       }
       unsigned char* b = b_tile(stage) + row0 * kTcPitch + chunk * 16;
 #pragma unroll
       for (int i = 0; i < kRowsB; ++i) {
         const int o = o0 + row0 + i * kRowsPerPass;
-        const bool fill = inside_k && o < out_channels;
+        const bool fill = tap.inside && o < out_channels;
         cp_async_16(b + i * kRowsPerPass * kTcPitch, fill ? w + static_cast<int64_t>(o) * K + k : w, fill);
       }
     }
@@ -444,11 +530,8 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
     }
   }
 
-  // The steps of k this block sums: all of them, or its split's.
-  const int all_steps = (K + kStepK - 1) / kStepK;
-  const int first_step = gemm.partial != nullptr ? static_cast<int>(blockIdx.y) * gemm.steps_per_split : 0;
-  const int steps = gemm.partial != nullptr ? min(gemm.steps_per_split, all_steps - first_step) : all_steps;
-  const int k_first = first_step * kStepK;
+  const StepRange range = block_steps(gemm, kStepK);
+  const int steps = range.count, k_first = range.first * kStepK;
 #pragma unroll
   for (int st = 0; st < kTcStages - 1; ++st) {
     if (st < steps) load_step(st, k_first + st * kStepK);
@@ -501,50 +584,114 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
     }
   }
   cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
+  write_results<scalar_t>(gemm, acc, j0 + wm, o0 + wn, bias, out);
+}
 
-  // The epilogue. Accumulator e of tile (mi, ni) is GEMM row (pixel) wm + mi * 16 + lane / 4 (+ 8 for e >= 2)
-  // and filter wn + ni * 8 + 2 * (lane % 4) (+ 1 for odd e): visit(j, o, value, ni, e) for each inside the GEMM.
-  const int g = lane / 4, q2 = 2 * (lane % 4);
-  const auto for_each_result = [&](auto&& visit) {
+// Note [wgmma implicit GEMM]
+// Rung 5 of the forward, Hopper only (sm_90a): rung 4's GEMM, loads and epilogue, multiplied by wgmma
+// (common/cuda/wgmma.cuh) instead of mma.sync. A block is two warpgroups (8 warps) and a 128 x BN tile of
+// out^T (BM = 128 pixels x BN = 64, 128 or 256 filters); each warpgroup owns 64 of the pixels and all BN
+// filters, one wgmma m64nBNk16 per 32 bytes of k, reading both operands from shared memory: no ldmatrix,
+// no fragments in registers, and the tensor core's N is up to 256 wide where mma.sync's is 8.
+// A step is 128 bytes of k (64 values), one row of the 128-byte swizzle (Note [wgmma shared-memory layout]):
+// 8 threads load a row, chunk c of row r going to r * 128 + ((c ^ (r % 8)) * 16). The tiles sit in a ring
+// of kStages copies (as many as 220 KB hold, at most 6), loaded kAhead = kStages - 2 steps ahead, and the
+// multiplications are asynchronous too: a step's wgmma batch is committed and left running while the
+// warpgroup waits only for the previous step's (wgmma_wait<1>). So at the barrier of step s every warpgroup
+// is done with the tiles of step s - 2, and that is the copy the loads of step s + kAhead overwrite. One
+// block a multiprocessor: the asynchronous pipeline, not other blocks, hides the latencies.
+// Precision and order are rung 4's: float16 and bfloat16 products added in float32, each output's k summed
+// in one fixed order (deterministic).
+constexpr int kWgRowBytes = 128;  // k per step, in bytes: one row of the 128-byte swizzle
+constexpr int kWgBM = 128;        // pixels per block: two warpgroups of 64
+
+template <int BN>
+constexpr int wg_stages() {
+  return std::min(6, (220 * 1024) / ((kWgBM + BN) * kWgRowBytes));
+}
+template <int BN>
+constexpr int wg_smem_bytes() {
+  return wg_stages<BN>() * (kWgBM + BN) * kWgRowBytes + 1024;  // + 1024: to align the ring to 1024 bytes
+}
+
+template <typename scalar_t, int BN>
+__global__ void __launch_bounds__(256, 1)
+    wgmma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
+                      const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = kWgBM, kStages = wg_stages<BN>(), kAhead = kStages - 2;
+  constexpr int kChunk = 16 / sizeof(scalar_t), kStepK = kWgRowBytes / sizeof(scalar_t);
+  constexpr int kRowsPerPass = 256 / 8;  // 8 threads load a 128-byte row, one 16-byte chunk each
+  constexpr int kRowsA = BM / kRowsPerPass, kRowsB = BN / kRowsPerPass;
+  constexpr int kTileA = BM * kWgRowBytes, kStageBytes = (BM + BN) * kWgRowBytes;
+  extern __shared__ unsigned char wg_smem[];
+  unsigned char* ring = wg_smem + ((1024 - static_cast<uint32_t>(__cvta_generic_to_shared(wg_smem)) % 1024) % 1024);
+
+  const int t = threadIdx.x, warp = t / 32, warpgroup = warp / 4;
+  const int tiles_n = (gemm.out_channels + BN - 1) / BN;
+  const int o0 = (blockIdx.x % tiles_n) * BN, j0 = (blockIdx.x / tiles_n) * BM;
+
+  // What this thread loads, every step: chunk `chunk` of rows row0 + i * kRowsPerPass of both tiles, all of
+  // whose rows are row0 modulo 8, so one swizzled offset serves them all.
+  const int chunk = t % 8, row0 = t / 8, swizzled = row0 * kWgRowBytes + ((chunk ^ (row0 % 8)) * 16);
+  const PixelRows<scalar_t, kRowsA> rows(gemm, x, j0 + row0, kRowsPerPass);
+  const auto load_step = [&](int stage, int k0) {
+    const int k = k0 + chunk * kChunk;
+    const Tap tap = tap_of(gemm, k);
+    unsigned char* a = ring + stage * kStageBytes + swizzled;
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
+    for (int i = 0; i < kRowsA; ++i) {
+      const scalar_t* src = rows.source(gemm, i, tap);
+      cp_async_16(a + i * kRowsPerPass * kWgRowBytes, src != nullptr ? src : x, src != nullptr);
+    }
+    unsigned char* b = ring + stage * kStageBytes + kTileA + swizzled;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int j = j0 + wm + mi * 16 + g + 8 * h;
-        if (j >= columns) continue;
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int o = o0 + wn + ni * 8 + q2 + e;
-            if (o < out_channels) visit(j, o, acc[mi][ni][2 * h + e], ni, e);
-          }
-        }
-      }
+    for (int i = 0; i < kRowsB; ++i) {
+      const int o = o0 + row0 + i * kRowsPerPass;
+      const bool fill = tap.inside && o < gemm.out_channels;
+      cp_async_16(b + i * kRowsPerPass * kWgRowBytes, fill ? w + static_cast<int64_t>(o) * gemm.K + k : w, fill);
     }
   };
-  if (gemm.partial != nullptr) {  // a split's sums, partial[split][j][o]
-    float* split_sums = gemm.partial + static_cast<int64_t>(blockIdx.y) * columns * out_channels;
-    for_each_result([&](int j, int o, float value, int, int) {
-      split_sums[static_cast<int64_t>(j) * out_channels + o] = value;
-    });
-    return;
+
+  float acc[1][BN / 8][4];  // this warpgroup's 64 x BN, as write_results reads it (one 16-row tile per warp)
+  float(&d)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(acc);
+#pragma unroll
+  for (int r = 0; r < BN / 2; ++r) d[r] = 0.0f;
+
+  const StepRange range = block_steps(gemm, kStepK);
+  const int steps = range.count, k_first = range.first * kStepK;
+#pragma unroll
+  for (int st = 0; st < kAhead; ++st) {
+    if (st < steps) load_step(st, k_first + st * kStepK);
+    cp_async_commit();  // an empty group past the last step keeps the count of groups in step with k
   }
-  float bias_of[NI][2];
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait<kAhead - 1>();  // this thread's copies of `step` have landed ...
+    fence_shared_for_wgmma();     // ... are visible to wgmma ...
+    __syncthreads();              // ... and so are everyone's; every warpgroup is done with step - 2's copy
+    const int next = step + kAhead;
+    if (next < steps) load_step(next % kStages, k_first + next * kStepK);
+    cp_async_commit();
+    const unsigned char* stage = ring + (step % kStages) * kStageBytes;
+    const uint64_t a = wgmma_descriptor(stage + warpgroup * 64 * kWgRowBytes), b = wgmma_descriptor(stage + kTileA);
 #pragma unroll
-  for (int ni = 0; ni < NI; ++ni) {
+    for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+    wgmma_fence();
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int o = o0 + wn + ni * 8 + q2 + e;
-      bias_of[ni][e] = bias != nullptr && o < out_channels ? static_cast<float>(bias[o]) : 0.0f;
+    for (int slice = 0; slice < kWgRowBytes / 32; ++slice) {
+      wgmma<scalar_t, BN>(d, wgmma_advance(a, slice * 32), wgmma_advance(b, slice * 32), 1);
     }
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous step's batch is done; this one may still run
+#pragma unroll
+    for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
   }
-  // out[n, o, p] = value + bias[o], out NCHW: lanes l, l + 4, ..., l + 28 hold 8 consecutive pixels of a filter.
-  const int64_t L = pixels.d;
-  for_each_result([&](int j, int o, float value, int ni, int e) {
-    const int n = static_cast<int>(pixels.div(static_cast<uint32_t>(j))), p = j - n * static_cast<int>(L);
-    out[(static_cast<int64_t>(n) * out_channels + o) * L + p] = static_cast<scalar_t>(value + bias_of[ni][e]);
-  });
+  wgmma_wait<0>();
+#pragma unroll
+  for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+  cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
+  write_results<scalar_t>(gemm, acc, j0 + warpgroup * 64 + (warp % 4) * 16, o0, bias, out);
+#endif
 }
 
 // col2im: a gather, one thread per image pixel summing the column entries
@@ -790,19 +937,41 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-// How tensor_core_gemm_kernel covers a convolution (Note [tensor-core implicit GEMM]): tiles of 128 x 128,
-// 128 x 64 or 64 x 64 pixels x filters, 4 warps each, chosen below (a 64 x 128 tile, cuDNN's pick for the
-// 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed). why_not: why
-// the kernel cannot take the convolution ("" when it can).
+// Whether this build has rung 5's kernel (labops/_build.py compiles for sm_90a where it finds sm_90: wgmma
+// exists only there) and the current GPU can run it (compute capability 9.0 exactly: H100, H200).
+inline bool wgmma_available() {
+#if defined(LABOPS_SM90A)
+  const cudaDeviceProp* p = at::cuda::getCurrentDeviceProperties();
+  return p->major == 9 && p->minor == 0;
+#else
+  return false;
+#endif
+}
+
+// How a tensor-core kernel covers a convolution: tensor_core_gemm_kernel (rung 4, Note [tensor-core implicit
+// GEMM]) in tiles of 128 x 128, 128 x 64 or 64 x 64 pixels x filters, 4 warps each (a 64 x 128 tile, cuDNN's
+// pick for the 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed), or
+// with `wgmma` wgmma_gemm_kernel (rung 5, Note [wgmma implicit GEMM]) in tiles of 128 x 64, 128 x 128 or
+// 128 x 256, one block a multiprocessor. why_not: why the kernel cannot take the convolution ("" when it can).
 struct TensorCorePlan {
-  int bm = 0, bn = 0;
+  bool wgmma = false;
+  int bm = 0, bn = 0, per_sm = 0;  // the tile, and how many blocks of it share a multiprocessor
   int64_t blocks = 0;
   std::string why_not;
 
-  TensorCorePlan(const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype) {
+  TensorCorePlan(const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype, bool use_wgmma = false)
+      : wgmma(use_wgmma) {
     const int64_t K = s.channels * s.kernel_area(), columns = s.batch * s.blocks();
     if (dtype == at::kDouble) {
       why_not = "float64 has no tensor cores here (they multiply float16, bfloat16, and float32 as TF32)";
+      return;
+    }
+    if (wgmma && dtype == at::kFloat) {
+      why_not = "float32: this rung multiplies float16 and bfloat16 only (tensor_cores takes float32 as TF32)";
+      return;
+    }
+    if (wgmma && !wgmma_available()) {
+      why_not = "it needs an sm_90 GPU (H100, H200) and labops built for sm_90a (wgmma exists only there)";
       return;
     }
     if (dtype == at::kFloat && !at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) {
@@ -827,15 +996,28 @@ struct TensorCorePlan {
     // work per byte they load (the factors are rough guesses, checked by tools/conv_goals.py on an H100).
     const int64_t sms = multiprocessor_count();
     double best = 0;
-    const auto consider = [&](int m, int n, int per_sm, double efficiency) {
+    const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency) {
       const int64_t count = ceil_div(columns, int64_t(m)) * ceil_div(out_channels, int64_t(n));
-      const double cost = double(ceil_div(count, per_sm * sms)) * per_sm * m * n / efficiency;
-      if (bm == 0 || cost < best) bm = m, bn = n, blocks = count, best = cost;
+      const double cost = double(ceil_div(count, blocks_per_sm * sms)) * blocks_per_sm * m * n / efficiency;
+      if (bm == 0 || cost < best) bm = m, bn = n, per_sm = blocks_per_sm, blocks = count, best = cost;
     };
-    consider(128, 128, tc_blocks_per_sm<128, 128>(), 1.0);
-    consider(128, 64, tc_blocks_per_sm<128, 64>(), 0.75);
-    consider(64, 64, tc_blocks_per_sm<64, 64>(), 0.6);
+    if (wgmma) {
+      consider(kWgBM, 128, 1, 1.0);
+      consider(kWgBM, 256, 1, 1.05);
+      consider(kWgBM, 64, 1, 0.8);
+    } else {
+      consider(128, 128, tc_blocks_per_sm<128, 128>(), 1.0);
+      consider(128, 64, tc_blocks_per_sm<128, 64>(), 0.75);
+      consider(64, 64, tc_blocks_per_sm<64, 64>(), 0.6);
+    }
     if (blocks > std::numeric_limits<int>::max()) why_not = "it would need 2^31 thread blocks or more";
+  }
+
+  // The plan the gradients use (they have no ladder): rung 5's kernel where it takes the convolution, else
+  // rung 4's (whose why_not then says why neither can).
+  static TensorCorePlan fastest(const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype) {
+    TensorCorePlan hopper(s, out_channels, dtype, true);
+    return hopper.why_not.empty() ? hopper : TensorCorePlan(s, out_channels, dtype, false);
   }
 };
 
@@ -848,15 +1030,17 @@ struct Conv2dMMLauncher {
   static constexpr int64_t kColumnBudgetBytes = int64_t(512) << 20;
 
   // The forward's rung (forward_ladder, entry.h), unless one is forced. The textbook and im2col_gemm take
-  // any input; implicit_gemm all but sizes past its 32-bit counts (ImplicitGemmPlan); tensor_cores what
-  // TensorCorePlan allows.
+  // any input; implicit_gemm all but sizes past its 32-bit counts (ImplicitGemmPlan); tensor_cores and
+  // wgmma what their TensorCorePlan allows.
   static int forward_rung(int forced, const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype) {
-    // By default tensor_cores wherever it takes the input, else im2col_gemm.
-    const std::string tensor_cores_refuse = TensorCorePlan(s, out_channels, dtype).why_not;
-    const int automatic = tensor_cores_refuse.empty() ? 4 : 2;
+    // By default the fastest tensor-core rung that takes the input, else im2col_gemm.
+    const std::string wgmma_refuses = TensorCorePlan(s, out_channels, dtype, true).why_not;
+    const std::string tensor_cores_refuse = TensorCorePlan(s, out_channels, dtype, false).why_not;
+    const int automatic = wgmma_refuses.empty() ? 5 : tensor_cores_refuse.empty() ? 4 : 2;
     return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, automatic, [&](int rung) {
       if (rung == 3) return ImplicitGemmPlan(s, out_channels).why_not;
       if (rung == 4) return tensor_cores_refuse;
+      if (rung == 5) return wgmma_refuses;
       return std::string();
     });
   }
@@ -885,13 +1069,17 @@ struct Conv2dMMLauncher {
     }
   }
 
-  // Rung 4 (Note [tensor-core implicit GEMM]): x4 (N, C, H, W) in any layout, weight (O, C, kH, kW), bias
-  // (O) or undefined; out (N, O, out_h, out_w) contiguous. x is read as channels_last (copied when it is not,
-  // or when its data is not 16-byte aligned) and the weight in (kh, kw, c) order.
+  // Rungs 4 and 5 (Notes [tensor-core implicit GEMM], [wgmma implicit GEMM]) by `plan`: x4 (N, C, H, W) in
+  // any layout, weight (O, C, kH, kW), bias (O) or undefined; out (N, O, out_h, out_w) contiguous. x is read
+  // as channels_last (copied when it is not, or when its data is not 16-byte aligned) and the weight in
+  // (kh, kw, c) order.
   static void forward_tensor_cores(const conv2d_mm::Im2colShape& s, const at::Tensor& x4, const at::Tensor& weight,
-                                   const at::Tensor& bias, const at::Tensor& out) {
+                                   const at::Tensor& bias, const at::Tensor& out, bool wgmma) {
+    forward_on_plan(TensorCorePlan(s, weight.size(0), x4.scalar_type(), wgmma), s, x4, weight, bias, out);
+  }
+  static void forward_on_plan(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x4,
+                              const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& out) {
     const int64_t O = weight.size(0);
-    const TensorCorePlan plan(s, O, x4.scalar_type());
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
     const at::Tensor xc = channels_last(x4);                                   // (N, H, W, C) in memory
     const at::Tensor wk = channels_last(weight);                               // (O, kH, kW, C) in memory
@@ -918,15 +1106,15 @@ struct Conv2dMMLauncher {
     const conv2d_mm::Im2colShape t = conv2d_mm::make_shape(
         s.batch, O, s.out_h, s.out_w,
         {s.kernel_h, s.kernel_w, 1, 1, pad_h, pad_w, s.dilation_h, s.dilation_w});
-    if (t.out_h != s.height || t.out_w != s.width || !TensorCorePlan(t, s.channels, g4.scalar_type()).why_not.empty()) {
-      return false;
-    }
+    if (t.out_h != s.height || t.out_w != s.width) return false;
+    const TensorCorePlan plan = TensorCorePlan::fastest(t, s.channels, g4.scalar_type());
+    if (!plan.why_not.empty()) return false;
     // The flipped, transposed weight w'[c, o, kh, kw] = w[o, c, kH-1-kh, kW-1-kw], made channels_last
     // (memory (C, kH, kW, O)) in two passes: the flip, then one transpose of the (O, C*kH*kW) matrix.
     const at::Tensor flipped = weight.flip({2, 3}).contiguous();
     at::Tensor memory = at::empty({s.channels, s.kernel_h, s.kernel_w, O}, weight.options());
     transpose(flipped, 1, O, s.channels * s.kernel_area(), memory);
-    forward_tensor_cores(t, g4, memory.permute({0, 3, 1, 2}), at::Tensor(), grad_input);
+    forward_on_plan(plan, t, g4, memory.permute({0, 3, 1, 2}), at::Tensor(), grad_input);
     return true;
   }
 
@@ -945,7 +1133,7 @@ struct Conv2dMMLauncher {
         C, N, s.height, s.width,
         {s.out_h, s.out_w, s.dilation_h, s.dilation_w, s.pad_h, s.pad_w, s.stride_h, s.stride_w});
     if (t.out_h < s.kernel_h || t.out_w < s.kernel_w) return false;
-    const TensorCorePlan plan(t, O, x4.scalar_type());
+    const TensorCorePlan plan = TensorCorePlan::fastest(t, O, x4.scalar_type());
     if (!plan.why_not.empty()) return false;
     // x' (C, N, H, W) channels_last and g' (O, N, Hout, Wout) in (kh, kw, c) order: one transpose each.
     at::Tensor x_memory = at::empty({C, s.height, s.width, N}, x4.options());
@@ -954,9 +1142,9 @@ struct Conv2dMMLauncher {
     transpose(g3, 1, N, O * s.blocks(), g_memory);
     TensorCoreGemm gemm(t, O);
     // Splits: about one wave of blocks (TensorCorePlan's tiles times the splits), at least 16 steps each.
-    constexpr int kStepK = kTcRowBytes / 2;  // k per step of the 2-byte types (float32: half as many)
-    const int64_t steps = ceil_div<int64_t>(gemm.K, x4.scalar_type() == at::kFloat ? kStepK / 2 : kStepK);
-    const int64_t wanted = ceil_div<int64_t>(tc_blocks_per_sm<128, 64>() * multiprocessor_count(), plan.blocks);
+    const int64_t step_bytes = plan.wgmma ? kWgRowBytes : kTcRowBytes;
+    const int64_t steps = ceil_div<int64_t>(gemm.K, step_bytes / x4.element_size());
+    const int64_t wanted = ceil_div<int64_t>(int64_t(plan.per_sm) * multiprocessor_count(), plan.blocks);
     const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(wanted, steps / 16));
     gemm.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, splits));
     gemm.splits = static_cast<int>(ceil_div<int64_t>(steps, gemm.steps_per_split));
@@ -1004,29 +1192,46 @@ struct Conv2dMMLauncher {
   template <typename scalar_t>
   static void launch_tensor_cores(const TensorCorePlan& plan, const TensorCoreGemm& gemm, const at::Tensor& x,
                                   const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out) {
-    const auto launch = [&](auto kernel, int bytes) {
+    const auto launch = [&](auto kernel, int threads, int bytes) {
       const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(gemm.splits));
-      kernel<<<grid, 128 /* 4 warps */, bytes, c10::cuda::getCurrentCUDAStream()>>>(
+      kernel<<<grid, threads, bytes, c10::cuda::getCurrentCUDAStream()>>>(
           gemm, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
           bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
           gemm.partial != nullptr ? nullptr : out.mutable_data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
+    if constexpr (!std::is_same_v<scalar_t, float>) {
+      if (plan.wgmma) {  // two warpgroups a block
+        if (plan.bn == 64) {
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64>, wg_smem_bytes<64>()>(), 256, wg_smem_bytes<64>());
+        } else if (plan.bn == 128) {
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 128>, wg_smem_bytes<128>()>(), 256,
+                 wg_smem_bytes<128>());
+        } else {
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 256>, wg_smem_bytes<256>()>(), 256,
+                 wg_smem_bytes<256>());
+        }
+        return;
+      }
+    }
+    TORCH_INTERNAL_ASSERT(!plan.wgmma, "conv2d_mm: wgmma planned for float32");
+    constexpr int kWarps4 = 128;
     if (plan.bm == 128 && plan.bn == 128) {
-      launch(tile_kernel<scalar_t, 128, 128>(), tc_smem_bytes<128, 128>());
+      launch(with_shared_memory<tensor_core_gemm_kernel<scalar_t, 128, 128, 2, 2>, tc_smem_bytes<128, 128>()>(),
+             kWarps4, tc_smem_bytes<128, 128>());
     } else if (plan.bm == 128) {
-      launch(tile_kernel<scalar_t, 128, 64>(), tc_smem_bytes<128, 64>());
+      launch(with_shared_memory<tensor_core_gemm_kernel<scalar_t, 128, 64, 2, 2>, tc_smem_bytes<128, 64>()>(),
+             kWarps4, tc_smem_bytes<128, 64>());
     } else {
-      launch(tile_kernel<scalar_t, 64, 64>(), tc_smem_bytes<64, 64>());
+      launch(with_shared_memory<tensor_core_gemm_kernel<scalar_t, 64, 64, 2, 2>, tc_smem_bytes<64, 64>()>(), kWarps4,
+             tc_smem_bytes<64, 64>());
     }
   }
 
-  // tensor_core_gemm_kernel with BM x BN tiles and 4 warps, allowed the shared memory it needs.
-  template <typename scalar_t, int BM, int BN>
-  static auto tile_kernel() {
-    const auto kernel = tensor_core_gemm_kernel<scalar_t, BM, BN, 2, 2>;
-    constexpr int kBytes = tc_smem_bytes<BM, BN>();
-    // Over 48 KB of shared memory a block must be allowed it: once per kernel and device.
+  // `kernel`, allowed the kBytes of shared memory a block of it needs: over 48 KB a block must be allowed it,
+  // once per kernel and device.
+  template <auto kernel, int kBytes>
+  static auto with_shared_memory() {
     static std::atomic<uint64_t> allowed_on{0};
     const uint64_t bit = uint64_t(1) << (current_device() % 64);
     if ((allowed_on.load(std::memory_order_relaxed) & bit) == 0) {

@@ -19,9 +19,10 @@
 //       rung cannot take them)
 //   template <typename scalar_t> static void forward_textbook(const Im2colShape&, const scalar_t* x,
 //       const scalar_t* w, const scalar_t* bias, int64_t out_channels, scalar_t* out);  // rung 1, bias may be null
-//   static constexpr bool kImplicitGemm;  // whether the device has rungs 3 and 4, and with them
+//   static constexpr bool kImplicitGemm;  // whether the device has rungs 3 to 5, and with them
 //   template <typename scalar_t> static void forward_implicit_gemm(...);  // the same arguments as forward_textbook
-//   static void forward_tensor_cores(const Im2colShape&, x4, weight, bias, out);  // on tensors: it picks the layouts
+//   static void forward_tensor_cores(const Im2colShape&, x4, weight, bias, out, bool wgmma);  // rung 4, or 5 with
+//       wgmma; on tensors: it picks the layouts
 //   static bool backward_input_as_convolution(const Im2colShape&, g4, weight, grad_input);  // false: not taken
 //   static bool backward_weight_as_convolution(const Im2colShape&, g3, x4, gw2, scale, beta);  // false: not taken
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
@@ -79,7 +80,10 @@ inline ladder::Ladder& forward_ladder() {
                          "into shared memory, 8 x 8 outputs per thread in registers, the bias added last"},
        {"tensor_cores", "tensor_core_gemm_kernel: the implicit GEMM on tensor cores (mma.sync: float16, "
                         "bfloat16, float32 as TF32 when torch allows it), x read as channels_last, 16-byte "
-                        "cp.async loads three steps ahead; C a multiple of 8 (4 in float32)"}});
+                        "cp.async loads three steps ahead; C a multiple of 8 (4 in float32)"},
+       {"wgmma", "wgmma_gemm_kernel: the same implicit GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a: "
+                 "H100, H200), both operands read by the tensor cores from 128-byte-swizzled shared memory, "
+                 "tiles of 128 pixels x up to 256 filters; float16 and bfloat16, C a multiple of 8"}});
   return rungs;
 }
 
@@ -501,9 +505,10 @@ struct Entry {
   // writes that band's columns of out[n], a strided view). See Note [chunks
   // in parallel] for who runs which chunk. That is rung 2 (im2col_gemm) of the
   // forward's ladder; rung 1 (textbook), when forced, sums each output directly, and
-  // rung 3 (implicit_gemm, CUDA only) runs the same GEMM without the columns, and rung 4 (tensor_cores,
-  // CUDA only) that GEMM on tensor cores. Rungs 1 to 3 read x as NCHW (a channels_last x is made
-  // contiguous first), rung 4 as channels_last; every rung writes an NCHW output.
+  // rung 3 (implicit_gemm, CUDA only) runs the same GEMM without the columns, rung 4 (tensor_cores,
+  // CUDA only) that GEMM on tensor cores, and rung 5 (wgmma, Hopper only) on Hopper's. Rungs 1 to 3 read x
+  // as NCHW (a channels_last x is made contiguous first), rungs 4 and 5 as channels_last; every rung writes
+  // an NCHW output.
   static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     conv2d_mm_output_size(x, weight, bias, stride, padding, dilation);  // the rules
@@ -516,10 +521,11 @@ struct Entry {
     // before x is copied, so a forced rung that refuses the input has cost no copy.
     const int rung = out.numel() > 0 ? Launcher::forward_rung(forward_ladder().forced(), s, O, x.scalar_type()) : 0;
     at::Tensor x4 = x.dim() == 4 ? x : x.unsqueeze(0);
-    if (rung != 4) x4 = x4.contiguous();  // rungs 1 to 3 read x as NCHW; rung 4 as channels_last, from any layout
-    if (rung == 4) {
-      if constexpr (Launcher::kImplicitGemm) {  // a device without rung 4 never gets here (Ladder::run)
-        Launcher::forward_tensor_cores(s, x4, weight, bias.has_value() ? bias->contiguous() : at::Tensor(), out);
+    if (rung < 4) x4 = x4.contiguous();  // rungs 1 to 3 read x as NCHW; 4 and 5 as channels_last, from any layout
+    if (rung >= 4) {
+      if constexpr (Launcher::kImplicitGemm) {  // a device without rungs 4 and 5 never gets here (Ladder::run)
+        Launcher::forward_tensor_cores(s, x4, weight, bias.has_value() ? bias->contiguous() : at::Tensor(), out,
+                                       rung == 5);
       }
     } else if (rung == 1 || rung == 3) {  // no columns: the textbook (forward_at per output), or the implicit GEMM
       const at::Tensor wc = weight.contiguous();

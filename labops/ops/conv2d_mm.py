@@ -16,6 +16,8 @@ csrc/conv2d_mm/cuda.cu (the launchers), csrc/common/conv_index.h (the
 convolution index math it shares with depthwise); the gradient: csrc/conv2d_mm/register.cpp.
 """
 
+import functools
+
 import torch
 
 from .._checks import check_tensor, pair
@@ -132,6 +134,10 @@ LADDER_DEFAULTS = {
                 "or more where this CPU runs it, else ATen's: Note [oneDNN GEMMs])"),
     ),
     "cuda": (
+        Default("wgmma", ("float16", "bfloat16"), "an sm_90 GPU (H100, H200) with labops built for sm_90a, C a "
+                "multiple of 8 and the sizes within its 32-bit counts",
+                holds=lambda x, weight, *rest: _hopper(x.device)
+                and _tensor_cores_take(x, weight, rest, channel_multiple=8)),
         Default("tensor_cores", ("float16", "bfloat16"), "C a multiple of 8 and the sizes within its 32-bit counts",
                 holds=lambda x, weight, *rest: _tensor_cores_take(x, weight, rest, channel_multiple=8)),
         Default("tensor_cores", ("float32",), "TF32 allowed for convolutions (torch.backends.cudnn.conv."
@@ -150,6 +156,19 @@ def _tf32_convolutions():
         if setting.fp32_precision != "none":
             return setting.fp32_precision == "tf32"
     return False
+
+
+def _hopper(device):
+    """Whether the wgmma rung can run on `device`: a GPU of compute capability 9.0, and labops built for sm_90a."""
+    return (device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device) == (9, 0)
+            and _built_for_sm90a())
+
+
+@functools.cache
+def _built_for_sm90a():
+    from labops import _build
+
+    return "-DLABOPS_SM90A=1" in _build.cuda_arch_flags()
 
 
 def _tensor_cores_take(x, weight, rest, channel_multiple):

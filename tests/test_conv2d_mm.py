@@ -304,9 +304,11 @@ def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels):
     ((8, 16, 40, 40), 120),   # 128 x 128 (one wave, where 128 x 64 would take two); a partial tile of filters
     ((4, 16, 66, 64), 200),   # 128 x 256 (one wave, where 128 x 128 would take two)
     ((1, 8, 5, 7), 72),       # a single partial tile of pixels; K = 72, less than one step
-], ids=["128x64", "128x128", "128x256", "partial"])
+    ((8, 64, 7, 7), 256),     # 4 x 2 tiles: the sum over k split in 2, added by add_splits_to_output_kernel
+], ids=["128x64", "128x128", "128x256", "partial", "split-k"])
 def test_wgmma_every_tile_size(device, dtype, shape, out_channels):
-    """Rung 5 (Note [wgmma implicit GEMM]) on each of its tile sizes, against float64 F.conv2d."""
+    """Rung 5 (Note [wgmma implicit GEMM]) on each of its tile sizes and with its sum over k split, against
+    float64 F.conv2d; the same bits twice."""
     if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("wgmma is a Hopper (sm_90) rung")
     from labops import ladder

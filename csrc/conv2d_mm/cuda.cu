@@ -599,27 +599,33 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // multiplications are asynchronous too: a step's wgmma batch is committed and left running while the
 // warpgroup waits only for the previous step's (wgmma_wait<1>). So at the barrier of step s every warpgroup
 // is done with the tiles of step s - 2, and that is the copy the loads of step s + kAhead overwrite. One
-// block a multiprocessor: the asynchronous pipeline, not other blocks, hides the latencies.
+// block a multiprocessor (two for 128 x 64 tiles, with a ring of 4 each): the asynchronous pipeline, more
+// than other blocks, hides the latencies. Where the tiles are too few to fill the GPU (the 14 x 14 and 7 x 7
+// layers: 98 and 52 tiles for 132 multiprocessors at batch 32), the sum over k is split as the weight
+// gradient's is (Note [the weight gradient as a convolution]), and add_splits_to_output_kernel adds the
+// splits in order, then the bias.
 // Precision and order are rung 4's: float16 and bfloat16 products added in float32, each output's k summed
 // in one fixed order (deterministic).
 constexpr int kWgRowBytes = 128;  // k per step, in bytes: one row of the 128-byte swizzle
 constexpr int kWgBM = 128;        // pixels per block: two warpgroups of 64
 
-template <int BN>
+// The ring: as many copies of the tiles as a multiprocessor's 220 KB hold for kPerSM blocks, at most 6.
+template <int BN, int kPerSM>
 constexpr int wg_stages() {
-  return std::min(6, (220 * 1024) / ((kWgBM + BN) * kWgRowBytes));
+  return std::min(6, (220 * 1024 / kPerSM) / ((kWgBM + BN) * kWgRowBytes));
 }
-template <int BN>
+template <int BN, int kPerSM>
 constexpr int wg_smem_bytes() {
-  return wg_stages<BN>() * (kWgBM + BN) * kWgRowBytes + 1024;  // + 1024: to align the ring to 1024 bytes
+  return wg_stages<BN, kPerSM>() * (kWgBM + BN) * kWgRowBytes + 1024;  // + 1024: to align the ring to 1024 bytes
 }
 
-template <typename scalar_t, int BN>
-__global__ void __launch_bounds__(256, 1)
+template <typename scalar_t, int BN, int kPerSM>
+__global__ void __launch_bounds__(256, kPerSM)
     wgmma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                       const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BM = kWgBM, kStages = wg_stages<BN>(), kAhead = kStages - 2;
+  constexpr int BM = kWgBM, kStages = wg_stages<BN, kPerSM>(), kAhead = kStages - 2;
+  static_assert(kAhead >= 2, "at least two steps loading while one multiplies");
   constexpr int kChunk = 16 / sizeof(scalar_t), kStepK = kWgRowBytes / sizeof(scalar_t);
   constexpr int kRowsPerPass = 256 / 8;  // 8 threads load a 128-byte row, one 16-byte chunk each
   constexpr int kRowsA = BM / kRowsPerPass, kRowsB = BN / kRowsPerPass;
@@ -904,6 +910,38 @@ __global__ void __launch_bounds__(256)
 // Output pixels an image needs before its weight gradient runs as a convolution (below).
 constexpr int64_t kMinPixelsForWeightGradientAsConvolution = 256;
 
+// The forward with its sum over k split (TensorCorePlan::splits, Note [wgmma implicit GEMM]): out[n, o, p] =
+// bias[o] + the splits' float32 sums partial[split][n * L + p][o], added in split order, so the bits are the
+// same on every run. A block moves 32 x 32 tiles (pixels x filters) through shared memory so that it reads
+// rows of partial and writes rows of out, 32 consecutive elements each (as transpose_kernel does).
+template <typename scalar_t>
+__global__ void __launch_bounds__(256)
+    add_splits_to_output_kernel(const float* __restrict__ partial, int splits, int64_t columns, int64_t out_channels,
+                                int64_t pixels, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
+  __shared__ float tile[32][33];  // 33: a column of the tile spreads over the banks
+  const int64_t tiles_o = (out_channels + 31) / 32, tiles = (columns + 31) / 32 * tiles_o;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t j0 = t / tiles_o * 32, o0 = t % tiles_o * 32;
+    for (int i = ty; i < 32; i += 8) {
+      const int64_t j = j0 + i, o = o0 + tx;
+      if (j >= columns || o >= out_channels) continue;
+      float sum = 0.0f;
+      for (int split = 0; split < splits; ++split) sum += partial[(split * columns + j) * out_channels + o];
+      tile[i][tx] = sum;
+    }
+    __syncthreads();
+    for (int i = ty; i < 32; i += 8) {
+      const int64_t o = o0 + i, j = j0 + tx;
+      if (j >= columns || o >= out_channels) continue;
+      const int64_t n = j / pixels, p = j - n * pixels;
+      const float b = bias != nullptr ? static_cast<float>(bias[o]) : 0.0f;
+      out[(n * out_channels + o) * pixels + p] = static_cast<scalar_t>(tile[tx][i] + b);
+    }
+    __syncthreads();  // the tile is read before the next one overwrites it
+  }
+}
+
 // Note [the weight gradient as a convolution]
 // The weight gradient is a convolution too, of x by grad_output, with the batch as its channels:
 //   grad_w[o, c, kh, kw] = sum over n, oh, ow of g[n, o, oh, ow] * x[n, c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw],
@@ -956,7 +994,8 @@ inline bool wgmma_available() {
 struct TensorCorePlan {
   bool wgmma = false;
   int bm = 0, bn = 0, per_sm = 0;  // the tile, and how many blocks of it share a multiprocessor
-  int64_t blocks = 0;
+  int splits = 1;                  // wgmma: how many parts the sum over k of a forward is split into
+  int64_t blocks = 0;              // tiles (each run by `splits` blocks)
   std::string why_not;
 
   TensorCorePlan(const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype, bool use_wgmma = false)
@@ -996,15 +1035,26 @@ struct TensorCorePlan {
     // work per byte they load (the factors are rough guesses, checked by tools/conv_goals.py on an H100).
     const int64_t sms = multiprocessor_count();
     double best = 0;
-    const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency) {
+    // wgmma also weighs the sum over k split in 2 to 4 (a wave of blocks then takes 1/split as long, for the
+    // reading and writing of the float32 sums a rough 10 % more), where each split still has 4 steps of k and
+    // the unsplit tiles fill at most half the multiprocessors: at 28 x 28 and 14 x 14 (batch 32, 98 tiles)
+    // splitting in 2 measured 0.49 and 0.47 of cuDNN's speed against 0.78 and 0.79 unsplit, the float32 sums
+    // costing as much memory traffic as the GEMM itself.
+    const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency, int split = 1) {
       const int64_t count = ceil_div(columns, int64_t(m)) * ceil_div(out_channels, int64_t(n));
-      const double cost = double(ceil_div(count, blocks_per_sm * sms)) * blocks_per_sm * m * n / efficiency;
-      if (bm == 0 || cost < best) bm = m, bn = n, per_sm = blocks_per_sm, blocks = count, best = cost;
+      const double cost = double(ceil_div(count * split, blocks_per_sm * sms)) * blocks_per_sm * m * n *
+                          (split == 1 ? 1.0 : 1.1) / (efficiency * split);
+      if (bm == 0 || cost < best) bm = m, bn = n, per_sm = blocks_per_sm, blocks = count, splits = split, best = cost;
     };
     if (wgmma) {
-      consider(kWgBM, 128, 1, 1.0);
-      consider(kWgBM, 256, 1, 1.05);
-      consider(kWgBM, 64, 1, 0.8);
+      const int64_t steps = ceil_div<int64_t>(K, kWgRowBytes / c10::elementSize(dtype));
+      const bool few_tiles = ceil_div(columns, int64_t(kWgBM)) * ceil_div(out_channels, int64_t(128)) * 2 <= sms;
+      for (int split = 1; split <= (few_tiles ? 4 : 1) && (split == 1 || steps / split >= 4); ++split) {
+        consider(kWgBM, 128, 1, 1.0, split);
+        consider(kWgBM, 256, 1, 1.05, split);
+        consider(kWgBM, 64, 1, 0.8, split);
+        consider(kWgBM, 64, 2, 0.88, split);
+      }
     } else {
       consider(128, 128, tc_blocks_per_sm<128, 128>(), 1.0);
       consider(128, 64, tc_blocks_per_sm<128, 64>(), 0.75);
@@ -1083,11 +1133,29 @@ struct Conv2dMMLauncher {
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
     const at::Tensor xc = channels_last(x4);                                   // (N, H, W, C) in memory
     const at::Tensor wk = channels_last(weight);                               // (O, kH, kW, C) in memory
-    const TensorCoreGemm gemm(s, O);
+    TensorCoreGemm gemm(s, O);
+    at::Tensor partial;  // the splits' sums, where the plan splits k
+    if (plan.splits > 1) {
+      const int64_t steps = ceil_div<int64_t>(gemm.K, kWgRowBytes / x4.element_size());
+      gemm.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, plan.splits));
+      gemm.splits = static_cast<int>(ceil_div<int64_t>(steps, gemm.steps_per_split));
+      partial = at::empty({gemm.splits, gemm.columns, O}, x4.options().dtype(at::kFloat));
+      gemm.partial = partial.mutable_data_ptr<float>();
+    }
     AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_tensor_cores",
         AT_DISPATCH_CASE(at::kHalf, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); })
         AT_DISPATCH_CASE(at::kBFloat16, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); })
         AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, bias, out); }));
+    if (plan.splits > 1) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "labops_add_splits_to_output", [&] {
+        const int64_t tiles = ceil_div<int64_t>(gemm.columns, 32) * ceil_div<int64_t>(O, 32);
+        const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 8);
+        add_splits_to_output_kernel<scalar_t><<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+            partial.const_data_ptr<float>(), gemm.splits, gemm.columns, O, s.blocks(),
+            bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    }
   }
 
   // Note [the input gradient as a convolution]
@@ -1202,14 +1270,18 @@ struct Conv2dMMLauncher {
     };
     if constexpr (!std::is_same_v<scalar_t, float>) {
       if (plan.wgmma) {  // two warpgroups a block
-        if (plan.bn == 64) {
-          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64>, wg_smem_bytes<64>()>(), 256, wg_smem_bytes<64>());
+        if (plan.bn == 64 && plan.per_sm == 2) {
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64, 2>, wg_smem_bytes<64, 2>()>(), 256,
+                 wg_smem_bytes<64, 2>());
+        } else if (plan.bn == 64) {
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64, 1>, wg_smem_bytes<64, 1>()>(), 256,
+                 wg_smem_bytes<64, 1>());
         } else if (plan.bn == 128) {
-          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 128>, wg_smem_bytes<128>()>(), 256,
-                 wg_smem_bytes<128>());
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 128, 1>, wg_smem_bytes<128, 1>()>(), 256,
+                 wg_smem_bytes<128, 1>());
         } else {
-          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 256>, wg_smem_bytes<256>()>(), 256,
-                 wg_smem_bytes<256>());
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 256, 1>, wg_smem_bytes<256, 1>()>(), 256,
+                 wg_smem_bytes<256, 1>());
         }
         return;
       }

@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -14,12 +15,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   m.def("gelu_backward(Tensor grad_output, Tensor x, str approximate='none') -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules of entry.h and make an output of the input's shape.
+LABOPS_REGISTER_LAYER(activation)
+
 namespace labops::activation {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using TanhSig = at::Tensor(const at::Tensor&);
 using TanhBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&);
@@ -80,9 +82,4 @@ at::Tensor gelu_autograd(const at::Tensor& x, string_view approximate) {
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("tanh", &labops::activation::tanh_autograd);
   m.impl("gelu", &labops::activation::gelu_autograd);
-}
-
-// Fake tensors (torch.compile) run the rules of entry.h and make an output of the input's shape.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::activation::register_kernels<labops::activation::Meta>(m);
 }

@@ -3,6 +3,7 @@
 
 #include "../common/autograd.h"
 #include "../common/conv_autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -25,12 +26,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
         "int[2] padding, int[2] dilation) -> (Tensor, Tensor)");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(conv2d_mm)
+
 namespace labops::conv2d_mm {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using Im2colSig = at::Tensor(const at::Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef);
 using Col2imSig = at::Tensor(const at::Tensor&, SymIntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef);
@@ -120,9 +122,4 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("im2col", &labops::conv2d_mm::im2col_autograd);
   m.impl("col2im", &labops::conv2d_mm::col2im_autograd);
   m.impl("conv2d_mm", &labops::autograd::conv_autograd<labops::conv2d_mm::Conv2dMM>);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::conv2d_mm::register_kernels<labops::conv2d_mm::Meta>(m);
 }

@@ -3,6 +3,7 @@
 
 #include "../common/autograd.h"
 #include "../common/conv_autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -26,12 +27,14 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
         "int[2] padding, int[2] dilation) -> (Tensor, Tensor, Tensor, Tensor)");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+// The private _depthwise_conv2d_textbook (CPU only, for tests) has none.
+LABOPS_REGISTER_LAYER(depthwise)
+
 namespace labops::depthwise {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 // The gradient is three compiled ops, each called only when its gradient is wanted.
 struct Depthwise {
@@ -62,10 +65,4 @@ struct Depthwise {
 
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("depthwise_conv2d", &labops::autograd::conv_autograd<labops::depthwise::Depthwise>);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else. The private
-// _depthwise_conv2d_textbook (CPU only, for tests) has none.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::depthwise::register_kernels<labops::depthwise::Meta>(m);
 }

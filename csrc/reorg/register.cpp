@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -12,12 +13,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   m.def("reorg_backward(Tensor grad_output, int stride=2, str order='darknet') -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(reorg)
+
 namespace labops::reorg {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using ReorgSig = at::Tensor(const at::Tensor&, int64_t, string_view);
 const auto& reorg_op() { static auto op = find_op<ReorgSig>("labops::reorg"); return op; }
@@ -50,9 +52,4 @@ struct Reorg : Node {
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("reorg", &labops::reorg::Reorg<false>::kernel);
   m.impl("reorg_backward", &labops::reorg::Reorg<true>::kernel);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::reorg::register_kernels<labops::reorg::Meta>(m);
 }

@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -15,12 +16,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor target, str reduction) -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(softmax)
+
 namespace labops::softmax {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using SoftmaxSig = at::Tensor(const at::Tensor&, int64_t);
 using SoftmaxBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
@@ -86,9 +88,4 @@ at::Tensor cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& ta
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("softmax", &labops::softmax::softmax_autograd);
   m.impl("cross_entropy", &labops::softmax::cross_entropy_autograd);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::softmax::register_kernels<labops::softmax::Meta>(m);
 }

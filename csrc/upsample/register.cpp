@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -15,12 +16,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
         "float? scale_h, float? scale_w, bool deterministic=True) -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(upsample)
+
 namespace labops::upsample {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using UpsampleSig = at::Tensor(const at::Tensor&, SymIntArrayRef, string_view, OptDouble, OptDouble);
 using UpsampleBackwardSig = at::Tensor(const at::Tensor&, SymIntArrayRef, string_view, OptDouble, OptDouble, bool);
@@ -83,9 +85,4 @@ at::Tensor upsample_backward_autograd(const at::Tensor& grad_output, SymIntArray
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("upsample_bilinear2d", &labops::upsample::upsample_autograd);
   m.impl("upsample_bilinear2d_backward", &labops::upsample::upsample_backward_autograd);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::upsample::register_kernels<labops::upsample::Meta>(m);
 }

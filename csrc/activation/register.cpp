@@ -28,16 +28,15 @@ using TanhBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&);
 const auto& tanh_op() { static auto op = find_op<TanhSig>("labops::tanh"); return op; }
 const auto& tanh_backward_op() { static auto op = find_op<TanhBackwardSig>("labops::tanh_backward"); return op; }
 
-struct TanhBackward : Node {
+struct TanhBackward : OneGradientNode {
   SavedVariable output;  // tanh's gradient needs y, not x
   std::string name() const override { return "labops::TanhBackward"; }
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
     output.reset_data();
   }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(tanh_backward_op(), grads[0], output.unpack(getptr()))};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(tanh_backward_op(), grad_output, output.unpack(getptr()));
   }
 };
 
@@ -54,7 +53,7 @@ using GeluBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, string_
 const auto& gelu_op() { static auto op = find_op<GeluSig>("labops::gelu"); return op; }
 const auto& gelu_backward_op() { static auto op = find_op<GeluBackwardSig>("labops::gelu_backward"); return op; }
 
-struct GeluBackward : Node {
+struct GeluBackward : OneGradientNode {
   SavedVariable input;
   std::string approximate;
   std::string name() const override { return "labops::GeluBackward"; }
@@ -62,9 +61,8 @@ struct GeluBackward : Node {
     std::lock_guard<std::mutex> lock(mutex_);
     input.reset_data();
   }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(gelu_backward_op(), grads[0], input.unpack(), approximate)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(gelu_backward_op(), grad_output, input.unpack(), approximate);
   }
 };
 

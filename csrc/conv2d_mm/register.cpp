@@ -47,23 +47,21 @@ struct ConvWindow {
 };
 
 // The adjoint of "copy each pixel into every column that sees it" is "sum those columns back".
-struct Im2colBackward : Node {
+struct Im2colBackward : OneGradientNode {
   std::vector<c10::SymInt> image_size;
   std::optional<ConvWindow> w;
   std::string name() const override { return "labops::Im2colBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(col2im_op(), grads[0], image_size, w->kernel_size, w->stride, w->padding,
-                             w->dilation)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(col2im_op(), grad_output, image_size, w->kernel_size, w->stride, w->padding,
+                            w->dilation);
   }
 };
 
-struct Col2imBackward : Node {
+struct Col2imBackward : OneGradientNode {
   std::optional<ConvWindow> w;
   std::string name() const override { return "labops::Col2imBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(im2col_op(), grads[0], w->kernel_size, w->stride, w->padding, w->dilation)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(im2col_op(), grad_output, w->kernel_size, w->stride, w->padding, w->dilation);
   }
 };
 

@@ -28,21 +28,19 @@ const auto& pool_backward_op() {
   return op;
 }
 
-struct GlobalAvgPool2dBackward : Node {
+struct GlobalAvgPool2dBackward : OneGradientNode {
   std::vector<c10::SymInt> input_size;  // the gradient needs only the shape, not x
   std::string name() const override { return "labops::GlobalAvgPool2dBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(pool_backward_op(), grads[0], input_size)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(pool_backward_op(), grad_output, input_size);
   }
 };
 
 // The backward is linear in grad_output; its adjoint is the forward (mean of each plane).
-struct GlobalAvgPool2dBackwardBackward : Node {
+struct GlobalAvgPool2dBackwardBackward : OneGradientNode {
   std::string name() const override { return "labops::GlobalAvgPool2dBackwardBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(pool_op(), grads[0])};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(pool_op(), grad_output);
   }
 };
 

@@ -27,15 +27,14 @@ const auto& reorg_backward_op() { static auto op = find_op<ReorgSig>("labops::re
 
 // Forward is `op`, backward is `inverse`: reorg and reorg_backward are each other's gradient.
 template <bool IsBackward>
-struct Reorg : Node {
+struct Reorg : OneGradientNode {
   int64_t stride = 0;
   std::string order;
   static const c10::TypedOperatorHandle<ReorgSig>& op() { return IsBackward ? reorg_backward_op() : reorg_op(); }
   static const c10::TypedOperatorHandle<ReorgSig>& inverse() { return IsBackward ? reorg_op() : reorg_backward_op(); }
   std::string name() const override { return IsBackward ? "labops::ReorgBackwardBackward" : "labops::ReorgBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(inverse(), grads[0], stride, order)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(inverse(), grad_output, stride, order);
   }
   static at::Tensor kernel(const at::Tensor& x, int64_t stride, string_view order) {
     if (!graph_needed(x)) return below_autograd(op(), x, stride, order);

@@ -39,24 +39,22 @@ struct Resize {
 };
 
 // The backward is the compiled deterministic gather.
-struct UpsampleBilinear2dBackward : Node {
+struct UpsampleBilinear2dBackward : OneGradientNode {
   std::vector<c10::SymInt> input_size;
   Resize r;
   std::string name() const override { return "labops::UpsampleBilinear2dBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(upsample_backward_op(), grads[0], input_size, r.mode, r.scale_h, r.scale_w, true)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(upsample_backward_op(), grad_output, input_size, r.mode, r.scale_h, r.scale_w, true);
   }
 };
 
 // The backward op is linear in grad_output (grad_in = A_h^T G A_w): its gradient is the forward.
-struct UpsampleBilinear2dBackwardBackward : Node {
+struct UpsampleBilinear2dBackwardBackward : OneGradientNode {
   std::vector<c10::SymInt> output_size;
   Resize r;
   std::string name() const override { return "labops::UpsampleBilinear2dBackwardBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(upsample_op(), grads[0], output_size, r.mode, r.scale_h, r.scale_w)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(upsample_op(), grad_output, output_size, r.mode, r.scale_h, r.scale_w);
   }
 };
 

@@ -99,12 +99,9 @@ struct Conv2dMM {
     static auto weight_op = find_op<ConvWeightSig>("labops::conv2d_mm_backward_weight");
     const at::Tensor g = grad.contiguous();
     at::Tensor grad_x, grad_w, grad_b;
-    if (want_x) {  // updateGradInput
-      grad_x = call_backward_op(input_op, g, n.weight.unpack(), n.input_size, n.stride, n.padding, n.dilation);
-    }
+    if (want_x) grad_x = n.input_gradient(input_op, g);  // updateGradInput
     if (want_w) {  // accGradParameters into new tensors; the bias gradient comes with the weight's
-      std::tie(grad_w, grad_b) =
-          call_backward_op(weight_op, g, n.x.unpack(), n.weight_size, n.stride, n.padding, n.dilation);
+      std::tie(grad_w, grad_b) = n.weight_gradient(weight_op, g);
       if (!want_b) grad_b = at::Tensor();
     } else if (want_b) {  // x was not saved (the weight wants no gradient): the sum alone
       grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});

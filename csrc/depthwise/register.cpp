@@ -49,13 +49,9 @@ struct Depthwise {
     static auto weight_op = find_op<ConvInputSig>("labops::depthwise_conv2d_backward_weight");
     static auto bias_op = find_op<at::Tensor(const at::Tensor&)>("labops::depthwise_conv2d_backward_bias");
     at::Tensor grad_x, grad_w, grad_b;
-    if (want_x) {  // updateGradInput
-      grad_x = call_backward_op(input_op, g, n.weight.unpack(), n.input_size, n.stride, n.padding, n.dilation);
-    }
-    if (want_w) {  // accGradParameters, weight
-      grad_w = call_backward_op(weight_op, g, n.x.unpack(), n.weight_size, n.stride, n.padding, n.dilation);
-    }
-    if (want_b) grad_b = call_backward_op(bias_op, g);  // accGradParameters, bias
+    if (want_x) grad_x = n.input_gradient(input_op, g);    // updateGradInput
+    if (want_w) grad_w = n.weight_gradient(weight_op, g);  // accGradParameters, weight
+    if (want_b) grad_b = call_backward_op(bias_op, g);     // accGradParameters, bias
     return {grad_x, grad_w, grad_b};
   }
 };

@@ -28,12 +28,14 @@ def _schemas(layer):
 def _fakes(layer):
     """The ops with a fake: a Python register_fake in labops/ops/<layer>.py, or a Meta kernel registered in
     csrc/<layer>/register.cpp (TORCH_LIBRARY_IMPL(labops, Meta, m): the C++ rules and shapes run on fakes),
-    one m.impl at a time or as register_kernels<Meta>(m), the list of the layer's ops in its entry.h."""
+    one m.impl at a time or as register_kernels<Meta>(m), the list of the layer's ops in its entry.h (which
+    LABOPS_REGISTER_LAYER(<layer>), csrc/common/register_layer.h, calls)."""
     python = re.findall(r'register_fake\(\s*"labops::(\w+)"', (ROOT / "labops" / "ops" / f"{layer}.py").read_text())
-    meta_blocks = re.findall(r"TORCH_LIBRARY_IMPL\(labops, Meta, m\) \{(.*?)\n\}",
-                             (ROOT / "csrc" / layer / "register.cpp").read_text(), re.S)
+    register_cpp = (ROOT / "csrc" / layer / "register.cpp").read_text()
+    meta_blocks = re.findall(r"TORCH_LIBRARY_IMPL\(labops, Meta, m\) \{(.*?)\n\}", register_cpp, re.S)
     meta = [name for block in meta_blocks for name in re.findall(r'm\.impl\("(\w+)"', block)]
-    if any(re.search(r"register_kernels<[\w:]*\bMeta>\(m\)", block) for block in meta_blocks):
+    if (any(re.search(r"register_kernels<[\w:]*\bMeta>\(m\)", block) for block in meta_blocks)
+            or re.search(rf"^LABOPS_REGISTER_LAYER\({layer}\)$", register_cpp, re.M)):
         entry = (ROOT / "csrc" / layer / "entry.h").read_text()
         listed = re.search(r"void register_kernels\(Module& m\) \{(.*?)\n\}", entry, re.S).group(1)
         meta += re.findall(r'impl\("(\w+)"', listed)

@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -14,28 +15,28 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   m.def("gelu_backward(Tensor grad_output, Tensor x, str approximate='none') -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules of entry.h and make an output of the input's shape.
+LABOPS_REGISTER_LAYER(activation)
+
 namespace labops::activation {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using TanhSig = at::Tensor(const at::Tensor&);
 using TanhBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&);
 const auto& tanh_op() { static auto op = find_op<TanhSig>("labops::tanh"); return op; }
 const auto& tanh_backward_op() { static auto op = find_op<TanhBackwardSig>("labops::tanh_backward"); return op; }
 
-struct TanhBackward : Node {
+struct TanhBackward : OneGradientNode {
   SavedVariable output;  // tanh's gradient needs y, not x
   std::string name() const override { return "labops::TanhBackward"; }
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
     output.reset_data();
   }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(tanh_backward_op(), grads[0], output.unpack(getptr()))};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(tanh_backward_op(), grad_output, output.unpack(getptr()));
   }
 };
 
@@ -52,7 +53,7 @@ using GeluBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, string_
 const auto& gelu_op() { static auto op = find_op<GeluSig>("labops::gelu"); return op; }
 const auto& gelu_backward_op() { static auto op = find_op<GeluBackwardSig>("labops::gelu_backward"); return op; }
 
-struct GeluBackward : Node {
+struct GeluBackward : OneGradientNode {
   SavedVariable input;
   std::string approximate;
   std::string name() const override { return "labops::GeluBackward"; }
@@ -60,9 +61,8 @@ struct GeluBackward : Node {
     std::lock_guard<std::mutex> lock(mutex_);
     input.reset_data();
   }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(gelu_backward_op(), grads[0], input.unpack(), approximate)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(gelu_backward_op(), grad_output, input.unpack(), approximate);
   }
 };
 
@@ -80,9 +80,4 @@ at::Tensor gelu_autograd(const at::Tensor& x, string_view approximate) {
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("tanh", &labops::activation::tanh_autograd);
   m.impl("gelu", &labops::activation::gelu_autograd);
-}
-
-// Fake tensors (torch.compile) run the rules of entry.h and make an output of the input's shape.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::activation::register_kernels<labops::activation::Meta>(m);
 }

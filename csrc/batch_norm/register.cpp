@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -27,12 +28,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
         "-> (Tensor, Tensor)");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(batch_norm)
+
 namespace labops::batch_norm {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using BatchNormSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const OptTensor&,
                                                                      const OptTensor&, const OptTensor&,
@@ -150,9 +152,4 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_autograd(const at::Ten
 
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("batch_norm", &labops::batch_norm::batch_norm_autograd);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::batch_norm::register_kernels<labops::batch_norm::Meta>(m);
 }

@@ -109,4 +109,16 @@ auto new_node(const Inputs&... inputs) {
   return node;
 }
 
+// The node of an op with one edge (one input that can take a gradient) whose backward is one call:
+// a backward op, or for a linear op's backward, the forward op. A node names itself and says what
+// it keeps; `gradient` is its backward formula. When nothing flowed back to the node (an undefined
+// grad_output), apply returns no gradient without calling it.
+struct OneGradientNode : Node {
+  virtual at::Tensor gradient(const at::Tensor& grad_output) = 0;
+  variable_list apply(variable_list&& grads) final {
+    if (!grads[0].defined()) return {at::Tensor()};
+    return {gradient(grads[0])};
+  }
+};
+
 }  // namespace labops::autograd

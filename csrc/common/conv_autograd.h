@@ -36,6 +36,17 @@ struct ConvBackward : Node {
     return Kind::gradients(*this, g, task_should_compute_output(0), task_should_compute_output(1),
                            has_bias && task_should_compute_output(2));
   }
+
+  // The backward ops of both convolutions take (grad_output, a saved tensor, a size, the window): the
+  // input's gradient (updateGradInput) reads the weight, the weight's gradient reads x.
+  template <class Sig>
+  auto input_gradient(const c10::TypedOperatorHandle<Sig>& op, const at::Tensor& g) {
+    return call_backward_op(op, g, weight.unpack(), input_size, stride, padding, dilation);
+  }
+  template <class Sig>
+  auto weight_gradient(const c10::TypedOperatorHandle<Sig>& op, const at::Tensor& g) {
+    return call_backward_op(op, g, x.unpack(), weight_size, stride, padding, dilation);
+  }
 };
 
 // A convolution's Autograd kernel: straight to the op when no gradient is wanted, else the op and a

@@ -6,9 +6,10 @@
 // rung 1 (tests/test_ladder.py); the benchmark times them all in one run (`labops bench --ladder`).
 //
 // A layer declares its rungs once, in its own folder (a `forward_ladder()` in its entry.h), and
-// registers the ladder in its register.cpp (`Registration`); the ops of csrc/common/register.cpp
-// read them by the layer's name. Per call the launcher pays one relaxed atomic load (the forced
-// rung, read once by the entry) and, only when the rung differs from the last call's, one store.
+// registers the ladder in its register.cpp (a `Registration`, which LABOPS_REGISTER_LAYER of
+// register_layer.h writes); the ops of csrc/common/register.cpp read them by the layer's name. Per
+// call the launcher pays one relaxed atomic load (the forced rung, read once by the entry) and,
+// only when the rung differs from the last call's, one store.
 //
 // "Thread-safe enough": the forced rung and the last rung are process-wide atomics, not
 // per-thread. Two threads forcing different rungs of one layer at once get one or the other;
@@ -99,8 +100,8 @@ inline std::map<std::string, Ladder*>& registry() {
   return ladders;
 }
 
-// A namespace-scope `const Registration r(forward_ladder());` in a layer's register.cpp makes
-// its ladder known to the ops of csrc/common/register.cpp.
+// A namespace-scope `const Registration r(forward_ladder());` in a layer's register.cpp (written by
+// LABOPS_REGISTER_LAYER, register_layer.h) makes its ladder known to the ops of csrc/common/register.cpp.
 struct Registration {
   explicit Registration(Ladder& ladder) { registry()[ladder.layer()] = &ladder; }
 };

@@ -3,6 +3,7 @@
 
 #include "../common/autograd.h"
 #include "../common/conv_autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -25,12 +26,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
         "int[2] padding, int[2] dilation) -> (Tensor, Tensor)");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(conv2d_mm)
+
 namespace labops::conv2d_mm {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using Im2colSig = at::Tensor(const at::Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef);
 using Col2imSig = at::Tensor(const at::Tensor&, SymIntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef);
@@ -45,23 +47,21 @@ struct ConvWindow {
 };
 
 // The adjoint of "copy each pixel into every column that sees it" is "sum those columns back".
-struct Im2colBackward : Node {
+struct Im2colBackward : OneGradientNode {
   std::vector<c10::SymInt> image_size;
   std::optional<ConvWindow> w;
   std::string name() const override { return "labops::Im2colBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(col2im_op(), grads[0], image_size, w->kernel_size, w->stride, w->padding,
-                             w->dilation)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(col2im_op(), grad_output, image_size, w->kernel_size, w->stride, w->padding,
+                            w->dilation);
   }
 };
 
-struct Col2imBackward : Node {
+struct Col2imBackward : OneGradientNode {
   std::optional<ConvWindow> w;
   std::string name() const override { return "labops::Col2imBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(im2col_op(), grads[0], w->kernel_size, w->stride, w->padding, w->dilation)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(im2col_op(), grad_output, w->kernel_size, w->stride, w->padding, w->dilation);
   }
 };
 
@@ -99,12 +99,9 @@ struct Conv2dMM {
     static auto weight_op = find_op<ConvWeightSig>("labops::conv2d_mm_backward_weight");
     const at::Tensor g = grad.contiguous();
     at::Tensor grad_x, grad_w, grad_b;
-    if (want_x) {  // updateGradInput
-      grad_x = call_backward_op(input_op, g, n.weight.unpack(), n.input_size, n.stride, n.padding, n.dilation);
-    }
+    if (want_x) grad_x = n.input_gradient(input_op, g);  // updateGradInput
     if (want_w) {  // accGradParameters into new tensors; the bias gradient comes with the weight's
-      std::tie(grad_w, grad_b) =
-          call_backward_op(weight_op, g, n.x.unpack(), n.weight_size, n.stride, n.padding, n.dilation);
+      std::tie(grad_w, grad_b) = n.weight_gradient(weight_op, g);
       if (!want_b) grad_b = at::Tensor();
     } else if (want_b) {  // x was not saved (the weight wants no gradient): the sum alone
       grad_b = g.dim() == 4 ? g.sum({0, 2, 3}) : g.sum({1, 2});
@@ -120,9 +117,4 @@ TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("im2col", &labops::conv2d_mm::im2col_autograd);
   m.impl("col2im", &labops::conv2d_mm::col2im_autograd);
   m.impl("conv2d_mm", &labops::autograd::conv_autograd<labops::conv2d_mm::Conv2dMM>);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::conv2d_mm::register_kernels<labops::conv2d_mm::Meta>(m);
 }

@@ -3,6 +3,7 @@
 
 #include "../common/autograd.h"
 #include "../common/conv_autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -26,12 +27,14 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
         "int[2] padding, int[2] dilation) -> (Tensor, Tensor, Tensor, Tensor)");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+// The private _depthwise_conv2d_textbook (CPU only, for tests) has none.
+LABOPS_REGISTER_LAYER(depthwise)
+
 namespace labops::depthwise {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 // The gradient is three compiled ops, each called only when its gradient is wanted.
 struct Depthwise {
@@ -46,13 +49,9 @@ struct Depthwise {
     static auto weight_op = find_op<ConvInputSig>("labops::depthwise_conv2d_backward_weight");
     static auto bias_op = find_op<at::Tensor(const at::Tensor&)>("labops::depthwise_conv2d_backward_bias");
     at::Tensor grad_x, grad_w, grad_b;
-    if (want_x) {  // updateGradInput
-      grad_x = call_backward_op(input_op, g, n.weight.unpack(), n.input_size, n.stride, n.padding, n.dilation);
-    }
-    if (want_w) {  // accGradParameters, weight
-      grad_w = call_backward_op(weight_op, g, n.x.unpack(), n.weight_size, n.stride, n.padding, n.dilation);
-    }
-    if (want_b) grad_b = call_backward_op(bias_op, g);  // accGradParameters, bias
+    if (want_x) grad_x = n.input_gradient(input_op, g);    // updateGradInput
+    if (want_w) grad_w = n.weight_gradient(weight_op, g);  // accGradParameters, weight
+    if (want_b) grad_b = call_backward_op(bias_op, g);     // accGradParameters, bias
     return {grad_x, grad_w, grad_b};
   }
 };
@@ -62,10 +61,4 @@ struct Depthwise {
 
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("depthwise_conv2d", &labops::autograd::conv_autograd<labops::depthwise::Depthwise>);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else. The private
-// _depthwise_conv2d_textbook (CPU only, for tests) has none.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::depthwise::register_kernels<labops::depthwise::Meta>(m);
 }

@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -11,12 +12,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   m.def("global_avg_pool2d_backward(Tensor grad_output, SymInt[] input_size) -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(pooling)
+
 namespace labops::pooling {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using PoolSig = at::Tensor(const at::Tensor&);
 using PoolBackwardSig = at::Tensor(const at::Tensor&, SymIntArrayRef);
@@ -26,21 +28,19 @@ const auto& pool_backward_op() {
   return op;
 }
 
-struct GlobalAvgPool2dBackward : Node {
+struct GlobalAvgPool2dBackward : OneGradientNode {
   std::vector<c10::SymInt> input_size;  // the gradient needs only the shape, not x
   std::string name() const override { return "labops::GlobalAvgPool2dBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(pool_backward_op(), grads[0], input_size)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(pool_backward_op(), grad_output, input_size);
   }
 };
 
 // The backward is linear in grad_output; its adjoint is the forward (mean of each plane).
-struct GlobalAvgPool2dBackwardBackward : Node {
+struct GlobalAvgPool2dBackwardBackward : OneGradientNode {
   std::string name() const override { return "labops::GlobalAvgPool2dBackwardBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(pool_op(), grads[0])};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(pool_op(), grad_output);
   }
 };
 
@@ -62,9 +62,4 @@ at::Tensor pool_backward_autograd(const at::Tensor& grad_output, SymIntArrayRef 
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("global_avg_pool2d", &labops::pooling::pool_autograd);
   m.impl("global_avg_pool2d_backward", &labops::pooling::pool_backward_autograd);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::pooling::register_kernels<labops::pooling::Meta>(m);
 }

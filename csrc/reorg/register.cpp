@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -12,12 +13,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   m.def("reorg_backward(Tensor grad_output, int stride=2, str order='darknet') -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(reorg)
+
 namespace labops::reorg {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using ReorgSig = at::Tensor(const at::Tensor&, int64_t, string_view);
 const auto& reorg_op() { static auto op = find_op<ReorgSig>("labops::reorg"); return op; }
@@ -25,15 +27,14 @@ const auto& reorg_backward_op() { static auto op = find_op<ReorgSig>("labops::re
 
 // Forward is `op`, backward is `inverse`: reorg and reorg_backward are each other's gradient.
 template <bool IsBackward>
-struct Reorg : Node {
+struct Reorg : OneGradientNode {
   int64_t stride = 0;
   std::string order;
   static const c10::TypedOperatorHandle<ReorgSig>& op() { return IsBackward ? reorg_backward_op() : reorg_op(); }
   static const c10::TypedOperatorHandle<ReorgSig>& inverse() { return IsBackward ? reorg_op() : reorg_backward_op(); }
   std::string name() const override { return IsBackward ? "labops::ReorgBackwardBackward" : "labops::ReorgBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(inverse(), grads[0], stride, order)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(inverse(), grad_output, stride, order);
   }
   static at::Tensor kernel(const at::Tensor& x, int64_t stride, string_view order) {
     if (!graph_needed(x)) return below_autograd(op(), x, stride, order);
@@ -50,9 +51,4 @@ struct Reorg : Node {
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("reorg", &labops::reorg::Reorg<false>::kernel);
   m.impl("reorg_backward", &labops::reorg::Reorg<true>::kernel);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::reorg::register_kernels<labops::reorg::Meta>(m);
 }

@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -15,18 +16,19 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
   m.def("cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor target, str reduction) -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(softmax)
+
 namespace labops::softmax {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using SoftmaxSig = at::Tensor(const at::Tensor&, int64_t);
 using SoftmaxBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
 const auto& softmax_op() { static auto op = find_op<SoftmaxSig>("labops::softmax"); return op; }
 
-struct SoftmaxBackward : Node {
+struct SoftmaxBackward : OneGradientNode {
   SavedVariable output;  // the gradient needs y, not x
   int64_t dim = 0;
   std::string name() const override { return "labops::SoftmaxBackward"; }
@@ -34,10 +36,9 @@ struct SoftmaxBackward : Node {
     std::lock_guard<std::mutex> lock(mutex_);
     output.reset_data();
   }
-  variable_list apply(variable_list&& grads) override {
+  at::Tensor gradient(const at::Tensor& grad_output) override {
     static auto backward_op = find_op<SoftmaxBackwardSig>("labops::softmax_backward");
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(backward_op, grads[0], output.unpack(getptr()), dim)};
+    return call_backward_op(backward_op, grad_output, output.unpack(getptr()), dim);
   }
 };
 
@@ -55,7 +56,7 @@ using CrossEntropyBackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&,
 const auto& cross_entropy_op() { static auto op = find_op<CrossEntropySig>("labops::cross_entropy"); return op; }
 
 // One edge, to the logits: the target holds integers, which never require grad.
-struct CrossEntropyBackward : Node {
+struct CrossEntropyBackward : OneGradientNode {
   SavedVariable logits, target;  // the backward recomputes softmax from the logits
   std::string reduction;
   std::string name() const override { return "labops::CrossEntropyBackward"; }
@@ -64,10 +65,9 @@ struct CrossEntropyBackward : Node {
     logits.reset_data();
     target.reset_data();
   }
-  variable_list apply(variable_list&& grads) override {
+  at::Tensor gradient(const at::Tensor& grad_output) override {
     static auto backward_op = find_op<CrossEntropyBackwardSig>("labops::cross_entropy_backward");
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(backward_op, grads[0], logits.unpack(), target.unpack(), reduction)};
+    return call_backward_op(backward_op, grad_output, logits.unpack(), target.unpack(), reduction);
   }
 };
 
@@ -86,9 +86,4 @@ at::Tensor cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& ta
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("softmax", &labops::softmax::softmax_autograd);
   m.impl("cross_entropy", &labops::softmax::cross_entropy_autograd);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::softmax::register_kernels<labops::softmax::Meta>(m);
 }

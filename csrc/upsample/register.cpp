@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "../common/autograd.h"
+#include "../common/register_layer.h"
 #include "entry.h"
 
 TORCH_LIBRARY_FRAGMENT(labops, m) {
@@ -15,12 +16,13 @@ TORCH_LIBRARY_FRAGMENT(labops, m) {
         "float? scale_h, float? scale_w, bool deterministic=True) -> Tensor");
 }
 
+// The forward's ladder and the Meta kernels (csrc/common/register_layer.h): fake tensors (torch.compile)
+// run the rules and the shapes of entry.h, nothing else.
+LABOPS_REGISTER_LAYER(upsample)
+
 namespace labops::upsample {
 namespace {
 using namespace labops::autograd;
-
-// The forward's rungs, known to labops::_ladder by the layer's name (Note [the ladder]).
-const ladder::Registration registered_ladder(forward_ladder());
 
 using UpsampleSig = at::Tensor(const at::Tensor&, SymIntArrayRef, string_view, OptDouble, OptDouble);
 using UpsampleBackwardSig = at::Tensor(const at::Tensor&, SymIntArrayRef, string_view, OptDouble, OptDouble, bool);
@@ -37,24 +39,22 @@ struct Resize {
 };
 
 // The backward is the compiled deterministic gather.
-struct UpsampleBilinear2dBackward : Node {
+struct UpsampleBilinear2dBackward : OneGradientNode {
   std::vector<c10::SymInt> input_size;
   Resize r;
   std::string name() const override { return "labops::UpsampleBilinear2dBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(upsample_backward_op(), grads[0], input_size, r.mode, r.scale_h, r.scale_w, true)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(upsample_backward_op(), grad_output, input_size, r.mode, r.scale_h, r.scale_w, true);
   }
 };
 
 // The backward op is linear in grad_output (grad_in = A_h^T G A_w): its gradient is the forward.
-struct UpsampleBilinear2dBackwardBackward : Node {
+struct UpsampleBilinear2dBackwardBackward : OneGradientNode {
   std::vector<c10::SymInt> output_size;
   Resize r;
   std::string name() const override { return "labops::UpsampleBilinear2dBackwardBackward"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return {at::Tensor()};
-    return {call_backward_op(upsample_op(), grads[0], output_size, r.mode, r.scale_h, r.scale_w)};
+  at::Tensor gradient(const at::Tensor& grad_output) override {
+    return call_backward_op(upsample_op(), grad_output, output_size, r.mode, r.scale_h, r.scale_w);
   }
 };
 
@@ -83,9 +83,4 @@ at::Tensor upsample_backward_autograd(const at::Tensor& grad_output, SymIntArray
 TORCH_LIBRARY_IMPL(labops, Autograd, m) {
   m.impl("upsample_bilinear2d", &labops::upsample::upsample_autograd);
   m.impl("upsample_bilinear2d_backward", &labops::upsample::upsample_backward_autograd);
-}
-
-// Fake tensors (torch.compile) run the rules and the shapes of entry.h, nothing else.
-TORCH_LIBRARY_IMPL(labops, Meta, m) {
-  labops::upsample::register_kernels<labops::upsample::Meta>(m);
 }

@@ -200,8 +200,37 @@ def test_conv2d_mm_matches_conv2d(device, dtype):
         for bias in (b, None):
             out = labops.conv2d_mm(x, w, bias, s, p, d)
             expected = F.conv2d(x.double(), w.double(), None if bias is None else bias.double(), s, p, d)
-            assert out.dtype == dtype and out.shape == expected.shape and out.is_contiguous(), case
+            # channels_last where x is (entry.h's output_format), as cuDNN's and oneDNN's F.conv2d give it
+            channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+            layout = torch.channels_last if channels_last else torch.contiguous_format
+            assert out.dtype == dtype and out.shape == expected.shape and out.is_contiguous(memory_format=layout), case
             assert_close_scaled(out, expected, dtype, factor=4, msg=case)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_channels_last_in_channels_last_out(device, dtype):
+    """A channels_last x gives a channels_last output, and a channels_last grad_output a channels_last input
+    gradient, as cuDNN's and oneDNN's F.conv2d do (rungs 4 and 5 write them so; the others write NCHW, then
+    copy), with the values of the NCHW tensors' (a CPU GEMM may block an aligned copy differently: not always
+    the same bits). The weight gradient is contiguous either way."""
+    randn = Seeded(device, dtype, seed=9).randn
+    cl = torch.channels_last
+    x, w, b = randn(3, 16, 9, 10), randn(24, 16, 3, 3) / 12, randn(24)
+    out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+    out_cl = labops.conv2d_mm(x.contiguous(memory_format=cl), w, b, 1, 1, 1)
+    rtol, atol = tolerances(dtype)
+    assert out_cl.is_contiguous(memory_format=cl) and not out_cl.is_contiguous()
+    torch.testing.assert_close(out_cl, out, rtol=rtol, atol=atol)
+    g = randn(*out.shape)
+    grad_in = torch.ops.labops.conv2d_mm_backward_input(g, w, list(x.shape), [1, 1], [1, 1], [1, 1])
+    grad_in_cl = torch.ops.labops.conv2d_mm_backward_input(g.contiguous(memory_format=cl), w, list(x.shape),
+                                                           [1, 1], [1, 1], [1, 1])
+    assert grad_in.is_contiguous() and grad_in_cl.is_contiguous(memory_format=cl) and not grad_in_cl.is_contiguous()
+    torch.testing.assert_close(grad_in_cl, grad_in, rtol=rtol, atol=atol)
+    grad_w, _ = torch.ops.labops.conv2d_mm_backward_weight(g.contiguous(memory_format=cl),
+                                                           x.contiguous(memory_format=cl), list(w.shape),
+                                                           [1, 1], [1, 1], [1, 1])
+    assert grad_w.is_contiguous()
 
 
 # ---- the ladder (conv2d_mm forward) ----

@@ -7,18 +7,22 @@
 //   1 textbook     forward_textbook_kernel: one thread per output element,
 //                  forward_at (the direct convolution), grid-stride loop;
 //   2 im2col_gemm  im2col_kernel, then one strided-batched cuBLAS GEMM per
-//                  chunk of images; the default where rung 4 cannot take the input.
+//                  chunk of images; the default where rungs 4 and 5 cannot take the input.
 //   3 implicit_gemm  implicit_gemm_kernel: the same GEMM over the whole batch,
 //                  its columns loaded from x into shared memory tile by tile
 //                  and never written (Note [implicit GEMM]); FFMA in float32
 //                  (float64 for float64), any stride, padding, dilation.
-//   4 tensor_cores  tensor_core_gemm_kernel: rung 3's GEMM on tensor cores, x read
-//                  as channels_last (Note [tensor-core implicit GEMM]); the default
-//                  wherever TensorCorePlan takes the input. It also computes the
-//                  input gradient at stride 1 and the weight gradient of large
-//                  images (Notes [the input gradient as a convolution], [the
-//                  weight gradient as a convolution]).
-// Rungs 1 to 3 read x as NCHW: entry.h makes a channels_last x contiguous first.
+//   4 tensor_cores  tensor_core_gemm_kernel: rung 3's GEMM on tensor cores (mma.sync), x
+//                  read as channels_last (Note [tensor-core implicit GEMM]); the default
+//                  wherever TensorCorePlan takes the input and rung 5 does not.
+//   5 wgmma        wgmma_gemm_kernel: rung 4's GEMM on Hopper's warpgroup tensor cores
+//                  (Note [wgmma implicit GEMM]); the default on an H100 or H200 for
+//                  float16 and bfloat16 wherever it takes the input.
+// The fastest of rungs 5 and 4 that takes the shape also computes the input gradient at
+// stride 1 and the weight gradient of large images (Notes [the input gradient as a
+// convolution], [the weight gradient as a convolution]).
+// Rungs 1 to 3 read x as NCHW: entry.h makes a channels_last x contiguous first. Rungs 4
+// and 5 write a channels_last output where x is channels_last, the others NCHW.
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -325,8 +329,8 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, 
 //
 // Each output sums its k in the same order on every run (deterministic); float16 and bfloat16 multiply
 // exactly and add in float32, float32 is rounded to TF32 first (Mma<float>), as cuDNN does when
-// torch.backends.cudnn.conv.fp32_precision lets it. The epilogue adds the bias and writes out as NCHW: 8 lanes of a
-// warp hold 8 consecutive pixels of one filter.
+// torch.backends.cudnn.conv.fp32_precision lets it. The epilogue (write_results) adds the bias and writes out
+// NCHW, or channels_last where x is (entry.h's output_format): a GEMM row is then a row of out.
 constexpr int kTcRowBytes = 64;               // k per step, in bytes
 constexpr int kTcPitch = kTcRowBytes + 16;    // a tile row in shared memory, padded (see above)
 constexpr int kTcStages = 4;                  // copies of the tiles in the ring
@@ -354,6 +358,7 @@ struct TensorCoreGemm {
   FastDivider channels, kernel_w, pixels, out_w;
   int splits = 1, steps_per_split = 0;
   float* partial = nullptr;
+  bool channels_last_out = false;  // out (N, O, Hout, Wout) in memory as (N, Hout, Wout, O): GEMM row j at j * O
 
   TensorCoreGemm(const conv2d_mm::Im2colShape& shape, int64_t filters)
       : s(shape),
@@ -414,8 +419,9 @@ struct PixelRows {
 // layout, mma.cuh; wgmma's is the same), whose first row is GEMM row j0 (an output pixel) and first column
 // filter o0. Accumulator e of tile (mi, ni) is row j0 + mi * 16 + lane / 4 (+ 8 for e >= 2) and filter
 // o0 + ni * 8 + 2 * (lane % 4) (+ 1 for odd e). With the sum over k split, the split's float32 sums go to
-// partial[split][row][filter] (blockIdx.y is the split); else out = sum + bias, NCHW: lanes l, l + 4, ...,
-// l + 28 hold 8 consecutive pixels of a filter.
+// partial[split][row][filter] (blockIdx.y is the split); else out = sum + bias, NCHW (lanes l, l + 4, ...,
+// l + 28 hold 8 consecutive pixels of a filter) or channels_last (a GEMM row is a row of out: lanes 4g to
+// 4g + 3 hold 8 consecutive filters of a pixel).
 template <typename scalar_t, int MI, int NI>
 __device__ __forceinline__ void write_results(const TensorCoreGemm& gemm, const float (&acc)[MI][NI][4], int j0,
                                               int o0, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
@@ -454,6 +460,12 @@ __device__ __forceinline__ void write_results(const TensorCoreGemm& gemm, const 
       const int o = o0 + ni * 8 + q2 + e;
       bias_of[ni][e] = bias != nullptr && o < out_channels ? static_cast<float>(bias[o]) : 0.0f;
     }
+  }
+  if (gemm.channels_last_out) {
+    for_each_result([&](int j, int o, float value, int ni, int e) {
+      out[static_cast<int64_t>(j) * out_channels + o] = static_cast<scalar_t>(value + bias_of[ni][e]);
+    });
+    return;
   }
   const int64_t L = gemm.pixels.d;
   for_each_result([&](int j, int o, float value, int ni, int e) {
@@ -907,17 +919,35 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The same transposes where a matrix has fewer than 32 columns (the weight (O, C, kH*kW) into (O, kH*kW, C):
+// 9 columns), which would leave most of transpose_kernel's 32 x 32 tiles empty: thread i writes out element i
+// (rows fastest, so a warp's stores are contiguous) and reads its source `cols` elements apart, from the
+// few KB of one matrix that L1 and L2 then hold for the other columns' threads.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    narrow_transpose_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, int64_t rows, int cols,
+                            int64_t batch) {
+  const int64_t n = batch * rows * cols;
+  LABOPS_KERNEL_LOOP(i, n) {
+    const int64_t r = i % rows, bc = i / rows;  // out[b][c][r]
+    const int64_t b = bc / cols, c = bc - b * cols;
+    out[i] = in[(b * rows + r) * cols + c];
+  }
+}
+
 // Output pixels an image needs before its weight gradient runs as a convolution (below).
 constexpr int64_t kMinPixelsForWeightGradientAsConvolution = 256;
 
 // The forward with its sum over k split (TensorCorePlan::splits, Note [wgmma implicit GEMM]): out[n, o, p] =
 // bias[o] + the splits' float32 sums partial[split][n * L + p][o], added in split order, so the bits are the
 // same on every run. A block moves 32 x 32 tiles (pixels x filters) through shared memory so that it reads
-// rows of partial and writes rows of out, 32 consecutive elements each (as transpose_kernel does).
+// rows of partial and writes rows of an NCHW out, 32 consecutive elements each (as transpose_kernel does);
+// a channels_last out has partial's layout, and its rows are written as they were read.
 template <typename scalar_t>
 __global__ void __launch_bounds__(256)
     add_splits_to_output_kernel(const float* __restrict__ partial, int splits, int64_t columns, int64_t out_channels,
-                                int64_t pixels, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
+                                int64_t pixels, bool channels_last_out, const scalar_t* __restrict__ bias,
+                                scalar_t* __restrict__ out) {
   __shared__ float tile[32][33];  // 33: a column of the tile spreads over the banks
   const int64_t tiles_o = (out_channels + 31) / 32, tiles = (columns + 31) / 32 * tiles_o;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
@@ -932,11 +962,14 @@ __global__ void __launch_bounds__(256)
     }
     __syncthreads();
     for (int i = ty; i < 32; i += 8) {
-      const int64_t o = o0 + i, j = j0 + tx;
+      // channels_last: pixel j0 + i, filters o0 + tx (as read); NCHW: filter o0 + i, pixels j0 + tx
+      const int64_t j = channels_last_out ? j0 + i : j0 + tx, o = channels_last_out ? o0 + tx : o0 + i;
       if (j >= columns || o >= out_channels) continue;
-      const int64_t n = j / pixels, p = j - n * pixels;
+      const float sum = channels_last_out ? tile[i][tx] : tile[tx][i];
       const float b = bias != nullptr ? static_cast<float>(bias[o]) : 0.0f;
-      out[(n * out_channels + o) * pixels + p] = static_cast<scalar_t>(tile[tx][i] + b);
+      const int64_t n = j / pixels, p = j - n * pixels;
+      out[channels_last_out ? j * out_channels + o : (n * out_channels + o) * pixels + p] =
+          static_cast<scalar_t>(sum + b);
     }
     __syncthreads();  // the tile is read before the next one overwrites it
   }
@@ -1120,7 +1153,8 @@ struct Conv2dMMLauncher {
   }
 
   // Rungs 4 and 5 (Notes [tensor-core implicit GEMM], [wgmma implicit GEMM]) by `plan`: x4 (N, C, H, W) in
-  // any layout, weight (O, C, kH, kW), bias (O) or undefined; out (N, O, out_h, out_w) contiguous. x is read
+  // any layout, weight (O, C, kH, kW), bias (O) or undefined; out (N, O, out_h, out_w) contiguous or
+  // channels_last (written as it is). x is read
   // as channels_last (copied when it is not, or when its data is not 16-byte aligned) and the weight in
   // (kh, kw, c) order.
   static void forward_tensor_cores(const conv2d_mm::Im2colShape& s, const at::Tensor& x4, const at::Tensor& weight,
@@ -1134,6 +1168,7 @@ struct Conv2dMMLauncher {
     const at::Tensor xc = channels_last(x4);                                   // (N, H, W, C) in memory
     const at::Tensor wk = channels_last(weight);                               // (O, kH, kW, C) in memory
     TensorCoreGemm gemm(s, O);
+    gemm.channels_last_out = !out.is_contiguous();  // else contiguous (output_format, entry.h)
     at::Tensor partial;  // the splits' sums, where the plan splits k
     if (plan.splits > 1) {
       const int64_t steps = ceil_div<int64_t>(gemm.K, kWgRowBytes / x4.element_size());
@@ -1151,7 +1186,7 @@ struct Conv2dMMLauncher {
         const int64_t tiles = ceil_div<int64_t>(gemm.columns, 32) * ceil_div<int64_t>(O, 32);
         const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 8);
         add_splits_to_output_kernel<scalar_t><<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
-            partial.const_data_ptr<float>(), gemm.splits, gemm.columns, O, s.blocks(),
+            partial.const_data_ptr<float>(), gemm.splits, gemm.columns, O, s.blocks(), gemm.channels_last_out,
             bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
@@ -1193,8 +1228,10 @@ struct Conv2dMMLauncher {
                                              const at::Tensor& x4, const at::Tensor& grad_w, double scale,
                                              double beta) {
     // Only for large images, whose columns are large: at 14 x 14 and 7 x 7 (float16, batch 32) the columns
-    // and cuBLAS measured faster (docs/benchmarks/conv_goals/h100_weight_gradient_tc.md), at 28 x 28 and
-    // 56 x 56 slower.
+    // and cuBLAS measured faster, on rung 4's kernel (docs/benchmarks/conv_goals/h100_weight_gradient_tc.md)
+    // and on rung 5's (fwd+bwd 0.66 and 0.51 of cuDNN's speed against 0.78 and 0.71 through the columns:
+    // add_splits_kernel's strided reads of the many splits cost as much as the GEMM), at 28 x 28 and 56 x 56
+    // slower.
     if (s.blocks() < kMinPixelsForWeightGradientAsConvolution) return false;
     const int64_t O = g3.size(1), N = s.batch, C = s.channels;
     const conv2d_mm::Im2colShape t = conv2d_mm::make_shape(
@@ -1249,6 +1286,13 @@ struct Conv2dMMLauncher {
   static void transpose(const at::Tensor& src, int64_t batch, int64_t rows, int64_t cols, const at::Tensor& out) {
     if (out.numel() == 0) return;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "labops_transpose", [&] {
+      if (cols < 32) {  // narrow matrices: the weight's (C, kH*kW)
+        const int64_t n = batch * rows * cols;
+        narrow_transpose_kernel<scalar_t><<<get_blocks(n), kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+            src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, static_cast<int>(cols), batch);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        return;
+      }
       const int64_t tiles = batch * ceil_div<int64_t>(rows, 32) * ceil_div<int64_t>(cols, 32);
       const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 16);
       transpose_kernel<scalar_t><<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(

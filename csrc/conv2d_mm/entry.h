@@ -279,6 +279,13 @@ inline void check_conv2d_mm_backward_weight(const at::Tensor& grad_output, const
   check_grad_output(grad_output, conv_output_shape(x.sym_sizes(), weight_size[0], out_hw), op);
 }
 
+// The memory format of conv2d_mm's output, and of the input gradient: F.conv2d's, channels_last where the
+// tensor it follows (x; grad_output) is a channels_last batch of images, else contiguous. The Meta kernels
+// ask it too, so a fake tensor has the strides of the real one.
+inline at::MemoryFormat output_format(const at::Tensor& follows) {
+  return follows.dim() == 4 ? follows.suggest_memory_format() : at::MemoryFormat::Contiguous;
+}
+
 // ---- the Meta kernels: the rules and the shapes above, nothing else ----
 struct Meta {
   static at::Tensor im2col(const at::Tensor& x, at::IntArrayRef kernel_size, at::IntArrayRef stride,
@@ -294,14 +301,15 @@ struct Meta {
 
   static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
-    return at::empty_symint(conv2d_mm_output_size(x, weight, bias, stride, padding, dilation), x.options());
+    return at::empty_symint(conv2d_mm_output_size(x, weight, bias, stride, padding, dilation), x.options(),
+                            output_format(x));
   }
 
   static at::Tensor conv2d_mm_backward_input(const at::Tensor& grad_output, const at::Tensor& weight,
                                              c10::SymIntArrayRef input_size, at::IntArrayRef stride,
                                              at::IntArrayRef padding, at::IntArrayRef dilation) {
     check_conv2d_mm_backward_input(grad_output, weight, input_size, stride, padding, dilation);
-    return at::empty_symint(input_size, grad_output.options());
+    return at::empty_symint(input_size, grad_output.options(), output_format(grad_output));
   }
 
   static void conv2d_mm_acc_grad_parameters(const at::Tensor& grad_output, const at::Tensor& x,
@@ -507,8 +515,8 @@ struct Entry {
   // forward's ladder; rung 1 (textbook), when forced, sums each output directly, and
   // rung 3 (implicit_gemm, CUDA only) runs the same GEMM without the columns, rung 4 (tensor_cores,
   // CUDA only) that GEMM on tensor cores, and rung 5 (wgmma, Hopper only) on Hopper's. Rungs 1 to 3 read x
-  // as NCHW (a channels_last x is made contiguous first), rungs 4 and 5 as channels_last; every rung writes
-  // an NCHW output.
+  // as NCHW (a channels_last x is made contiguous first), rungs 4 and 5 as channels_last. The output is
+  // channels_last where x is (output_format): rungs 4 and 5 write it so, the others write NCHW, copied.
   static at::Tensor conv2d_mm(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     conv2d_mm_output_size(x, weight, bias, stride, padding, dilation);  // the rules
@@ -516,10 +524,13 @@ struct Entry {
     const int64_t O = weight.size(0);
     c10::OptionalDeviceGuard guard(x.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
-    at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x.options());
     // The rung (forward_ladder), asked only when a kernel runs: an empty output records nothing. Asked
     // before x is copied, so a forced rung that refuses the input has cost no copy.
-    const int rung = out.numel() > 0 ? Launcher::forward_rung(forward_ladder().forced(), s, O, x.scalar_type()) : 0;
+    const bool runs = s.batch * O * L > 0;
+    const int rung = runs ? Launcher::forward_rung(forward_ladder().forced(), s, O, x.scalar_type()) : 0;
+    const at::MemoryFormat format = output_format(x);
+    at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x.options(),
+                               rung >= 4 ? format : at::MemoryFormat::Contiguous);
     at::Tensor x4 = x.dim() == 4 ? x : x.unsqueeze(0);
     if (rung < 4) x4 = x4.contiguous();  // rungs 1 to 3 read x as NCHW; 4 and 5 as channels_last, from any layout
     if (rung >= 4) {
@@ -554,7 +565,8 @@ struct Entry {
                                bias);
       });
     }
-    return x.dim() == 4 ? out : out.squeeze(0);
+    if (x.dim() == 3) return out.squeeze(0);
+    return format == at::MemoryFormat::Contiguous ? out : out.contiguous(format);  // rungs 1 to 3 wrote NCHW
   }
 
   // ---- conv2d_mm_backward_input: updateGradInput ----
@@ -567,22 +579,27 @@ struct Entry {
     const int64_t O = weight.size(0);
     c10::OptionalDeviceGuard guard(grad_output.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
-    at::Tensor g3 = grad_output.reshape({s.batch, O, L});
-    at::Tensor grad_input = at::empty({s.batch, s.channels, s.height, s.width}, grad_output.options());
+    const at::MemoryFormat format = output_format(grad_output);
+    at::Tensor grad_input = at::empty({s.batch, s.channels, s.height, s.width}, grad_output.options(), format);
     bool done = false;  // on CUDA at stride 1, by the tensor cores: Note [the input gradient as a convolution]
     if constexpr (Launcher::kImplicitGemm) {
       done = grad_input.numel() > 0 && Launcher::backward_input_as_convolution(
                                            s, grad_output.reshape({s.batch, O, s.out_h, s.out_w}), weight, grad_input);
     }
     if (grad_input.numel() > 0 && !done) {
+      // The columns and col2im write NCHW: into grad_input itself, or into a copy where it is channels_last.
+      const at::Tensor result = grad_input.is_contiguous() ? grad_input
+                                                           : at::empty(grad_input.sizes(), grad_input.options());
+      at::Tensor g3 = grad_output.reshape({s.batch, O, L});
       at::Tensor w2 = weight.reshape({O, rows});
       const Chunk chunk = chunk_size(s, grad_output.element_size(), Launcher::kColumnBudgetBytes, true);
       at::Tensor cols = at::empty({chunk_slots(grad_output), chunk.images * rows * L}, grad_output.options());
       run_chunks(s, chunk, grad_output, [&](int64_t n0, int64_t nb, int64_t, int64_t, int64_t slot) {
         at::Tensor cols_n = slot_view(cols, slot, {nb, rows, L});
         Launcher::gemm_backward_input(cols_n, w2, narrow_or_all(g3, 0, n0, nb));
-        fold_into(chunk_of(s, nb, 0, s.out_h), cols_n, narrow_or_all(grad_input, 0, n0, nb));
+        fold_into(chunk_of(s, nb, 0, s.out_h), cols_n, narrow_or_all(result, 0, n0, nb));
       });
+      if (!result.is_same(grad_input)) grad_input.copy_(result);
     }
     return input_size.size() == 4 ? grad_input : grad_input.squeeze(0);
   }

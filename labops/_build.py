@@ -176,8 +176,9 @@ def cuda_arch_flags() -> list[str]:
     for arch in cuda_architectures():
         number = arch.split("+")[0].replace(".", "")
         flags.append(f"-gencode=arch=compute_{number},code=sm_{number}")
-        if arch.endswith("+PTX"):
-            flags.append(f"-gencode=arch=compute_{number},code=compute_{number}")
+        if arch.endswith("+PTX"):  # PTX for later GPUs: sm_90a's would run on none, so the plain 9.0's
+            plain = number.rstrip("a")
+            flags.append(f"-gencode=arch=compute_{plain},code=compute_{plain}")
     if any(a.split("+")[0] == "9.0a" for a in cuda_architectures()):
         flags.append("-DLABOPS_SM90A=1")
     return flags

@@ -323,3 +323,18 @@ def test_bench_suites_name_their_peers():
         assert {name for c in suite.cases("cpu") for name in c.peers} == {"torch.compile"}
     assert {name for c in depthwise.cases("cpu") for name in c.peers} == {"channels_last"}
     assert callable(bench.compiled(lambda t: t + 1))
+
+
+@pytest.mark.parametrize("wanted, gencode, sm90a", [
+    ("8.0;9.0", ["compute_80,code=sm_80", "compute_90a,code=sm_90a"], True),
+    ("9.0+PTX", ["compute_90a,code=sm_90a", "compute_90,code=compute_90"], True),  # portable PTX stays plain
+    ("9.0a", ["compute_90a,code=sm_90a"], True),
+    ("8.6 8.9", ["compute_86,code=sm_86", "compute_89,code=sm_89"], False),
+])
+def test_hopper_is_compiled_as_sm_90a(monkeypatch, wanted, gencode, sm90a):
+    """TORCH_CUDA_ARCH_LIST's 9.0 becomes 9.0a (wgmma exists only there, and its code runs on every 9.0 GPU),
+    with LABOPS_SM90A defined for the host code that picks conv2d_mm's wgmma rung."""
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", wanted)
+    flags = _build.cuda_arch_flags()
+    assert [f.removeprefix("-gencode=arch=") for f in flags if f.startswith("-gencode")] == gencode
+    assert ("-DLABOPS_SM90A=1" in flags) == sm90a

@@ -607,15 +607,15 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // no fragments in registers, and the tensor core's N is up to 256 wide where mma.sync's is 8.
 // A step is 128 bytes of k (64 values), one row of the 128-byte swizzle (Note [wgmma shared-memory layout]):
 // 8 threads load a row, chunk c of row r going to r * 128 + ((c ^ (r % 8)) * 16). The tiles sit in a ring
-// of kStages copies (as many as 220 KB hold, at most 6), loaded kAhead = kStages - 2 steps ahead, and the
-// multiplications are asynchronous too: a step's wgmma batch is committed and left running while the
-// warpgroup waits only for the previous step's (wgmma_wait<1>). So at the barrier of step s every warpgroup
-// is done with the tiles of step s - 2, and that is the copy the loads of step s + kAhead overwrite. One
-// block a multiprocessor (two for 128 x 64 tiles, with a ring of 4 each): the asynchronous pipeline, more
-// than other blocks, hides the latencies. Where the tiles are too few to fill the GPU (the 14 x 14 and 7 x 7
-// layers: 98 and 52 tiles for 132 multiprocessors at batch 32), the sum over k is split as the weight
-// gradient's is (Note [the weight gradient as a convolution]), and add_splits_to_output_kernel adds the
-// splits in order, then the bias.
+// of kStages copies (as many as 220 KB hold for the blocks a multiprocessor runs, at most 6), loaded
+// kAhead = kStages - 2 steps ahead, and the multiplications are asynchronous too: a step's wgmma batch is
+// committed and left running while the warpgroup waits only for the previous step's (wgmma_wait<1>). So at
+// the barrier of step s every warpgroup is done with the tiles of step s - 2, and that is the copy the loads
+// of step s + kAhead overwrite. One block a multiprocessor (two for 128 x 64 tiles, with a ring of 4 each):
+// the asynchronous pipeline, more than other blocks, hides the latencies. Where the tiles fill at most half
+// the GPU (the 7 x 7 layer at batch 32: 52 tiles for 132 multiprocessors), the sum over k is split as the
+// weight gradient's is (Note [the weight gradient as a convolution]), and add_splits_to_output_kernel adds
+// the splits in order, then the bias (TensorCorePlan says why not for more tiles).
 // Precision and order are rung 4's: float16 and bfloat16 products added in float32, each output's k summed
 // in one fixed order (deterministic).
 constexpr int kWgRowBytes = 128;  // k per step, in bytes: one row of the 128-byte swizzle
@@ -1023,7 +1023,8 @@ inline bool wgmma_available() {
 // GEMM]) in tiles of 128 x 128, 128 x 64 or 64 x 64 pixels x filters, 4 warps each (a 64 x 128 tile, cuDNN's
 // pick for the 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed), or
 // with `wgmma` wgmma_gemm_kernel (rung 5, Note [wgmma implicit GEMM]) in tiles of 128 x 64, 128 x 128 or
-// 128 x 256, one block a multiprocessor. why_not: why the kernel cannot take the convolution ("" when it can).
+// 128 x 256, one block a multiprocessor (or two of 128 x 64), its sum over k split in up to 4 where the tiles
+// are few. why_not: why the kernel cannot take the convolution ("" when it can).
 struct TensorCorePlan {
   bool wgmma = false;
   int bm = 0, bn = 0, per_sm = 0;  // the tile, and how many blocks of it share a multiprocessor

@@ -331,10 +331,10 @@ def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels):
     # the tiles TensorCorePlan picks for these with wgmma on an H100 (132 multiprocessors, one block each)
     ((8, 16, 40, 40), 64),    # 128 x 64: 100 blocks
     ((8, 16, 40, 40), 120),   # 128 x 128 (one wave, where 128 x 64 would take two); a partial tile of filters
-    ((4, 16, 66, 64), 200),   # 128 x 256 (one wave, where 128 x 128 would take two)
+    ((4, 16, 66, 64), 200),   # 128 x 128: 264 blocks, two waves
     ((1, 8, 5, 7), 72),       # a single partial tile of pixels; K = 72, less than one step
     ((8, 64, 7, 7), 256),     # 4 x 2 tiles: the sum over k split in 2, added by add_splits_to_output_kernel
-], ids=["128x64", "128x128", "128x256", "partial", "split-k"])
+], ids=["128x64", "128x128", "128x128-two-waves", "partial", "split-k"])
 def test_wgmma_every_tile_size(device, dtype, shape, out_channels):
     """Rung 5 (Note [wgmma implicit GEMM]) on each of its tile sizes and with its sum over k split, against
     float64 F.conv2d; the same bits twice."""

@@ -372,46 +372,58 @@ struct TensorCoreGemm {
 };
 
 // k = (tap, c) of the GEMM split into the channel and the kernel position it reads (TensorCoreGemm's
-// divisors); inside: k is a real one (k < K), not past the end of the last step.
+// divisors); inside: k is a real one (k < K), not past the end of the last step. A loader finds its tap once
+// a step and its rows' pixels once a block (PixelRows), so that each 16-byte load costs only an add and two
+// bounds checks: input_coord(o, k) = input_coord(o, 0) + k * dilation splits into the pixel's origin (the
+// input pixel its tap (0, 0) reads, perhaps in the padding) and the tap's reach (dh, dw) from it.
 struct Tap {
   int c, kh, kw;
   bool inside;
+  int dh, dw;  // kh * dilation_h, kw * dilation_w
+  int offset;  // (dh * W + dw) * C + c: the reach as an offset in a channels_last image
 };
 __device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
+  const conv2d_mm::Im2colShape& s = gemm.s;
   const int tap = static_cast<int>(gemm.channels.div(static_cast<uint32_t>(k)));
   const int kh = static_cast<int>(gemm.kernel_w.div(static_cast<uint32_t>(tap)));
-  return {k - tap * static_cast<int>(gemm.channels.d), kh, tap - kh * static_cast<int>(gemm.kernel_w.d), k < gemm.K};
+  const int c = k - tap * static_cast<int>(gemm.channels.d), kw = tap - kh * static_cast<int>(gemm.kernel_w.d);
+  const int dh = conv::input_coord<int>(0, kh, 1, 0, static_cast<int>(s.dilation_h));
+  const int dw = conv::input_coord<int>(0, kw, 1, 0, static_cast<int>(s.dilation_w));
+  return {c, kh, kw, k < gemm.K, dh, dw, (dh * static_cast<int>(s.width) + dw) * static_cast<int>(s.channels) + c};
 }
 
 // The GEMM rows (output pixels) a thread loads A's chunks for: first, first + stride, ... (kRows of them).
-// Each row's image and (oh, ow) stay fixed for the whole K loop, so they are found once, before it.
+// Each row's origin stays fixed for the whole K loop, so it is found once, before it.
 template <typename scalar_t, int kRows>
 struct PixelRows {
-  const scalar_t* image[kRows];  // nullptr: a row past the batch
-  int oh[kRows], ow[kRows];
+  const scalar_t* origin[kRows];  // where the origin's channel 0 would be in x (only read once in bounds)
+  int ih0[kRows], iw0[kRows];     // the origin; INT_MIN for a row past the batch, which no tap brings inside
 
   __device__ PixelRows(const TensorCoreGemm& gemm, const scalar_t* x, int first, int stride) {
     const conv2d_mm::Im2colShape& s = gemm.s;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int j = first + i * stride;
-      image[i] = nullptr;
-      oh[i] = ow[i] = 0;
+      origin[i] = x;
+      ih0[i] = iw0[i] = std::numeric_limits<int>::min();
       if (j < gemm.columns) {
         const int n = static_cast<int>(gemm.pixels.div(static_cast<uint32_t>(j)));
         const int p = j - n * static_cast<int>(gemm.pixels.d);
-        oh[i] = static_cast<int>(gemm.out_w.div(static_cast<uint32_t>(p)));
-        ow[i] = p - oh[i] * static_cast<int>(gemm.out_w.d);
-        image[i] = x + static_cast<int64_t>(n) * s.height * s.width * s.channels;
+        const int oh = static_cast<int>(gemm.out_w.div(static_cast<uint32_t>(p)));
+        const int ow = p - oh * static_cast<int>(gemm.out_w.d);
+        ih0[i] = conv::input_coord<int>(oh, 0, static_cast<int>(s.stride_h), static_cast<int>(s.pad_h), 1);
+        iw0[i] = conv::input_coord<int>(ow, 0, static_cast<int>(s.stride_w), static_cast<int>(s.pad_w), 1);
+        origin[i] = x + (static_cast<int64_t>(n) * s.height * s.width +
+                         static_cast<int64_t>(ih0[i]) * s.width + iw0[i]) * s.channels;
       }
     }
   }
-  // The 16 bytes row i reads at `tap` (channels_last_source), or nullptr where it reads zeros (the padding,
-  // a row past the batch, a k past K).
+  // The 16 bytes row i reads at `tap` (channels_last_source's element, found in two adds), or nullptr where
+  // it reads zeros (the padding, a row past the batch, a k past K).
   __device__ __forceinline__ const scalar_t* source(const TensorCoreGemm& gemm, int i, const Tap& tap) const {
-    if (!tap.inside || image[i] == nullptr) return nullptr;
-    const int src = conv2d_mm::channels_last_source<int>(gemm.s, tap.c, tap.kh, tap.kw, oh[i], ow[i]);
-    return src >= 0 ? image[i] + src : nullptr;
+    const bool inside = tap.inside && conv::in_bounds(ih0[i] + tap.dh, static_cast<int>(gemm.s.height)) &&
+                        conv::in_bounds(iw0[i] + tap.dw, static_cast<int>(gemm.s.width));
+    return inside ? origin[i] + tap.offset : nullptr;
   }
 };
 
@@ -602,7 +614,7 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // Note [wgmma implicit GEMM]
 // Rung 5 of the forward, Hopper only (sm_90a): rung 4's GEMM, loads and epilogue, multiplied by wgmma
 // (common/cuda/wgmma.cuh) instead of mma.sync. A block is two warpgroups (8 warps) and a 128 x BN tile of
-// out^T (BM = 128 pixels x BN = 64, 128 or 256 filters); each warpgroup owns 64 of the pixels and all BN
+// out^T (BM = 128 pixels x BN = 64 or 128 filters); each warpgroup owns 64 of the pixels and all BN
 // filters, one wgmma m64nBNk16 per 32 bytes of k, reading both operands from shared memory: no ldmatrix,
 // no fragments in registers, and the tensor core's N is up to 256 wide where mma.sync's is 8.
 // A step is 128 bytes of k (64 values), one row of the 128-byte swizzle (Note [wgmma shared-memory layout]):
@@ -612,7 +624,13 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // committed and left running while the warpgroup waits only for the previous step's (wgmma_wait<1>). So at
 // the barrier of step s every warpgroup is done with the tiles of step s - 2, and that is the copy the loads
 // of step s + kAhead overwrite. One block a multiprocessor (two for 128 x 64 tiles, with a ring of 4 each):
-// the asynchronous pipeline, more than other blocks, hides the latencies. Where the tiles fill at most half
+// the asynchronous pipeline, more than other blocks, hides the latencies.
+// What limits it is the loads' instructions: with two warps a scheduler, the address of each 16-byte load
+// must be cheap, so a loader finds its rows' origins once and its tap once a step (Tap, PixelRows): that
+// alone took the 28 x 28 forward from 0.77 to 0.96 of cuDNN's speed (H100, float16, batch 32). Handing all
+// loads to a third warpgroup that only loads (warp specialization, cp.async signalling mbarriers) measured
+// slower, 0.88: one loading warp a scheduler could not issue them fast enough. cuDNN's kernels load with TMA,
+// one instruction a tile, which is the step this kernel has not taken. Where the tiles fill at most half
 // the GPU (the 7 x 7 layer at batch 32: 52 tiles for 132 multiprocessors), the sum over k is split as the
 // weight gradient's is (Note [the weight gradient as a convolution]), and add_splits_to_output_kernel adds
 // the splits in order, then the bias (TensorCorePlan says why not for more tiles).
@@ -1022,9 +1040,8 @@ inline bool wgmma_available() {
 // How a tensor-core kernel covers a convolution: tensor_core_gemm_kernel (rung 4, Note [tensor-core implicit
 // GEMM]) in tiles of 128 x 128, 128 x 64 or 64 x 64 pixels x filters, 4 warps each (a 64 x 128 tile, cuDNN's
 // pick for the 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed), or
-// with `wgmma` wgmma_gemm_kernel (rung 5, Note [wgmma implicit GEMM]) in tiles of 128 x 64, 128 x 128 or
-// 128 x 256, one block a multiprocessor (or two of 128 x 64), its sum over k split in up to 4 where the tiles
-// are few. why_not: why the kernel cannot take the convolution ("" when it can).
+// with `wgmma` wgmma_gemm_kernel (rung 5, Note [wgmma implicit GEMM]) in tiles of 128 x 64 (two blocks a
+// multiprocessor) or 128 x 128 (one), its sum over k split in up to 4 where the tiles are few. why_not: why the kernel cannot take the convolution ("" when it can).
 struct TensorCorePlan {
   bool wgmma = false;
   int bm = 0, bn = 0, per_sm = 0;  // the tile, and how many blocks of it share a multiprocessor
@@ -1069,25 +1086,29 @@ struct TensorCorePlan {
     // work per byte they load (the factors are rough guesses, checked by tools/conv_goals.py on an H100).
     const int64_t sms = multiprocessor_count();
     double best = 0;
-    // wgmma also weighs the sum over k split in 2 to 4 (a wave of blocks then takes 1/split as long, for the
-    // reading and writing of the float32 sums a rough 10 % more), where each split still has 4 steps of k and
-    // the unsplit tiles fill at most half the multiprocessors: at 28 x 28 and 14 x 14 (batch 32, 98 tiles)
-    // splitting in 2 measured 0.49 and 0.47 of cuDNN's speed against 0.78 and 0.79 unsplit, the float32 sums
-    // costing as much memory traffic as the GEMM itself.
-    const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency, int split = 1) {
+    // wgmma's plan also counts the blocks that share a multiprocessor where a wave is not full (104 blocks
+    // of 128 x 64 on 132 multiprocessors run one each, at `alone` efficiency), and weighs the sum over k split
+    // in 2 to 4 (a wave of blocks then takes 1/split as long, for the reading and writing of the float32 sums
+    // a rough 30 % more), where each split still has 4 steps of k and the unsplit tiles fill at most half the
+    // multiprocessors. Measured on an H100 (float16, fwd, of cuDNN's speed): the 7 x 7 layer at batch 32 ran
+    // 0.77 in unsplit 128 x 64 tiles, 0.69 in 128 x 128 and 0.68 split in 2; 128 x 64 tiles alone on a
+    // multiprocessor ran 0.96 at 28 x 28 against 1.04 two to a multiprocessor. (128 x 256 tiles never finish
+    // first by this model: a wave of them takes as long as two of 128 x 128, and they come in half as many.)
+    const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency, int split = 1,
+                              double alone = 0) {
       const int64_t count = ceil_div(columns, int64_t(m)) * ceil_div(out_channels, int64_t(n));
-      const double cost = double(ceil_div(count * split, blocks_per_sm * sms)) * blocks_per_sm * m * n *
-                          (split == 1 ? 1.0 : 1.1) / (efficiency * split);
+      const int64_t waves = ceil_div(count * split, blocks_per_sm * sms);
+      const int64_t sharing = alone > 0 ? std::min<int64_t>(blocks_per_sm, ceil_div(count * split, sms)) : blocks_per_sm;
+      const double cost = double(waves) * sharing * m * n * (split == 1 ? 1.0 : 1.3) /
+                          ((sharing < blocks_per_sm ? alone : efficiency) * split);
       if (bm == 0 || cost < best) bm = m, bn = n, per_sm = blocks_per_sm, blocks = count, splits = split, best = cost;
     };
     if (wgmma) {
       const int64_t steps = ceil_div<int64_t>(K, kWgRowBytes / c10::elementSize(dtype));
       const bool few_tiles = ceil_div(columns, int64_t(kWgBM)) * ceil_div(out_channels, int64_t(128)) * 2 <= sms;
       for (int split = 1; split <= (few_tiles ? 4 : 1) && (split == 1 || steps / split >= 4); ++split) {
-        consider(kWgBM, 128, 1, 1.0, split);
-        consider(kWgBM, 256, 1, 1.05, split);
-        consider(kWgBM, 64, 1, 0.8, split);
-        consider(kWgBM, 64, 2, 0.88, split);
+        consider(kWgBM, 128, 1, 1.0, split, 1.0);
+        consider(kWgBM, 64, 2, 0.88, split, 0.8);
       }
     } else {
       consider(128, 128, tc_blocks_per_sm<128, 128>(), 1.0);
@@ -1315,18 +1336,12 @@ struct Conv2dMMLauncher {
     };
     if constexpr (!std::is_same_v<scalar_t, float>) {
       if (plan.wgmma) {  // two warpgroups a block
-        if (plan.bn == 64 && plan.per_sm == 2) {
+        if (plan.bn == 64) {
           launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64, 2>, wg_smem_bytes<64, 2>()>(), 256,
                  wg_smem_bytes<64, 2>());
-        } else if (plan.bn == 64) {
-          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64, 1>, wg_smem_bytes<64, 1>()>(), 256,
-                 wg_smem_bytes<64, 1>());
-        } else if (plan.bn == 128) {
+        } else {
           launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 128, 1>, wg_smem_bytes<128, 1>()>(), 256,
                  wg_smem_bytes<128, 1>());
-        } else {
-          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 256, 1>, wg_smem_bytes<256, 1>()>(), 256,
-                 wg_smem_bytes<256, 1>());
         }
         return;
       }

@@ -56,7 +56,7 @@ __device__ __forceinline__ void fence_shared_for_wgmma() { asm volatile("fence.p
 // Keep the compiler from moving accesses of an accumulator across the asynchronous wgmma that owns it.
 __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// The register lists of the three widths (N / 2 accumulators a thread).
+// The register lists of the two widths (N / 2 accumulators a thread).
 #define LABOPS_WGMMA_F8(d, i)                                                                                \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
@@ -79,23 +79,6 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
 #define LABOPS_WGMMA_DESC_A128 "%64"
 #define LABOPS_WGMMA_DESC_B128 "%65"
 #define LABOPS_WGMMA_SCALE_D128 "%66"
-#define LABOPS_WGMMA_D256  \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
-#define LABOPS_WGMMA_OUT256(d) \
-  LABOPS_WGMMA_F8(d, 0), LABOPS_WGMMA_F8(d, 8), LABOPS_WGMMA_F8(d, 16), LABOPS_WGMMA_F8(d, 24), \
-  LABOPS_WGMMA_F8(d, 32), LABOPS_WGMMA_F8(d, 40), LABOPS_WGMMA_F8(d, 48), LABOPS_WGMMA_F8(d, 56), \
-  LABOPS_WGMMA_F8(d, 64), LABOPS_WGMMA_F8(d, 72), LABOPS_WGMMA_F8(d, 80), LABOPS_WGMMA_F8(d, 88), \
-  LABOPS_WGMMA_F8(d, 96), LABOPS_WGMMA_F8(d, 104), LABOPS_WGMMA_F8(d, 112), LABOPS_WGMMA_F8(d, 120)
-#define LABOPS_WGMMA_DESC_A256 "%128"
-#define LABOPS_WGMMA_DESC_B256 "%129"
-#define LABOPS_WGMMA_SCALE_D256 "%130"
 
 
 // d (64 x N, float32) = (accumulate ? d : 0) + A (64 x 16) . B (16 x N), A and B K-major in shared memory.
@@ -110,16 +93,14 @@ template <typename scalar_t, int N>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
   static_assert(std::is_same_v<scalar_t, at::Half> || std::is_same_v<scalar_t, at::BFloat16>,
                 "float16 or bfloat16");
-  static_assert(N == 64 || N == 128 || N == 256, "N = 64, 128 or 256");
+  static_assert(N == 64 || N == 128, "N = 64 or 128 (the instruction also takes up to 256; rung 5 needs no more)");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (std::is_same_v<scalar_t, at::Half>) {
     if constexpr (N == 64) LABOPS_WGMMA_CALL(64, "f16");
     if constexpr (N == 128) LABOPS_WGMMA_CALL(128, "f16");
-    if constexpr (N == 256) LABOPS_WGMMA_CALL(256, "f16");
   } else {
     if constexpr (N == 64) LABOPS_WGMMA_CALL(64, "bf16");
     if constexpr (N == 128) LABOPS_WGMMA_CALL(128, "bf16");
-    if constexpr (N == 256) LABOPS_WGMMA_CALL(256, "bf16");
   }
 #endif
 }

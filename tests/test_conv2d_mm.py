@@ -269,10 +269,12 @@ def ladder_refusals(device):
         r"rung 4 \(tensor_cores\) cannot take this input: float32 with TF32 off"
     yield 4, labops.conv2d_mm, (x16[:, :12].half(), w16[:, :12].half(), None, 1, 1, 1), \
         r"rung 4 \(tensor_cores\) cannot take this input: C = 12 is not a multiple of 8"
-    # wgmma: float16 or bfloat16 only, on a Hopper GPU (compute capability 9.0) with labops built for sm_90a
-    yield 5, labops.conv2d_mm, (x16, w16, None, 1, 1, 1), \
-        r"rung 5 \(wgmma\) cannot take this input: float32: this rung multiplies float16 and bfloat16 only"
+    # wgmma: tensor_cores' rules, on a Hopper GPU (compute capability 9.0) with labops built for sm_90a
+    yield 5, labops.conv2d_mm, (x16.double(), w16.double(), None, 1, 1, 1), \
+        r"rung 5 \(wgmma\) cannot take this input: float64 has no tensor cores here"
     if torch.cuda.get_device_capability(device) == (9, 0):
+        yield 5, labops.conv2d_mm, (x16, w16, None, 1, 1, 1), \
+            r"rung 5 \(wgmma\) cannot take this input: float32 with TF32 off"
         yield 5, labops.conv2d_mm, (x16[:, :12].half(), w16[:, :12].half(), None, 1, 1, 1), \
             r"rung 5 \(wgmma\) cannot take this input: C = 12 is not a multiple of 8"
     else:
@@ -326,7 +328,7 @@ def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels):
     torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (shape[1] * 9) ** 0.5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape, out_channels", [
     # the tiles TensorCorePlan picks for these with wgmma on an H100 (132 multiprocessors, one block each)
     ((8, 16, 40, 40), 64),    # 128 x 64: 100 blocks
@@ -337,7 +339,8 @@ def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels):
 ], ids=["128x64", "128x128", "128x128-two-waves", "partial", "split-k"])
 def test_wgmma_every_tile_size(device, dtype, shape, out_channels):
     """Rung 5 (Note [wgmma implicit GEMM]) on each of its tile sizes and with its sum over k split, against
-    float64 F.conv2d; the same bits twice."""
+    float64 F.conv2d; the same bits twice. float32 runs as TF32 (rounded to the nearest, as float16 is: its
+    tolerance)."""
     if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("wgmma is a Hopper (sm_90) rung")
     from labops import ladder
@@ -346,10 +349,10 @@ def test_wgmma_every_tile_size(device, dtype, shape, out_channels):
     params = ((3, 3), (1, 1), (1, 1), (1, 1))
     w, b = conv_weight(x, params, out_channels=out_channels)
     expected = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
-    with ladder.use("conv2d_mm", "wgmma"):
+    with ladder.use("conv2d_mm", "wgmma"), tf32_convolutions():
         out = labops.conv2d_mm(x, w, b, 1, 1, 1)
         again = labops.conv2d_mm(x, w, b, 1, 1, 1)
-    rtol, atol = tolerances(dtype)
+    rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
     torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (shape[1] * 9) ** 0.5)
     assert torch.equal(out, again), "the same bits on every run"
 
@@ -421,13 +424,10 @@ def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):
     for rung in range(1, len(names) + 1):  # implicit GEMMs: K = 0, no steps
         if names[rung - 1] == "wgmma" and torch.cuda.get_device_capability(device) != (9, 0):
             continue  # a Hopper rung
-        half = names[rung - 1] == "wgmma"  # it multiplies float16 and bfloat16 only
-        with ladder.use("conv2d_mm", rung), tf32_convolutions():  # tensor_cores takes float32 as TF32
-            args = (x.half(), w.half(), b.half()) if half else (x, w, b)
-            out = labops.conv2d_mm(*args, 1, 1).float()
+        with ladder.use("conv2d_mm", rung), tf32_convolutions():  # rungs 4 and 5 take float32 as TF32
+            out = labops.conv2d_mm(x, w, b, 1, 1)
             assert ladder.last_rung("conv2d_mm") == rung
-        bias = args[2].float()  # as the rung received it
-        torch.testing.assert_close(out, bias.view(1, 3, 1, 1).expand(2, 3, 5, 5))
+        torch.testing.assert_close(out, b.view(1, 3, 1, 1).expand(2, 3, 5, 5))
 
 
 # ---- the implicit GEMM (CUDA rung 3), its tiling emulated on the CPU ----

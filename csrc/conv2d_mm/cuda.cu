@@ -634,8 +634,10 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // the GPU (the 7 x 7 layer at batch 32: 52 tiles for 132 multiprocessors), the sum over k is split as the
 // weight gradient's is (Note [the weight gradient as a convolution]), and add_splits_to_output_kernel adds
 // the splits in order, then the bias (TensorCorePlan says why not for more tiles).
-// Precision and order are rung 4's: float16 and bfloat16 products added in float32, each output's k summed
-// in one fixed order (deterministic).
+// Precision and order are rung 4's: float16 and bfloat16 products added in float32, and float32 (when TF32 is
+// allowed) rounded to TF32 to the nearest: each thread rounds the chunks it loaded, in shared memory, before
+// the fence (wgmma itself would truncate); each output's k summed in one fixed order (deterministic). A step is
+// still 128 bytes of k, 32 float32 values, one m64nBNk8 instruction per 32 bytes.
 constexpr int kWgRowBytes = 128;  // k per step, in bytes: one row of the 128-byte swizzle
 constexpr int kWgBM = 128;        // pixels per block: two warpgroups of 64
 
@@ -703,6 +705,13 @@ __global__ void __launch_bounds__(256, kPerSM)
   }
   for (int step = 0; step < steps; ++step) {
     cp_async_wait<kAhead - 1>();  // this thread's copies of `step` have landed ...
+    if constexpr (std::is_same_v<scalar_t, float>) {  // ... rounded to TF32 (each thread its own chunks) ...
+      unsigned char* tiles = ring + (step % kStages) * kStageBytes + swizzled;
+#pragma unroll
+      for (int i = 0; i < kRowsA; ++i) round_to_tf32_in_shared(tiles + i * kRowsPerPass * kWgRowBytes);
+#pragma unroll
+      for (int i = 0; i < kRowsB; ++i) round_to_tf32_in_shared(tiles + kTileA + i * kRowsPerPass * kWgRowBytes);
+    }
     fence_shared_for_wgmma();     // ... are visible to wgmma ...
     __syncthreads();              // ... and so are everyone's; every warpgroup is done with step - 2's copy
     const int next = step + kAhead;
@@ -1056,10 +1065,6 @@ struct TensorCorePlan {
       why_not = "float64 has no tensor cores here (they multiply float16, bfloat16, and float32 as TF32)";
       return;
     }
-    if (wgmma && dtype == at::kFloat) {
-      why_not = "float32: this rung multiplies float16 and bfloat16 only (tensor_cores takes float32 as TF32)";
-      return;
-    }
     if (wgmma && !wgmma_available()) {
       why_not = "it needs an sm_90 GPU (H100, H200) and labops built for sm_90a (wgmma exists only there)";
       return;
@@ -1334,19 +1339,16 @@ struct Conv2dMMLauncher {
           gemm.partial != nullptr ? nullptr : out.mutable_data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
-    if constexpr (!std::is_same_v<scalar_t, float>) {
-      if (plan.wgmma) {  // two warpgroups a block
-        if (plan.bn == 64) {
-          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64, 2>, wg_smem_bytes<64, 2>()>(), 256,
-                 wg_smem_bytes<64, 2>());
-        } else {
-          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 128, 1>, wg_smem_bytes<128, 1>()>(), 256,
-                 wg_smem_bytes<128, 1>());
-        }
-        return;
+    if (plan.wgmma) {  // two warpgroups a block
+      if (plan.bn == 64) {
+        launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64, 2>, wg_smem_bytes<64, 2>()>(), 256,
+               wg_smem_bytes<64, 2>());
+      } else {
+        launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 128, 1>, wg_smem_bytes<128, 1>()>(), 256,
+               wg_smem_bytes<128, 1>());
       }
+      return;
     }
-    TORCH_INTERNAL_ASSERT(!plan.wgmma, "conv2d_mm: wgmma planned for float32");
     constexpr int kWarps4 = 128;
     if (plan.bm == 128 && plan.bn == 128) {
       launch(with_shared_memory<tensor_core_gemm_kernel<scalar_t, 128, 128, 2, 2>, tc_smem_bytes<128, 128>()>(),

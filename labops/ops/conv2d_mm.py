@@ -138,6 +138,10 @@ LADDER_DEFAULTS = {
                 "multiple of 8 and the sizes within its 32-bit counts",
                 holds=lambda x, weight, *rest: _hopper(x.device)
                 and _tensor_cores_take(x, weight, rest, channel_multiple=8)),
+        Default("wgmma", ("float32",), "TF32 allowed for convolutions, an sm_90 GPU with labops built for "
+                "sm_90a, C a multiple of 4 and the sizes within its 32-bit counts",
+                holds=lambda x, weight, *rest: _hopper(x.device) and _tf32_convolutions()
+                and _tensor_cores_take(x, weight, rest, channel_multiple=4)),
         Default("tensor_cores", ("float16", "bfloat16"), "C a multiple of 8 and the sizes within its 32-bit counts",
                 holds=lambda x, weight, *rest: _tensor_cores_take(x, weight, rest, channel_multiple=8)),
         Default("tensor_cores", ("float32",), "TF32 allowed for convolutions (torch.backends.cudnn.conv."

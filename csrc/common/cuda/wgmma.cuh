@@ -7,13 +7,14 @@
 //
 // Note [wgmma shared-memory layout]
 // Each operand is K-major (rows of contiguous k: A's rows are output pixels, B's are filters) in rows of
-// exactly 128 bytes of k (64 float16 or bfloat16 values), stored with the 128-byte swizzle: 16-byte chunk c
+// exactly 128 bytes of k (64 float16 or bfloat16 values, or 32 float32 read as TF32), stored with the 128-byte
+// swizzle: 16-byte chunk c
 // of row r lies at r * 128 + ((c ^ (r % 8)) * 16). Eight rows (1024 bytes, 1024-aligned) form one swizzle
 // atom, so the 8 rows that one step of the tensor core reads sit in 8 different 16-byte bank groups; the
 // loads write it the same way (cp.async, one chunk each). The descriptor tells the instruction where a
 // tile starts (its address), that atoms follow each other every 1024 bytes (the stride byte offset), and
-// which swizzle (bits 62-63: 1 = 128 bytes). A k16 slice of the 128-byte rows starts 32 bytes further per
-// slice: the descriptor's address moves by 32 bytes (2 in its 16-byte units), and the hardware applies the
+// which swizzle (bits 62-63: 1 = 128 bytes). A slice of 32 bytes of k (k16 of a 2-byte type, k8 of TF32: one
+// instruction) starts 32 bytes further per slice: the descriptor's address moves by 32 bytes (2 in its 16-byte units), and the hardware applies the
 // swizzle to the full address, which is why a tile must start 1024-aligned. PTX ISA, "Matrix Descriptor
 // Format" and "Shared Memory Matrix Layout" (wgmma); CUTLASS names this layout K-major SW128.
 //
@@ -81,7 +82,32 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
 #define LABOPS_WGMMA_SCALE_D128 "%66"
 
 
-// d (64 x N, float32) = (accumulate ? d : 0) + A (64 x 16) . B (16 x N), A and B K-major in shared memory.
+// float32 read as TF32: the instruction (m64nNk8) takes no transpose flags, and uses only the top 19 bits of each
+// value (it truncates), so the kernel rounds its tiles to TF32 first (round_to_tf32_in_shared).
+#define LABOPS_WGMMA_CALL_TF32(N)                                                                           \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " LABOPS_WGMMA_SCALE_D##N ", 0;\n"                         \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 " LABOPS_WGMMA_D##N                 \
+               ", " LABOPS_WGMMA_DESC_A##N ", " LABOPS_WGMMA_DESC_B##N ", p, 1, 1;\n}\n"                    \
+               : LABOPS_WGMMA_OUT##N(d)                                                                     \
+               : "l"(a), "l"(b), "r"(accumulate))
+
+// 16 bytes of float32 in shared memory rounded to TF32 (10 bits of mantissa) to the nearest, as cuDNN and
+// rung 4 (Mma<float>::prepare) round: what the tensor cores then read has no low bits left to truncate.
+__device__ __forceinline__ void round_to_tf32_in_shared(void* chunk) {
+  float4* v = static_cast<float4*>(chunk);
+  float4 r = *v;
+  float* f = reinterpret_cast<float*>(&r);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    uint32_t bits;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(f[e]));
+    f[e] = __uint_as_float(bits);
+  }
+  *v = r;
+}
+
+// d (64 x N, float32) = (accumulate ? d : 0) + A (64 x k) . B (k x N), A and B K-major in shared memory, k the
+// 32 bytes of one slice: 16 float16 or bfloat16 values, or 8 float32 read as TF32.
 #define LABOPS_WGMMA_CALL(N, TYPE)                                                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " LABOPS_WGMMA_SCALE_D##N ", 0;\n"                         \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " LABOPS_WGMMA_D##N        \
@@ -91,11 +117,15 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
 
 template <typename scalar_t, int N>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
-  static_assert(std::is_same_v<scalar_t, at::Half> || std::is_same_v<scalar_t, at::BFloat16>,
-                "float16 or bfloat16");
+  static_assert(std::is_same_v<scalar_t, at::Half> || std::is_same_v<scalar_t, at::BFloat16> ||
+                    std::is_same_v<scalar_t, float>,
+                "float16, bfloat16 or float32 (as TF32)");
   static_assert(N == 64 || N == 128, "N = 64 or 128 (the instruction also takes up to 256; rung 5 needs no more)");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (std::is_same_v<scalar_t, at::Half>) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    if constexpr (N == 64) LABOPS_WGMMA_CALL_TF32(64);
+    if constexpr (N == 128) LABOPS_WGMMA_CALL_TF32(128);
+  } else if constexpr (std::is_same_v<scalar_t, at::Half>) {
     if constexpr (N == 64) LABOPS_WGMMA_CALL(64, "f16");
     if constexpr (N == 128) LABOPS_WGMMA_CALL(128, "f16");
   } else {

@@ -303,45 +303,31 @@ def test_ladder_defaults_conv2d_mm():
         assert ladder.default_rung("conv2d_mm", device, x[:, :0], w[:, :0], torch.empty(4), 1, 1, 1) == 2
 
 
+# The tiles TensorCorePlan picks on an H100 (132 multiprocessors) for rung 4 (Note [tensor-core implicit GEMM])
+# and rung 5 (Note [wgmma implicit GEMM]); partial tiles at the edges.
+TILE_CASES = [
+    ("tensor_cores", (8, 16, 64, 64), 120),  # 128 x 128 (one wave, where 64 x 64 would take three)
+    ("tensor_cores", (4, 8, 100, 100), 40),  # 128 x 64 (313, one wave, where 64 x 64 would take two)
+    ("tensor_cores", (1, 8, 5, 7), 72),      # 64 x 64 (a few blocks)
+    ("wgmma", (8, 16, 40, 40), 64),          # 128 x 64: 100 blocks
+    ("wgmma", (8, 16, 40, 40), 120),         # 128 x 128 (one wave, where 128 x 64 would take two); partial filters
+    ("wgmma", (4, 16, 66, 64), 200),         # 128 x 128: 264 blocks, two waves
+    ("wgmma", (1, 8, 5, 7), 72),             # a single partial tile of pixels; K = 72, less than one step
+    ("wgmma", (8, 64, 7, 7), 256),           # 4 x 2 tiles: the sum over k split in 2 (add_splits_to_output_kernel)
+]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("shape, out_channels", [
-    # the tiles TensorCorePlan picks for these on an H100 (132 multiprocessors); partial tiles at the edges
-    ((8, 16, 64, 64), 120),   # 128 x 128 (one wave, where 64 x 64 would take three)
-    ((4, 8, 100, 100), 40),   # 128 x 64 (313, one wave, where 64 x 64 would take two)
-    ((1, 8, 5, 7), 72),       # 64 x 64 (a few blocks)
-], ids=["128x128", "128x64", "64x64"])
-def test_tensor_cores_every_tile_size(device, dtype, shape, out_channels):
-    """Rung 4 (Note [tensor-core implicit GEMM]) on each of its tile sizes, against float64 F.conv2d. float32
-    runs as TF32 here (tf32_convolutions; conftest turns it off for every other test): it rounds as float16
-    does (10 bits), so it gets float16's tolerance."""
+@pytest.mark.parametrize("rung, shape, out_channels", TILE_CASES, ids=[
+    "tensor_cores-128x128", "tensor_cores-128x64", "tensor_cores-64x64", "wgmma-128x64", "wgmma-128x128",
+    "wgmma-128x128-two-waves", "wgmma-partial", "wgmma-split-k"])
+def test_tensor_core_rungs_every_tile_size(device, dtype, rung, shape, out_channels):
+    """Rungs 4 and 5 on each of their tile sizes (and rung 5 with its sum over k split), against float64
+    F.conv2d; the same bits twice. float32 runs as TF32 here (tf32_convolutions; conftest turns it off for
+    every other test): rounded to the nearest, 10 bits as float16, so it gets float16's tolerance."""
     if device != "cuda":
-        pytest.skip("tensor_cores is a CUDA rung")
-    from labops import ladder
-
-    x = Seeded(device, dtype, 3).randn(*shape)
-    params = ((3, 3), (1, 1), (1, 1), (1, 1))
-    w, b = conv_weight(x, params, out_channels=out_channels)
-    expected = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
-    with ladder.use("conv2d_mm", "tensor_cores"), tf32_convolutions():
-        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
-    rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
-    torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (shape[1] * 9) ** 0.5)
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("shape, out_channels", [
-    # the tiles TensorCorePlan picks for these with wgmma on an H100 (132 multiprocessors, one block each)
-    ((8, 16, 40, 40), 64),    # 128 x 64: 100 blocks
-    ((8, 16, 40, 40), 120),   # 128 x 128 (one wave, where 128 x 64 would take two); a partial tile of filters
-    ((4, 16, 66, 64), 200),   # 128 x 128: 264 blocks, two waves
-    ((1, 8, 5, 7), 72),       # a single partial tile of pixels; K = 72, less than one step
-    ((8, 64, 7, 7), 256),     # 4 x 2 tiles: the sum over k split in 2, added by add_splits_to_output_kernel
-], ids=["128x64", "128x128", "128x128-two-waves", "partial", "split-k"])
-def test_wgmma_every_tile_size(device, dtype, shape, out_channels):
-    """Rung 5 (Note [wgmma implicit GEMM]) on each of its tile sizes and with its sum over k split, against
-    float64 F.conv2d; the same bits twice. float32 runs as TF32 (rounded to the nearest, as float16 is: its
-    tolerance)."""
-    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("the tensor-core rungs are CUDA rungs")
+    if rung == "wgmma" and torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("wgmma is a Hopper (sm_90) rung")
     from labops import ladder
 
@@ -349,7 +335,7 @@ def test_wgmma_every_tile_size(device, dtype, shape, out_channels):
     params = ((3, 3), (1, 1), (1, 1), (1, 1))
     w, b = conv_weight(x, params, out_channels=out_channels)
     expected = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
-    with ladder.use("conv2d_mm", "wgmma"), tf32_convolutions():
+    with ladder.use("conv2d_mm", rung), tf32_convolutions():
         out = labops.conv2d_mm(x, w, b, 1, 1, 1)
         again = labops.conv2d_mm(x, w, b, 1, 1, 1)
     rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)

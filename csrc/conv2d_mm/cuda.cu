@@ -377,7 +377,6 @@ struct TensorCoreGemm {
 // bounds checks: input_coord(o, k) = input_coord(o, 0) + k * dilation splits into the pixel's origin (the
 // input pixel its tap (0, 0) reads, perhaps in the padding) and the tap's reach (dh, dw) from it.
 struct Tap {
-  int c, kh, kw;
   bool inside;
   int dh, dw;  // kh * dilation_h, kw * dilation_w
   int offset;  // (dh * W + dw) * C + c: the reach as an offset in a channels_last image
@@ -389,7 +388,7 @@ __device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
   const int c = k - tap * static_cast<int>(gemm.channels.d), kw = tap - kh * static_cast<int>(gemm.kernel_w.d);
   const int dh = conv::input_coord<int>(0, kh, 1, 0, static_cast<int>(s.dilation_h));
   const int dw = conv::input_coord<int>(0, kw, 1, 0, static_cast<int>(s.dilation_w));
-  return {c, kh, kw, k < gemm.K, dh, dw, (dh * static_cast<int>(s.width) + dw) * static_cast<int>(s.channels) + c};
+  return {k < gemm.K, dh, dw, (dh * static_cast<int>(s.width) + dw) * static_cast<int>(s.channels) + c};
 }
 
 // The GEMM rows (output pixels) a thread loads A's chunks for: first, first + stride, ... (kRows of them).
@@ -1050,7 +1049,8 @@ inline bool wgmma_available() {
 // GEMM]) in tiles of 128 x 128, 128 x 64 or 64 x 64 pixels x filters, 4 warps each (a 64 x 128 tile, cuDNN's
 // pick for the 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed), or
 // with `wgmma` wgmma_gemm_kernel (rung 5, Note [wgmma implicit GEMM]) in tiles of 128 x 64 (two blocks a
-// multiprocessor) or 128 x 128 (one), its sum over k split in up to 4 where the tiles are few. why_not: why the kernel cannot take the convolution ("" when it can).
+// multiprocessor) or 128 x 128 (one), its sum over k split in up to 4 where the tiles are few. why_not: why
+// the kernel cannot take the convolution ("" when it can).
 struct TensorCorePlan {
   bool wgmma = false;
   int bm = 0, bn = 0, per_sm = 0;  // the tile, and how many blocks of it share a multiprocessor
@@ -1103,7 +1103,8 @@ struct TensorCorePlan {
                               double alone = 0) {
       const int64_t count = ceil_div(columns, int64_t(m)) * ceil_div(out_channels, int64_t(n));
       const int64_t waves = ceil_div(count * split, blocks_per_sm * sms);
-      const int64_t sharing = alone > 0 ? std::min<int64_t>(blocks_per_sm, ceil_div(count * split, sms)) : blocks_per_sm;
+      const int64_t sharing =
+          alone > 0 ? std::min<int64_t>(blocks_per_sm, ceil_div(count * split, sms)) : blocks_per_sm;
       const double cost = double(waves) * sharing * m * n * (split == 1 ? 1.0 : 1.3) /
                           ((sharing < blocks_per_sm ? alone : efficiency) * split);
       if (bm == 0 || cost < best) bm = m, bn = n, per_sm = blocks_per_sm, blocks = count, splits = split, best = cost;

@@ -7,15 +7,15 @@
 //
 // Note [wgmma shared-memory layout]
 // Each operand is K-major (rows of contiguous k: A's rows are output pixels, B's are filters) in rows of
-// exactly 128 bytes of k (64 float16 or bfloat16 values, or 32 float32 read as TF32), stored with the 128-byte
-// swizzle: 16-byte chunk c
-// of row r lies at r * 128 + ((c ^ (r % 8)) * 16). Eight rows (1024 bytes, 1024-aligned) form one swizzle
-// atom, so the 8 rows that one step of the tensor core reads sit in 8 different 16-byte bank groups; the
-// loads write it the same way (cp.async, one chunk each). The descriptor tells the instruction where a
-// tile starts (its address), that atoms follow each other every 1024 bytes (the stride byte offset), and
-// which swizzle (bits 62-63: 1 = 128 bytes). A slice of 32 bytes of k (k16 of a 2-byte type, k8 of TF32: one
-// instruction) starts 32 bytes further per slice: the descriptor's address moves by 32 bytes (2 in its 16-byte units), and the hardware applies the
-// swizzle to the full address, which is why a tile must start 1024-aligned. PTX ISA, "Matrix Descriptor
+// exactly 128 bytes of k (64 float16 or bfloat16 values, or 32 float32 read as TF32), stored with the
+// 128-byte swizzle: 16-byte chunk c of row r lies at r * 128 + ((c ^ (r % 8)) * 16). Eight rows (1024 bytes,
+// 1024-aligned) form one swizzle atom, so the 8 rows that one step of the tensor core reads sit in 8
+// different 16-byte bank groups; the loads write it the same way (cp.async, one chunk each). The descriptor
+// tells the instruction where a tile starts (its address), that atoms follow each other every 1024 bytes
+// (the stride byte offset), and which swizzle (bits 62-63: 1 = 128 bytes). One instruction reads a slice of
+// 32 bytes of k (k16 of a 2-byte type, k8 of TF32), the next slice 32 bytes further: the descriptor's
+// address moves by 32 bytes (2 in its 16-byte units), and the hardware applies the swizzle to the full
+// address, which is why a tile must start 1024-aligned. PTX ISA, "Matrix Descriptor
 // Format" and "Shared Memory Matrix Layout" (wgmma); CUTLASS names this layout K-major SW128.
 //
 // The accumulators: thread t of the warpgroup holds, for each group of 8 columns j, d[4j .. 4j + 3] =

@@ -122,6 +122,30 @@ def test_a_planted_benchmark_figure_is_caught():
     assert typed_benchmark_figures(planted, values) == ["67-68 %", "2.6x", "9 µs"]
 
 
+LISTING = re.compile(r"^// (csrc/\S+), lines (\d+)-(\d+)$", re.M)  # show_source's first line
+MAX_LISTING_LINES = 120
+
+
+def long_listings(outputs_text: str) -> list[str]:
+    """The show_source listings in a notebook's outputs longer than a reader follows in one go."""
+    return [m.group(0) for m in LISTING.finditer(outputs_text)
+            if int(m.group(3)) - int(m.group(2)) + 1 > MAX_LISTING_LINES]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_source_listing_is_short_enough_to_read(notebook):
+    """A listing whose end marker moved away prints whatever lies between (notebook 05 once showed 678 lines
+    of cuda.cu for its 17-line im2col kernel, once new kernels were written between the two markers)."""
+    outputs = "\n".join("".join(out.get("text", "")) for cell in nbformat.read(notebook, 4).cells
+                        if cell.cell_type == "code" for out in cell.outputs)
+    assert long_listings(outputs) == [], f"listings over {MAX_LISTING_LINES} lines: move their end markers"
+
+
+def test_a_planted_long_listing_is_caught():
+    planted = "// csrc/conv2d_mm/cuda.cu, lines 64-741\ntemplate <int V>\n// csrc/a.h, lines 1-120\n"
+    assert long_listings(planted) == ["// csrc/conv2d_mm/cuda.cu, lines 64-741"]
+
+
 TIME_LINE = re.compile(r"\*\*Time:\*\* about (\d+) minutes to read and run \((\d+) words of prose at about 100 words "
                        r"a minute, and a minute for each of its (\d+) code cells\)")
 

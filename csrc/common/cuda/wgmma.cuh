@@ -91,8 +91,8 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
                : LABOPS_WGMMA_OUT##N(d)                                                                     \
                : "l"(a), "l"(b), "r"(accumulate))
 
-// 16 bytes of float32 in shared memory rounded to TF32 (10 bits of mantissa) to the nearest, as cuDNN and
-// rung 4 (Mma<float>::prepare) round: what the tensor cores then read has no low bits left to truncate.
+// 16 bytes of float32 in shared memory rounded to TF32 (10 bits of mantissa) to the nearest, as rung 4
+// (Mma<float>::prepare) rounds: what the tensor cores then read has no low bits left to truncate.
 __device__ __forceinline__ void round_to_tf32_in_shared(void* chunk) {
   float4* v = static_cast<float4*>(chunk);
   float4 r = *v;

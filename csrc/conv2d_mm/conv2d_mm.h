@@ -66,8 +66,8 @@ struct Im2colShape {
 // ---- im2col: column element -> image element ----
 
 // The offset in x of the input pixel (ih, iw) that tap (kh, kw) of output pixel (oh, ow) reads, as
-// offset(ih, iw) counts it, or -1 when the tap lands in the zero padding. Both layouts of x find their
-// pixels here (im2col_source, channels_last_source).
+// offset(ih, iw) counts it, or -1 when the tap lands in the zero padding. NCHW x finds its pixels here
+// (im2col_source); a channels_last x in the tensor-core kernels, the same bounds split in two (below).
 template <typename index_t, typename Offset>
 LABOPS_HOST_DEVICE index_t tap_source(const Im2colShape& s, index_t kh, index_t kw, index_t oh, index_t ow,
                                       Offset offset) {
@@ -94,14 +94,15 @@ LABOPS_HOST_DEVICE index_t im2col_source(const Im2colShape& s, index_t plane, in
   return tap_source(s, kh, kw, oh, ow, [&](index_t ih, index_t iw) { return (plane * h + ih) * w + iw; });
 }
 
-// The same element when x is channels_last (an image is H x W pixels of C channels each): its offset
-// inside the image. The tensor-core kernel (Note [tensor-core implicit GEMM], cuda.cu) reads x this way,
-// in 32 bits, under the same bounds as im2col_source<int>.
+// The same element when x is channels_last (an image is H x W pixels of C channels each): channel c of
+// input pixel (ih, iw) lies at this offset inside the image. It is linear, so the tensor-core kernels (Tap
+// and PixelRows, cuda.cu) split it as input_coord(o, k) = input_coord(o, 0) + k * dilation splits: a pixel's
+// origin, channels_last_offset(ih0, iw0, 0) with (ih0, iw0) the pixel its tap (0, 0) reads (perhaps in the
+// padding), found once, plus a tap's reach, channels_last_offset(kh * dilation_h, kw * dilation_w, c), found
+// once a step; the sum is loaded only where tap_source's bounds hold for ih0 + dh and iw0 + dw.
 template <typename index_t>
-LABOPS_HOST_DEVICE index_t channels_last_source(const Im2colShape& s, index_t c, index_t kh, index_t kw, index_t oh,
-                                                index_t ow) {
-  const index_t w = static_cast<index_t>(s.width), channels = static_cast<index_t>(s.channels);
-  return tap_source(s, kh, kw, oh, ow, [&](index_t ih, index_t iw) { return (ih * w + iw) * channels + c; });
+LABOPS_HOST_DEVICE index_t channels_last_offset(const Im2colShape& s, index_t ih, index_t iw, index_t c) {
+  return (ih * static_cast<index_t>(s.width) + iw) * static_cast<index_t>(s.channels) + c;
 }
 
 // One row of the columns: the out_w values of tap (kh, kw) at output row oh

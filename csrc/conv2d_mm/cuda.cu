@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(igemm_threads<BM, BN>(), igemm_min_blocks<BM, 
 // Transposed from rung 3: M = batch * L output pixels (rows), N = O filters (columns), K = kH*kW*C, and
 // k = (kh, kw, c) with c fastest, so that both operands are rows of contiguous k:
 //   A (M x K): row j is the im2col column of pixel j, and its 8 (float16) or 4 (float32) consecutive k of
-//              one tap are 16 contiguous bytes of one pixel of a channels_last x (channels_last_source);
+//              one tap are 16 contiguous bytes of one pixel of a channels_last x (channels_last_offset);
 //   B (N x K): row o is filter o with its weights in (kh, kw, c) order: the weight moved to channels_last
 //              (transpose_kernel, a copy of the small weight; x too, when it is not channels_last already).
 // Every load is then one 16-byte cp.async from global straight into shared memory, zero-filled in the
@@ -379,7 +379,7 @@ struct TensorCoreGemm {
 struct Tap {
   bool inside;
   int dh, dw;  // kh * dilation_h, kw * dilation_w
-  int offset;  // (dh * W + dw) * C + c: the reach as an offset in a channels_last image
+  int offset;  // channels_last_offset(dh, dw, c): the reach as an offset in a channels_last image
 };
 __device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
   const conv2d_mm::Im2colShape& s = gemm.s;
@@ -388,7 +388,7 @@ __device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
   const int c = k - tap * static_cast<int>(gemm.channels.d), kw = tap - kh * static_cast<int>(gemm.kernel_w.d);
   const int dh = conv::input_coord<int>(0, kh, 1, 0, static_cast<int>(s.dilation_h));
   const int dw = conv::input_coord<int>(0, kw, 1, 0, static_cast<int>(s.dilation_w));
-  return {k < gemm.K, dh, dw, (dh * static_cast<int>(s.width) + dw) * static_cast<int>(s.channels) + c};
+  return {k < gemm.K, dh, dw, conv2d_mm::channels_last_offset<int>(s, dh, dw, c)};
 }
 
 // The GEMM rows (output pixels) a thread loads A's chunks for: first, first + stride, ... (kRows of them).
@@ -412,12 +412,13 @@ struct PixelRows {
         const int ow = p - oh * static_cast<int>(gemm.out_w.d);
         ih0[i] = conv::input_coord<int>(oh, 0, static_cast<int>(s.stride_h), static_cast<int>(s.pad_h), 1);
         iw0[i] = conv::input_coord<int>(ow, 0, static_cast<int>(s.stride_w), static_cast<int>(s.pad_w), 1);
-        origin[i] = x + (static_cast<int64_t>(n) * s.height * s.width +
-                         static_cast<int64_t>(ih0[i]) * s.width + iw0[i]) * s.channels;
+        // images follow each other: row ih of image n is row n * H + ih of the batch
+        origin[i] = x + conv2d_mm::channels_last_offset<int64_t>(s, static_cast<int64_t>(n) * s.height + ih0[i],
+                                                                 iw0[i], 0);
       }
     }
   }
-  // The 16 bytes row i reads at `tap` (channels_last_source's element, found in two adds), or nullptr where
+  // The 16 bytes row i reads at `tap` (origin + reach: channels_last_offset in conv2d_mm.h), or nullptr where
   // it reads zeros (the padding, a row past the batch, a k past K).
   __device__ __forceinline__ const scalar_t* source(const TensorCoreGemm& gemm, int i, const Tap& tap) const {
     const bool inside = tap.inside && conv::in_bounds(ih0[i] + tap.dh, static_cast<int>(gemm.s.height)) &&

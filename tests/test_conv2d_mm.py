@@ -344,20 +344,22 @@ def test_tensor_core_rungs_every_tile_size(device, dtype, rung, shape, out_chann
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("kernel, padding, dilation", [
-    ((3, 3), (1, 1), (1, 1)),  # the padding of the flipped convolution: 1
-    ((3, 3), (2, 0), (1, 1)),  # 0 and 2: the output is larger than grad_output
-    ((3, 2), (1, 1), (2, 1)),  # 3 and 0, a dilated, non-square kernel
-    ((3, 3), (3, 3), (1, 1)),  # negative: not a convolution, the columns and col2im instead
-], ids=["3x3-pad1", "pad-2-0", "dilated", "pad-too-large"])
-def test_input_gradient_as_a_convolution(device, dtype, kernel, padding, dilation):
+@pytest.mark.parametrize("channels, kernel, padding, dilation", [
+    (24, (3, 3), (1, 1), (1, 1)),  # the padding of the flipped convolution: 1
+    (24, (3, 3), (2, 0), (1, 1)),  # 0 and 2: the output is larger than grad_output
+    (24, (3, 2), (1, 1), (2, 1)),  # 3 and 0, a dilated, non-square kernel
+    (8, (3, 1), (1, 0), (1, 1)),   # C*kH*kW = 24: the flip inside the narrow transpose (fewer than 32 columns)
+    (24, (3, 3), (3, 3), (1, 1)),  # negative: not a convolution, the columns and col2im instead
+], ids=["3x3-pad1", "pad-2-0", "dilated", "narrow-weight", "pad-too-large"])
+def test_input_gradient_as_a_convolution(device, dtype, channels, kernel, padding, dilation):
     """conv2d_mm_backward_input at stride 1 on CUDA runs the tensor_cores forward on grad_output with the flipped,
     transposed weight (Note [the input gradient as a convolution], csrc/conv2d_mm/cuda.cu); against float64
     torch.nn.grad.conv2d_input. float32 as TF32 (tf32_convolutions) gets float16's tolerance."""
     if device != "cuda":
         pytest.skip("a CUDA path")
     randn = Seeded(device, dtype, 5).randn
-    x, w = randn(3, 24, 11, 13), randn(16, 24, *kernel) / (24 * kernel[0] * kernel[1]) ** 0.5
+    area = kernel[0] * kernel[1]
+    x, w = randn(3, channels, 11, 13), randn(16, channels, *kernel) / (channels * area) ** 0.5
     g = randn(*F.conv2d(x.double(), w.double(), None, 1, padding, dilation).shape)
     expected = torch.nn.grad.conv2d_input(x.shape, w.double(), g.double(), 1, padding, dilation)
     with tf32_convolutions():
@@ -374,7 +376,8 @@ def test_input_gradient_as_a_convolution(device, dtype, kernel, padding, dilatio
     (32, (40, 40), (3, 3), (1, 1), (1, 1), (1, 1)),   # 51200 terms a weight: many splits
     (3, (19, 17), (3, 3), (1, 1), (1, 1), (1, 1)),    # a batch the tensor cores cannot take: the columns instead
     (8, (11, 13), (3, 3), (1, 1), (1, 1), (1, 1)),    # 143 output pixels an image: the columns instead
-], ids=["3x3", "stride-2", "dilated", "deep", "batch-3", "small-image"])
+    (8, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1)),      # 64 pixels: the columns, grad_output gathered in 16-byte packs
+], ids=["3x3", "stride-2", "dilated", "deep", "batch-3", "small-image", "small-image-packed"])
 def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, stride, padding, dilation):
     """conv2d_mm_backward_weight and accGradParameters on CUDA run the tensor_cores forward with the batch as its
     channels, its sum over pixels split and the splits added in order (Note [the weight gradient as a

@@ -34,7 +34,6 @@
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/flip.h>
 #include <cublas_v2.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -775,26 +774,44 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // GEMM reads: rows[o, n*L + l] = g[n, o, l] (skipped when rows is null: one
 // image is its own rows), and bias[o] = (bias[o] +) the sum of those values,
 // the bias gradient (skipped when bias is null). One block per channel o reads
-// its nb runs of L values in order and adds them in opmath_t, so the sum is the
-// same on every run. g's runs start image_stride apart and hold L values at unit
-// stride, L of a row apart when the chunk is a band of output rows.
-constexpr int kGatherThreads = 512;
-template <typename scalar_t>
+// its nb runs of L values as V-element packs (16 bytes where every run starts
+// aligned), thread t the packs t, t + kGatherThreads, ... of all nb runs in
+// order, so short runs (a 7 x 7 image has 49 values) still keep every thread
+// busy; each thread loads kGatherUnroll packs before it adds them, to keep
+// enough bytes in flight, and its sums and the block's are added in a fixed
+// order, so the bias gradient is the same on every run. g's runs start
+// image_stride apart and hold L values at unit stride, L of a row apart when
+// the chunk is a band of output rows.
+constexpr int kGatherThreads = 512, kGatherUnroll = 4;
+template <int V, typename scalar_t>
 __global__ void __launch_bounds__(kGatherThreads)
     gather_rows_kernel(const scalar_t* __restrict__ g, int64_t nb, int64_t L, int64_t image_stride,
                        int64_t channel_stride, scalar_t* __restrict__ rows, scalar_t* __restrict__ bias,
                        bool add_to_bias) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t o = blockIdx.x;
+  const int64_t o = blockIdx.x, packs = L / V;  // packs in a run
   const scalar_t* src = g + o * channel_stride;
   scalar_t* dst = rows == nullptr ? nullptr : rows + o * nb * L;
+  // This thread's next pack: pack q of run n; each step moves kGatherThreads packs on.
+  int64_t n = threadIdx.x / packs, q = threadIdx.x % packs;
+  const int64_t step_n = kGatherThreads / packs, step_q = kGatherThreads % packs;
   acc_t sum = 0;
-  for (int64_t n = 0; n < nb; ++n) {
-#pragma unroll 4
-    for (int64_t l = threadIdx.x; l < L; l += kGatherThreads) {
-      const scalar_t v = src[n * image_stride + l];
-      if (dst != nullptr) dst[n * L + l] = v;
-      sum += static_cast<acc_t>(v);
+  while (n < nb) {
+    Pack<scalar_t, V> v[kGatherUnroll];
+    int64_t run[kGatherUnroll], pack[kGatherUnroll];
+#pragma unroll
+    for (int u = 0; u < kGatherUnroll; ++u) {
+      run[u] = n, pack[u] = q;
+      if (n < nb) v[u] = load_pack<V>(src + n * image_stride, q);
+      n += step_n, q += step_q;
+      if (q >= packs) q -= packs, ++n;
+    }
+#pragma unroll
+    for (int u = 0; u < kGatherUnroll; ++u) {
+      if (run[u] >= nb) break;
+      if (dst != nullptr) store_pack<V>(dst + run[u] * L, pack[u], v[u]);
+#pragma unroll
+      for (int e = 0; e < V; ++e) sum += static_cast<acc_t>(v[u].val[e]);
     }
   }
   if (bias == nullptr) return;  // the same for every thread of the block
@@ -919,14 +936,15 @@ struct ImplicitGemmPlan {
 
 // out[b] = in[b]^T for `batch` row-major rows x cols matrices: x (N, C, H*W) into channels_last (N, H*W, C),
 // the weight (O, C, kH*kW) into (O, kH*kW, C), for the tensor_cores rung, and the flipped weight
-// (O, C*kH*kW) into (C*kH*kW, O) for the input gradient. A block moves 32 x 32 tiles
+// (O, C*kH*kW) into (C*kH*kW, O) for the input gradient, each row's runs of kH*kW taps read backwards
+// (reversed_runs: that is the flip, with no pass of its own). A block moves 32 x 32 tiles
 // through shared memory so that both its reads and its writes are runs of 32 consecutive elements (ATen's
 // copy into channels_last reads one and writes the other at a stride: 20 us for a 32 x 128 x 28 x 28
 // float16 x on an H100, Nsight Compute).
-template <typename scalar_t>
+template <bool kReversedRuns, typename scalar_t>
 __global__ void __launch_bounds__(256)
     transpose_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, int64_t rows, int64_t cols,
-                     int64_t batch) {
+                     int64_t batch, int64_t run) {
   __shared__ scalar_t tile[32][33];  // 33: a column of the tile spreads over the banks
   const int64_t tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32, tiles = batch * tiles_r * tiles_c;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
@@ -936,7 +954,8 @@ __global__ void __launch_bounds__(256)
     const scalar_t* src = in + b * rows * cols;
     scalar_t* dst = out + b * rows * cols;
     for (int i = ty; i < 32; i += 8) {
-      if (r0 + i < rows && c0 + tx < cols) tile[i][tx] = src[(r0 + i) * cols + c0 + tx];
+      const int64_t c = c0 + tx, from = kReversedRuns ? c + run - 1 - 2 * (c % run) : c;
+      if (r0 + i < rows && c < cols) tile[i][tx] = src[(r0 + i) * cols + from];
     }
     __syncthreads();
     for (int i = ty; i < 32; i += 8) {
@@ -947,18 +966,32 @@ __global__ void __launch_bounds__(256)
 }
 
 // The same transposes where a matrix has fewer than 32 columns (the weight (O, C, kH*kW) into (O, kH*kW, C):
-// 9 columns), which would leave most of transpose_kernel's 32 x 32 tiles empty: thread i writes out element i
-// (rows fastest, so a warp's stores are contiguous) and reads its source `cols` elements apart, from the
-// few KB of one matrix that L1 and L2 then hold for the other columns' threads.
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreadsPerBlock)
+// 9 columns), which would leave most of transpose_kernel's 32 x 32 tiles empty. A block takes kNarrowRows
+// rows of one matrix, which are one contiguous run of memory: it reads the run into shared memory (in V-element
+// packs, 16 bytes where the runs start aligned) and writes each of its `cols` columns as a run of up to
+// kNarrowRows elements, so both sides are coalesced, and it counts inside the tile in 32 bits (one element a
+// thread with 64-bit divisions took 15.8 us for a 512 x 512 x 3 x 3 float16 weight on an H100; this kernel
+// one element at a time 10.9 us).
+constexpr int kNarrowRows = 128;
+template <int V, typename scalar_t>
+__global__ void __launch_bounds__(256)
     narrow_transpose_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, int64_t rows, int cols,
-                            int64_t batch) {
-  const int64_t n = batch * rows * cols;
-  LABOPS_KERNEL_LOOP(i, n) {
-    const int64_t r = i % rows, bc = i / rows;  // out[b][c][r]
-    const int64_t b = bc / cols, c = bc - b * cols;
-    out[i] = in[(b * rows + r) * cols + c];
+                            int64_t batch, int run) {
+  __shared__ Pack<scalar_t, V> packs[kNarrowRows * 31 / V];  // cols < 32
+  const scalar_t* tile = reinterpret_cast<const scalar_t*>(packs);
+  const int64_t tiles_r = (rows + kNarrowRows - 1) / kNarrowRows, tiles = batch * tiles_r;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t b = t / tiles_r, r0 = (t - b * tiles_r) * kNarrowRows;
+    const int n_rows = static_cast<int>(rows - r0 < kNarrowRows ? rows - r0 : kNarrowRows), n = n_rows * cols;
+    const scalar_t* src = in + (b * rows + r0) * cols;  // rows r0 .. r0 + n_rows - 1, all columns
+    for (int q = threadIdx.x; q < n / V; q += blockDim.x) packs[q] = load_pack<V>(src, q);
+    __syncthreads();
+    scalar_t* dst = out + b * rows * cols + r0;  // out[b][c][r0 + r]
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int c = i / n_rows, r = i - c * n_rows;
+      dst[c * rows + r] = tile[r * cols + c + run - 1 - 2 * (c % run)];  // run 1: c itself
+    }
+    __syncthreads();  // the tile is read before the next one overwrites it
   }
 }
 
@@ -1016,19 +1049,30 @@ __global__ void __launch_bounds__(256)
 // split writes its float32 sums, and add_splits_kernel adds them in split order, so the result has the
 // same bits on every run. Where the output of the transposed problem has more pixels than the kernel
 // (a stride that does not divide evenly), the extra ones are computed and ignored.
+// Thread i: filter o = i % O (fastest, so that a warp reads a row of partial), tap (c, kh, kw). A weight's
+// splits are read kSplitLoads at a time before they are added (in split order), so that a thread waits for
+// memory once per kSplitLoads splits, not once per split: a 32 x 64 x 56 x 56 weight gradient has 53 of them.
+constexpr int kSplitLoads = 8;
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     add_splits_kernel(const float* __restrict__ partial, int splits, int64_t columns, int64_t out_channels,
                       int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t out_w, double scale, double beta,
                       scalar_t* __restrict__ grad_w) {
-  // Thread i: filter o = i % O (fastest, so that a warp reads one row of partial), tap (c, kh, kw).
-  const int64_t taps = channels * kernel_h * kernel_w, n = out_channels * taps;
+  const int64_t taps = channels * kernel_h * kernel_w, n = out_channels * taps, split_stride = columns * out_channels;
   LABOPS_KERNEL_LOOP(i, n) {
     const int64_t o = i % out_channels, tap = i / out_channels;
     const int64_t c = tap / (kernel_h * kernel_w), kh = tap / kernel_w % kernel_h, kw = tap % kernel_w;
-    const int64_t j = (c * (columns / channels) + kh * out_w + kw) * out_channels + o;
+    const float* src = partial + (c * (columns / channels) + kh * out_w + kw) * out_channels + o;
     float sum = 0.0f;
-    for (int split = 0; split < splits; ++split) sum += partial[split * columns * out_channels + j];
+    int split = 0;
+    for (; split + kSplitLoads <= splits; split += kSplitLoads) {
+      float part[kSplitLoads];
+#pragma unroll
+      for (int u = 0; u < kSplitLoads; ++u) part[u] = src[(split + u) * split_stride];
+#pragma unroll
+      for (int u = 0; u < kSplitLoads; ++u) sum += part[u];
+    }
+    for (; split < splits; ++split) sum += src[split * split_stride];
     scalar_t* dst = grad_w + o * taps + tap;
     const double old = beta == 0.0 ? 0.0 : beta * static_cast<double>(*dst);
     *dst = static_cast<scalar_t>(old + scale * static_cast<double>(sum));
@@ -1145,16 +1189,15 @@ struct Conv2dMMLauncher {
   // any input; implicit_gemm all but sizes past its 32-bit counts (ImplicitGemmPlan); tensor_cores and
   // wgmma what their TensorCorePlan allows.
   static int forward_rung(int forced, const conv2d_mm::Im2colShape& s, int64_t out_channels, at::ScalarType dtype) {
-    // By default the fastest tensor-core rung that takes the input, else im2col_gemm.
-    const std::string wgmma_refuses = TensorCorePlan(s, out_channels, dtype, true).why_not;
-    const std::string tensor_cores_refuse = TensorCorePlan(s, out_channels, dtype, false).why_not;
-    const int automatic = wgmma_refuses.empty() ? 5 : tensor_cores_refuse.empty() ? 4 : 2;
-    return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, automatic, [&](int rung) {
+    // By default the fastest tensor-core rung that takes the input, else im2col_gemm. A plan is made only
+    // where it is asked about (host time: this runs on every call).
+    const auto refusal = [&](int rung) {
       if (rung == 3) return ImplicitGemmPlan(s, out_channels).why_not;
-      if (rung == 4) return tensor_cores_refuse;
-      if (rung == 5) return wgmma_refuses;
+      if (rung == 4 || rung == 5) return TensorCorePlan(s, out_channels, dtype, rung == 5).why_not;
       return std::string();
-    });
+    };
+    const int automatic = refusal(5).empty() ? 5 : refusal(4).empty() ? 4 : 2;
+    return conv2d_mm::forward_ladder().run(c10::DeviceType::CUDA, forced, automatic, refusal);
   }
 
   static constexpr bool kImplicitGemm = true;
@@ -1242,10 +1285,10 @@ struct Conv2dMMLauncher {
     const TensorCorePlan plan = TensorCorePlan::fastest(t, s.channels, g4.scalar_type());
     if (!plan.why_not.empty()) return false;
     // The flipped, transposed weight w'[c, o, kh, kw] = w[o, c, kH-1-kh, kW-1-kw], made channels_last
-    // (memory (C, kH, kW, O)) in two passes: the flip, then one transpose of the (O, C*kH*kW) matrix.
-    const at::Tensor flipped = weight.flip({2, 3}).contiguous();
+    // (memory (C, kH, kW, O)): one transpose of the (O, C*kH*kW) matrix that reads each run of kH*kW taps
+    // backwards, which is the flip.
     at::Tensor memory = at::empty({s.channels, s.kernel_h, s.kernel_w, O}, weight.options());
-    transpose(flipped, 1, O, s.channels * s.kernel_area(), memory);
+    transpose(weight.contiguous(), 1, O, s.channels * s.kernel_area(), memory, s.kernel_area());
     forward_on_plan(plan, t, g4, memory.permute({0, 3, 1, 2}), at::Tensor(), grad_input);
     return true;
   }
@@ -1258,9 +1301,8 @@ struct Conv2dMMLauncher {
                                              double beta) {
     // Only for large images, whose columns are large: at 14 x 14 and 7 x 7 (float16, batch 32) the columns
     // and cuBLAS measured faster, on rung 4's kernel (docs/benchmarks/conv_goals/h100_weight_gradient_tc.md)
-    // and on rung 5's (fwd+bwd 0.66 and 0.51 of cuDNN's speed against 0.78 and 0.71 through the columns:
-    // add_splits_kernel's strided reads of the many splits cost as much as the GEMM), at 28 x 28 and 56 x 56
-    // slower.
+    // and on rung 5's (fwd+bwd 136 and 179 us of kernels against 132 and 144 through the columns:
+    // docs/benchmarks/conv_goals/h100_kernel_times.md), at 28 x 28 and 56 x 56 slower.
     if (s.blocks() < kMinPixelsForWeightGradientAsConvolution) return false;
     const int64_t O = g3.size(1), N = s.batch, C = s.channels;
     const conv2d_mm::Im2colShape t = conv2d_mm::make_shape(
@@ -1311,21 +1353,31 @@ struct Conv2dMMLauncher {
     return out;
   }
 
-  // out's memory = the `batch` row-major rows x cols matrices of src's (contiguous) memory, each transposed.
-  static void transpose(const at::Tensor& src, int64_t batch, int64_t rows, int64_t cols, const at::Tensor& out) {
+  // out's memory = the `batch` row-major rows x cols matrices of src's (contiguous) memory, each transposed;
+  // with reversed_runs > 1, each row read as runs of that many elements, each run backwards (a flip).
+  static void transpose(const at::Tensor& src, int64_t batch, int64_t rows, int64_t cols, const at::Tensor& out,
+                        int64_t reversed_runs = 1) {
     if (out.numel() == 0) return;
+    TORCH_INTERNAL_ASSERT(reversed_runs >= 1 && cols % reversed_runs == 0);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "labops_transpose", [&] {
       if (cols < 32) {  // narrow matrices: the weight's (C, kH*kW)
-        const int64_t n = batch * rows * cols;
-        narrow_transpose_kernel<scalar_t><<<get_blocks(n), kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
-            src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, static_cast<int>(cols), batch);
+        const int64_t tiles = batch * ceil_div<int64_t>(rows, kNarrowRows);
+        const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 16);
+        // Packs where every tile's run starts on a 16-byte boundary and holds whole packs.
+        constexpr int kVec = vec_width<scalar_t>();
+        const bool packed = rows * cols % kVec == 0 && kNarrowRows * cols % kVec == 0 && is_aligned(src.const_data_ptr());
+        const auto kernel = packed ? narrow_transpose_kernel<kVec, scalar_t> : narrow_transpose_kernel<1, scalar_t>;
+        kernel<<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+            src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, static_cast<int>(cols), batch,
+            static_cast<int>(reversed_runs));
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         return;
       }
       const int64_t tiles = batch * ceil_div<int64_t>(rows, 32) * ceil_div<int64_t>(cols, 32);
       const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 16);
-      transpose_kernel<scalar_t><<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
-          src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, cols, batch);
+      const auto kernel = reversed_runs > 1 ? transpose_kernel<true, scalar_t> : transpose_kernel<false, scalar_t>;
+      kernel<<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, cols, batch, reversed_runs);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
@@ -1497,11 +1549,19 @@ struct Conv2dMMLauncher {
                           "conv2d_mm: gather_rows reads and writes rows at unit stride");
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, g.scalar_type(), "labops_conv2d_mm_gather_rows", [&] {
       cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-      gather_rows_kernel<scalar_t><<<static_cast<unsigned>(O), kGatherThreads, 0, stream>>>(
-          g.const_data_ptr<scalar_t>(), nb, L, g.stride(0), g.stride(1),
-          rows.defined() ? rows.mutable_data_ptr<scalar_t>() : nullptr,
-          bias.defined() ? bias.mutable_data_ptr<scalar_t>() : nullptr, add_to_bias);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      scalar_t* dst = rows.defined() ? rows.mutable_data_ptr<scalar_t>() : nullptr;
+      const auto launch = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(O), kGatherThreads, 0, stream>>>(
+            g.const_data_ptr<scalar_t>(), nb, L, g.stride(0), g.stride(1), dst,
+            bias.defined() ? bias.mutable_data_ptr<scalar_t>() : nullptr, add_to_bias);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      // Packs where every run of g and of rows starts on a 16-byte boundary.
+      constexpr int kVec = vec_width<scalar_t>();
+      const bool packed = L % kVec == 0 && g.stride(0) % kVec == 0 && g.stride(1) % kVec == 0 &&
+                          is_aligned(g.const_data_ptr()) && (dst == nullptr || is_aligned(dst));
+      if (packed) launch(gather_rows_kernel<kVec, scalar_t>);
+      else launch(gather_rows_kernel<1, scalar_t>);
     });
   }
 

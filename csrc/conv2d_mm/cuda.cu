@@ -16,8 +16,9 @@
 //                  read as channels_last (Note [tensor-core implicit GEMM]); the default
 //                  wherever TensorCorePlan takes the input and rung 5 does not.
 //   5 wgmma        wgmma_gemm_kernel: rung 4's GEMM on Hopper's warpgroup tensor cores
-//                  (Note [wgmma implicit GEMM]); the default on an H100 or H200 for
-//                  float16 and bfloat16 wherever it takes the input.
+//                  (Note [wgmma implicit GEMM]), its tiles loaded by TMA where C allows
+//                  (Note [TMA tiles]); the default on an H100 or H200 for float16,
+//                  bfloat16 and TF32 wherever it takes the input.
 // The fastest of rungs 5 and 4 that takes the shape also computes the input gradient at
 // stride 1 and the weight gradient of large images (Notes [the input gradient as a
 // convolution], [the weight gradient as a convolution]).
@@ -38,6 +39,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // CUtensorMap, the driver functions that make one (Note [TMA tiles])
 #include <torch/library.h>
 
 #include "../common/fast_divider.h"
@@ -46,6 +48,7 @@
 #include "conv2d_mm.h"
 #include "../common/cuda/device.cuh"
 #include "../common/cuda/mma.cuh"
+#include "../common/cuda/tma.cuh"
 #include "../common/cuda/wgmma.cuh"
 #include "../common/cuda/reduce.cuh"
 #include "../common/cuda/vec.cuh"
@@ -358,6 +361,7 @@ struct TensorCoreGemm {
   int splits = 1, steps_per_split = 0;
   float* partial = nullptr;
   bool channels_last_out = false;  // out (N, O, Hout, Wout) in memory as (N, Hout, Wout, O): GEMM row j at j * O
+  int steps_per_tap = 0;           // rung 5 with TMA: steps of k in one tap's channels (C * element size / 128)
 
   TensorCoreGemm(const conv2d_mm::Im2colShape& shape, int64_t filters)
       : s(shape),
@@ -628,8 +632,14 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // must be cheap, so a loader finds its rows' origins once and its tap once a step (Tap, PixelRows): that
 // alone took the 28 x 28 forward from 0.77 to 0.96 of cuDNN's speed (H100, float16, batch 32). Handing all
 // loads to a third warpgroup that only loads (warp specialization, cp.async signalling mbarriers) measured
-// slower, 0.88: one loading warp a scheduler could not issue them fast enough. cuDNN's kernels load with TMA,
-// one instruction a tile, which is the step this kernel has not taken. Where the tiles fill at most half
+// slower, 0.88: one loading warp a scheduler could not issue them fast enough. Where a tap's channels fill
+// whole 128-byte rows (C a multiple of 64 float16 or bfloat16, 32 float32), the kernel (kTma) loads as cuDNN's
+// do, by TMA (Note [TMA tiles], common/cuda/tma.cuh): thread 0 asks for a step's two tiles, an im2col box of
+// the 128 pixels and a box of the weight, and arms that stage's mbarrier with their bytes; every thread waits
+// on the barrier instead of its own cp.async groups. The copy engine computes the addresses, applies the
+// padding (zeros) and writes the swizzled rows; the step is then (tap, 128 bytes of its channels), the same
+// k order as the cp.async loads. Measured on an H100 (float16, batch 32, forward, of cuDNN's speed, one run):
+// 28 x 28 1.01 -> 1.16, 14 x 14 1.01 -> 1.12, 7 x 7 0.79 -> 0.99. Where the tiles fill at most half
 // the GPU (the 7 x 7 layer at batch 32: 52 tiles for 132 multiprocessors), the sum over k is split as the
 // weight gradient's is (Note [the weight gradient as a convolution]), and add_splits_to_output_kernel adds
 // the splits in order, then the bias (TensorCorePlan says why not for more tiles).
@@ -650,10 +660,59 @@ constexpr int wg_smem_bytes() {
   return wg_stages<BN, kPerSM>() * (kWgBM + BN) * kWgRowBytes + 1024;  // + 1024: to align the ring to 1024 bytes
 }
 
-template <typename scalar_t, int BN, int kPerSM>
+// Rung 5's epilogue where its block writes a channels_last out (no split of k): the block's kWgBM x BN results,
+// plus the bias, go through shared memory (the ring, free once every warpgroup's last wgmma is done), so that
+// a warp stores a pixel's run of 32 consecutive filters; from the accumulators (write_results) it stores 8
+// pixels x 16 bytes. The tile is pixel-major, its rows 8 elements longer, so that the
+// accumulators' writes fall in different banks. Measured on an H100 (float16, batch 32, forward, of cuDNN's
+// speed, both channels_last, two runs: docs/benchmarks/conv_goals/h100_epilogue_ab/): 56 x 56 0.85 -> 1.09,
+// 28 x 28 0.77 -> 0.82, 14 x 14 0.88-0.98 -> 0.96, 7 x 7 0.67 -> 0.69. For NCHW outputs the same staging was
+// slower (56 x 56 1.27 -> 1.16, 28 x 28 1.09-1.12 -> 1.01-1.02), so those are stored from the accumulators.
+template <typename scalar_t, int BN>
+__device__ __forceinline__ void write_results_through_shared(const TensorCoreGemm& gemm, const float (&acc)[1][BN / 8][4],
+                                                             int j0, int o0, const scalar_t* __restrict__ bias,
+                                                             scalar_t* __restrict__ out, unsigned char* ring) {
+  constexpr int BM = kWgBM, kPitch = BN + 8;
+  scalar_t* tile = reinterpret_cast<scalar_t*>(ring);  // tile[pixel][filter]
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int row0 = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4, q2 = 2 * (lane % 4);
+  __syncthreads();  // every warpgroup's wgmma has finished reading the ring
+#pragma unroll
+  for (int ni = 0; ni < BN / 8; ++ni) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = ni * 8 + q2 + e, o = o0 + col;
+      const float b = bias != nullptr && o < gemm.out_channels ? static_cast<float>(bias[o]) : 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) tile[(row0 + 8 * h) * kPitch + col] = static_cast<scalar_t>(acc[0][ni][2 * h + e] + b);
+    }
+  }
+  __syncthreads();
+  for (int i = t; i < BM * BN; i += 256) {
+    const int row = i / BN, col = i % BN;  // BN: a power of 2
+    const int j = j0 + row, o = o0 + col;
+    if (j < gemm.columns && o < gemm.out_channels) {
+      out[static_cast<int64_t>(j) * gemm.out_channels + o] = tile[row * kPitch + col];
+    }
+  }
+}
+
+// The tensor maps of rung 5's TMA loads (Note [TMA tiles], tma.cuh): x as im2col boxes of kWgBM pixels x 128
+// bytes of channels, the weight (O, kH, kW, C) as tiles of BN filters x one tap x 128 bytes of channels.
+struct TmaMaps {
+  CUtensorMap x, w;
+};
+// What the TMA loader needs of the rows: nothing (the maps find the pixels); stands in for PixelRows.
+struct NoPixelRows {
+  template <typename... Args>
+  __device__ NoPixelRows(Args&&...) {}
+};
+
+template <typename scalar_t, int BN, int kPerSM, bool kTma>
 __global__ void __launch_bounds__(256, kPerSM)
     wgmma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
-                      const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
+                      const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
+                      const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = kWgBM, kStages = wg_stages<BN, kPerSM>(), kAhead = kStages - 2;
   static_assert(kAhead >= 2, "at least two steps loading while one multiplies");
@@ -669,24 +728,54 @@ __global__ void __launch_bounds__(256, kPerSM)
   const int o0 = (blockIdx.x % tiles_n) * BN, j0 = (blockIdx.x / tiles_n) * BM;
 
   // What this thread loads, every step: chunk `chunk` of rows row0 + i * kRowsPerPass of both tiles, all of
-  // whose rows are row0 modulo 8, so one swizzled offset serves them all.
+  // whose rows are row0 modulo 8, so one swizzled offset serves them all. (With TMA, thread 0 asks for both
+  // tiles and the others only wait; each thread still rounds its own chunks to TF32.)
   const int chunk = t % 8, row0 = t / 8, swizzled = row0 * kWgRowBytes + ((chunk ^ (row0 % 8)) * 16);
-  const PixelRows<scalar_t, kRowsA> rows(gemm, x, j0 + row0, kRowsPerPass);
-  const auto load_step = [&](int stage, int k0) {
-    const int k = k0 + chunk * kChunk;
-    const Tap tap = tap_of(gemm, k);
-    unsigned char* a = ring + stage * kStageBytes + swizzled;
+  const std::conditional_t<kTma, NoPixelRows, PixelRows<scalar_t, kRowsA>> rows(gemm, x, j0 + row0, kRowsPerPass);
+  __shared__ uint64_t landed[kTma ? kStages : 1];  // TMA: stage s's tiles have arrived (phase step / kStages)
+  int base_w = 0, base_h = 0, base_n = 0;          // TMA: the input pixel tap (0, 0) of GEMM row j0 reads
+  if constexpr (kTma) {
+    const conv2d_mm::Im2colShape& s = gemm.s;
+    base_n = static_cast<int>(gemm.pixels.div(static_cast<uint32_t>(j0)));
+    const int p = j0 - base_n * static_cast<int>(gemm.pixels.d);
+    const int oh = static_cast<int>(gemm.out_w.div(static_cast<uint32_t>(p)));
+    base_h = conv::input_coord<int>(oh, 0, static_cast<int>(s.stride_h), static_cast<int>(s.pad_h), 1);
+    base_w = conv::input_coord<int>(p - oh * static_cast<int>(gemm.out_w.d), 0, static_cast<int>(s.stride_w),
+                                    static_cast<int>(s.pad_w), 1);
+    if (t == 0) {
 #pragma unroll
-    for (int i = 0; i < kRowsA; ++i) {
-      const scalar_t* src = rows.source(gemm, i, tap);
-      cp_async_16(a + i * kRowsPerPass * kWgRowBytes, src != nullptr ? src : x, src != nullptr);
+      for (int st = 0; st < kStages; ++st) mbarrier_init(&landed[st]);
+      fence_mbarrier_init();
     }
-    unsigned char* b = ring + stage * kStageBytes + kTileA + swizzled;
+    __syncthreads();
+  }
+  const auto load_step = [&](int stage, int k0) {
+    if constexpr (kTma) {  // step k0 / kStepK is (tap, channels c0 .. c0 + kStepK - 1)
+      if (t != 0) return;
+      const int step = k0 / kStepK, tap = step / gemm.steps_per_tap, c0 = (step - tap * gemm.steps_per_tap) * kStepK;
+      const int kh = static_cast<int>(gemm.kernel_w.div(static_cast<uint32_t>(tap)));
+      const int kw = tap - kh * static_cast<int>(gemm.kernel_w.d);
+      unsigned char* tiles = ring + stage * kStageBytes;
+      mbarrier_arrive_expect_bytes(&landed[stage], kStageBytes);
+      tma_load_im2col(tiles, &maps.x, c0, base_w, base_h, base_n, static_cast<uint16_t>(kw * gemm.s.dilation_w),
+                      static_cast<uint16_t>(kh * gemm.s.dilation_h), &landed[stage]);
+      tma_load_tile(tiles + kTileA, &maps.w, c0, tap, o0, &landed[stage]);
+    } else {
+      const int k = k0 + chunk * kChunk;
+      const Tap tap = tap_of(gemm, k);
+      unsigned char* a = ring + stage * kStageBytes + swizzled;
 #pragma unroll
-    for (int i = 0; i < kRowsB; ++i) {
-      const int o = o0 + row0 + i * kRowsPerPass;
-      const bool fill = tap.inside && o < gemm.out_channels;
-      cp_async_16(b + i * kRowsPerPass * kWgRowBytes, fill ? w + static_cast<int64_t>(o) * gemm.K + k : w, fill);
+      for (int i = 0; i < kRowsA; ++i) {
+        const scalar_t* src = rows.source(gemm, i, tap);
+        cp_async_16(a + i * kRowsPerPass * kWgRowBytes, src != nullptr ? src : x, src != nullptr);
+      }
+      unsigned char* b = ring + stage * kStageBytes + kTileA + swizzled;
+#pragma unroll
+      for (int i = 0; i < kRowsB; ++i) {
+        const int o = o0 + row0 + i * kRowsPerPass;
+        const bool fill = tap.inside && o < gemm.out_channels;
+        cp_async_16(b + i * kRowsPerPass * kWgRowBytes, fill ? w + static_cast<int64_t>(o) * gemm.K + k : w, fill);
+      }
     }
   };
 
@@ -700,10 +789,12 @@ __global__ void __launch_bounds__(256, kPerSM)
 #pragma unroll
   for (int st = 0; st < kAhead; ++st) {
     if (st < steps) load_step(st, k_first + st * kStepK);
-    cp_async_commit();  // an empty group past the last step keeps the count of groups in step with k
+    if constexpr (!kTma) cp_async_commit();  // an empty group past the last step keeps the count in step with k
   }
   for (int step = 0; step < steps; ++step) {
-    cp_async_wait<kAhead - 1>();  // this thread's copies of `step` have landed ...
+    // this thread's copies of `step` have landed (with TMA: all of the step's copies) ...
+    if constexpr (kTma) mbarrier_wait(&landed[step % kStages], (step / kStages) % 2);
+    else cp_async_wait<kAhead - 1>();
     if constexpr (std::is_same_v<scalar_t, float>) {  // ... rounded to TF32 (each thread its own chunks) ...
       unsigned char* tiles = ring + (step % kStages) * kStageBytes + swizzled;
 #pragma unroll
@@ -715,7 +806,7 @@ __global__ void __launch_bounds__(256, kPerSM)
     __syncthreads();              // ... and so are everyone's; every warpgroup is done with step - 2's copy
     const int next = step + kAhead;
     if (next < steps) load_step(next % kStages, k_first + next * kStepK);
-    cp_async_commit();
+    if constexpr (!kTma) cp_async_commit();
     const unsigned char* stage = ring + (step % kStages) * kStageBytes;
     const uint64_t a = wgmma_descriptor(stage + warpgroup * 64 * kWgRowBytes), b = wgmma_descriptor(stage + kTileA);
 #pragma unroll
@@ -733,8 +824,12 @@ __global__ void __launch_bounds__(256, kPerSM)
   wgmma_wait<0>();
 #pragma unroll
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
-  cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
-  write_results<scalar_t>(gemm, acc, j0 + warpgroup * 64 + (warp % 4) * 16, o0, bias, out);
+  if constexpr (!kTma) cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
+  if (gemm.partial == nullptr && gemm.channels_last_out) {
+    write_results_through_shared<scalar_t, BN>(gemm, acc, j0, o0, bias, out, ring);
+  } else {
+    write_results<scalar_t>(gemm, acc, j0 + warpgroup * 64 + (warp % 4) * 16, o0, bias, out);
+  }
 #endif
 }
 
@@ -1098,6 +1193,7 @@ inline bool wgmma_available() {
 // the kernel cannot take the convolution ("" when it can).
 struct TensorCorePlan {
   bool wgmma = false;
+  bool tma = false;  // wgmma: its tiles loaded by TMA (Note [TMA tiles]) where the maps can describe them
   int bm = 0, bn = 0, per_sm = 0;  // the tile, and how many blocks of it share a multiprocessor
   int splits = 1;                  // wgmma: how many parts the sum over k of a forward is split into
   int64_t blocks = 0;              // tiles (each run by `splits` blocks)
@@ -1167,6 +1263,19 @@ struct TensorCorePlan {
       consider(64, 64, tc_blocks_per_sm<64, 64>(), 0.6);
     }
     if (blocks > std::numeric_limits<int>::max()) why_not = "it would need 2^31 thread blocks or more";
+    tma = wgmma && tma_takes(s, dtype);
+  }
+
+  // Whether TMA can load rung 5's tiles (Note [TMA tiles]): a step's 128 bytes of k are channels of one tap
+  // (C a multiple of 64 float16 or bfloat16, 32 float32: else the cp.async loads, which pack k across taps,
+  // waste less), and the padding, stride and dilation fit the im2col map's fields (its corners are 8-bit,
+  // its traversal strides at most 8, the taps' offsets at most 255).
+  static bool tma_takes(const conv2d_mm::Im2colShape& s, at::ScalarType dtype) {
+    if (s.channels == 0 || s.channels * c10::elementSize(dtype) % kWgRowBytes != 0) return false;
+    const auto corner = [](int64_t v) { return v >= -128 && v <= 127; };
+    const int64_t reach_h = s.dilation_h * (s.kernel_h - 1), reach_w = s.dilation_w * (s.kernel_w - 1);
+    return corner(-s.pad_h) && corner(-s.pad_w) && corner(s.pad_h - reach_h) && corner(s.pad_w - reach_w) &&
+           reach_h <= 255 && reach_w <= 255 && s.stride_h <= 8 && s.stride_w <= 8 && s.batch * s.blocks() > 0;
   }
 
   // The plan the gradients use (they have no ladder): rung 5's kernel where it takes the convolution, else
@@ -1382,24 +1491,91 @@ struct Conv2dMMLauncher {
     });
   }
 
+  // A driver function, found once through the runtime (labops links no libcuda of its own).
+  template <typename Function>
+  static Function driver_function(const char* name) {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found));
+    TORCH_CHECK(found == cudaDriverEntryPointSuccess && function != nullptr, "labops: the CUDA driver has no ", name);
+    return reinterpret_cast<Function>(function);
+  }
+
+  // Note [TMA tiles]: rung 5's maps of x (N, C, H, W with memory (N, H, W, C)) and the weight (O, C, kH, kW with
+  // memory (O, kH, kW, C)), as gemm.s and the plan's tile read them.
+  static TmaMaps tma_maps(const TensorCorePlan& plan, const TensorCoreGemm& gemm, const at::Tensor& x,
+                          const at::Tensor& w) {
+    static const auto encode_im2col = driver_function<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col");
+    static const auto encode_tiled = driver_function<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
+    const conv2d_mm::Im2colShape& s = gemm.s;
+    const CUtensorMapDataType type = x.scalar_type() == at::kHalf       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                     : x.scalar_type() == at::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    const cuuint64_t bytes = x.element_size(), C = s.channels, pixel = C * bytes, taps = s.kernel_area();
+    const cuuint32_t row = kWgRowBytes / static_cast<cuuint32_t>(bytes);  // elements in 128 bytes of k
+    const auto check = [](CUresult r, const char* what) {
+      TORCH_CHECK(r == CUDA_SUCCESS, "labops.conv2d_mm: the driver refused the TMA map of ", what, " (CUresult ",
+                  static_cast<int>(r), ")");
+    };
+    TmaMaps maps;
+    // x: dims and strides fastest first; the bounding box of the filter bases (the input pixel of tap (0, 0))
+    // runs from -pad to the last base, dil * (k - 1) - pad short of the far edge; the traversal steps by the
+    // conv stride; a box is kWgBM consecutive output pixels x 128 bytes of channels.
+    const cuuint64_t x_dims[4] = {C, static_cast<cuuint64_t>(s.width), static_cast<cuuint64_t>(s.height),
+                                  static_cast<cuuint64_t>(s.batch)};
+    const cuuint64_t x_strides[3] = {pixel, pixel * s.width, pixel * s.width * s.height};
+    const int lower[2] = {static_cast<int>(-s.pad_w), static_cast<int>(-s.pad_h)};
+    const int upper[2] = {static_cast<int>(s.pad_w - s.dilation_w * (s.kernel_w - 1)),
+                          static_cast<int>(s.pad_h - s.dilation_h * (s.kernel_h - 1))};
+    const cuuint32_t x_steps[4] = {1, static_cast<cuuint32_t>(s.stride_w), static_cast<cuuint32_t>(s.stride_h), 1};
+    check(encode_im2col(&maps.x, type, 4, const_cast<void*>(x.const_data_ptr()), x_dims, x_strides, lower, upper, row,
+                        kWgBM, x_steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          "x");
+    // The weight as (C, taps, O), a box of 128 bytes of channels x one tap x BN filters.
+    const cuuint64_t w_dims[3] = {C, taps, static_cast<cuuint64_t>(gemm.out_channels)};
+    const cuuint64_t w_strides[2] = {pixel, pixel * taps};
+    const cuuint32_t box[3] = {row, 1, static_cast<cuuint32_t>(plan.bn)}, w_steps[3] = {1, 1, 1};
+    check(encode_tiled(&maps.w, type, 3, const_cast<void*>(w.const_data_ptr()), w_dims, w_strides, box, w_steps,
+                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          "the weight");
+    return maps;
+  }
+
   template <typename scalar_t>
-  static void launch_tensor_cores(const TensorCorePlan& plan, const TensorCoreGemm& gemm, const at::Tensor& x,
+  static void launch_tensor_cores(const TensorCorePlan& plan, const TensorCoreGemm& gemm_in, const at::Tensor& x,
                                   const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out) {
-    const auto launch = [&](auto kernel, int threads, int bytes) {
+    TensorCoreGemm gemm = gemm_in;
+    const auto launch = [&](auto kernel, int threads, int bytes, auto... maps) {
       const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(gemm.splits));
       kernel<<<grid, threads, bytes, c10::cuda::getCurrentCUDAStream()>>>(
           gemm, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
           bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
-          gemm.partial != nullptr ? nullptr : out.mutable_data_ptr<scalar_t>());
+          gemm.partial != nullptr ? nullptr : out.mutable_data_ptr<scalar_t>(), maps...);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (plan.wgmma) {  // two warpgroups a block
+      const bool tma = plan.tma;
+      if (tma) gemm.steps_per_tap = static_cast<int>(gemm.s.channels * x.element_size() / kWgRowBytes);
+      const TmaMaps maps = tma ? tma_maps(plan, gemm, x, w) : TmaMaps{};
+      const auto launch_wgmma = [&](auto bn, auto per_sm, auto with_tma) {
+        constexpr int kBN = decltype(bn)::value, kPerSM = decltype(per_sm)::value;
+        constexpr auto kernel = wgmma_gemm_kernel<scalar_t, kBN, kPerSM, decltype(with_tma)::value>;
+        launch(with_shared_memory<kernel, wg_smem_bytes<kBN, kPerSM>()>(), 256, wg_smem_bytes<kBN, kPerSM>(), maps);
+      };
+      using Yes = std::true_type;
+      using No = std::false_type;
+      using N64 = std::integral_constant<int, 64>;
+      using N128 = std::integral_constant<int, 128>;
+      using One = std::integral_constant<int, 1>;
+      using Two = std::integral_constant<int, 2>;
       if (plan.bn == 64) {
-        launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 64, 2>, wg_smem_bytes<64, 2>()>(), 256,
-               wg_smem_bytes<64, 2>());
+        if (tma) launch_wgmma(N64{}, Two{}, Yes{});
+        else launch_wgmma(N64{}, Two{}, No{});
       } else {
-        launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, 128, 1>, wg_smem_bytes<128, 1>()>(), 256,
-               wg_smem_bytes<128, 1>());
+        if (tma) launch_wgmma(N128{}, One{}, Yes{});
+        else launch_wgmma(N128{}, One{}, No{});
       }
       return;
     }

@@ -1238,8 +1238,11 @@ struct TensorCorePlan {
     // a rough 30 % more), where each split still has 4 steps of k and the unsplit tiles fill at most half the
     // multiprocessors. Measured on an H100 (float16, fwd, of cuDNN's speed): the 7 x 7 layer at batch 32 ran
     // 0.77 in unsplit 128 x 64 tiles, 0.69 in 128 x 128 and 0.68 split in 2; 128 x 64 tiles alone on a
-    // multiprocessor ran 0.96 at 28 x 28 against 1.04 two to a multiprocessor. (128 x 256 tiles never finish
-    // first by this model: a wave of them takes as long as two of 128 x 128, and they come in half as many.)
+    // multiprocessor ran 0.96 at 28 x 28 against 1.04 two to a multiprocessor. With TMA loads (session 22, the
+    // split forced) splitting still lost: 7 x 7 at batch 32 0.83 / 0.76 / 0.77 split in 2 / 3 / 4 against
+    // 0.92-1.01 unsplit, at batch 128 0.55-0.68 against 0.95; 14 x 14 0.55-0.66 against 1.14. (128 x 256 tiles
+    // never finish first by this model: a wave of them takes as long as two of 128 x 128, and they come in half
+    // as many.)
     const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency, int split = 1,
                               double alone = 0) {
       const int64_t count = ceil_div(columns, int64_t(m)) * ceil_div(out_channels, int64_t(n));

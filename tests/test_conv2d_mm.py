@@ -412,7 +412,10 @@ def test_input_gradient_as_a_convolution(device, dtype, channels, kernel, paddin
     (3, (19, 17), (3, 3), (1, 1), (1, 1), (1, 1)),    # a batch the tensor cores cannot take: the columns instead
     (8, (11, 13), (3, 3), (1, 1), (1, 1), (1, 1)),    # 143 output pixels an image: the columns instead
     (8, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1)),      # 64 pixels: the columns, grad_output gathered in 16-byte packs
-], ids=["3x3", "stride-2", "dilated", "deep", "batch-3", "small-image", "small-image-packed"])
+    (64, (12, 12), (3, 3), (1, 1), (1, 1), (1, 1)),   # 144 pixels, a batch of 128 bytes or more: by TMA, as a convolution
+    (32, (7, 7), (3, 3), (1, 1), (1, 1), (1, 1)),     # 49 pixels: float32 (TF32) by TMA as a convolution, else the columns
+], ids=["3x3", "stride-2", "dilated", "deep", "batch-3", "small-image", "small-image-packed", "small-image-tma",
+        "7x7-tma-tf32"])
 def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, stride, padding, dilation):
     """conv2d_mm_backward_weight and accGradParameters on CUDA run the tensor_cores forward with the batch as its
     channels, its sum over pixels split and the splits added in order (Note [the weight gradient as a

@@ -20,7 +20,7 @@
 //                  (Note [TMA tiles]); the default on an H100 or H200 for float16,
 //                  bfloat16 and TF32 wherever it takes the input.
 // The fastest of rungs 5 and 4 that takes the shape also computes the input gradient at
-// stride 1 and the weight gradient of large images (Notes [the input gradient as a
+// stride 1 and the weight gradient of all but small images (Notes [the input gradient as a
 // convolution], [the weight gradient as a convolution]).
 // Rungs 1 to 3 read x as NCHW: entry.h makes a channels_last x contiguous first. Rungs 4
 // and 5 write a channels_last output where x is channels_last, the others NCHW.
@@ -1090,8 +1090,9 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Output pixels an image needs before its weight gradient runs as a convolution (below).
-constexpr int64_t kMinPixelsForWeightGradientAsConvolution = 256;
+// Output pixels an image needs before its weight gradient runs as a convolution (below), and the fewer it
+// needs where TMA loads that convolution (backward_weight_as_convolution says why).
+constexpr int64_t kMinPixelsForWeightGradientAsConvolution = 256, kMinPixelsWithTma = 128;
 
 // The forward with its sum over k split (TensorCorePlan::splits, Note [wgmma implicit GEMM]): out[n, o, p] =
 // bias[o] + the splits' float32 sums partial[split][n * L + p][o], added in split order, so the bits are the
@@ -1411,11 +1412,6 @@ struct Conv2dMMLauncher {
   static bool backward_weight_as_convolution(const conv2d_mm::Im2colShape& s, const at::Tensor& g3,
                                              const at::Tensor& x4, const at::Tensor& grad_w, double scale,
                                              double beta) {
-    // Only for large images, whose columns are large: at 14 x 14 and 7 x 7 (float16, batch 32) the columns
-    // and cuBLAS measured faster, on rung 4's kernel (docs/benchmarks/conv_goals/h100_weight_gradient_tc.md)
-    // and on rung 5's (fwd+bwd 136 and 179 us of kernels against 132 and 144 through the columns:
-    // docs/benchmarks/conv_goals/h100_kernel_times.md), at 28 x 28 and 56 x 56 slower.
-    if (s.blocks() < kMinPixelsForWeightGradientAsConvolution) return false;
     const int64_t O = g3.size(1), N = s.batch, C = s.channels;
     const conv2d_mm::Im2colShape t = conv2d_mm::make_shape(
         C, N, s.height, s.width,
@@ -1423,6 +1419,17 @@ struct Conv2dMMLauncher {
     if (t.out_h < s.kernel_h || t.out_w < s.kernel_w) return false;
     const TensorCorePlan plan = TensorCorePlan::fastest(t, O, x4.scalar_type());
     if (!plan.why_not.empty()) return false;
+    // Small images have small columns, and there the columns and cuBLAS can be faster. Measured on an H100
+    // (fwd+bwd of cuDNN's speed, docs/benchmarks/conv_goals/h100_weight_gradient_tma/): where rung 5 loads the
+    // transposed problem by cp.async (its channels, the batch, fill less than 128 bytes: float16 at batch 32)
+    // the columns won at 14 x 14 and 7 x 7 (1.03 and 0.97 against 0.96 and 0.69); where TMA loads it, this
+    // convolution won for TF32 at both (batch 32: 0.85 and 0.62 against 0.64 and 0.48; the columns' cuBLAS GEMM
+    // runs in full float32, as matmuls default to) and for float16 at batch 128 at 14 x 14 (0.84 against 0.72),
+    // not at 7 x 7 (0.81 against 0.88). From 256 pixels an image it wins everywhere measured.
+    const int64_t pixels = s.blocks();
+    const bool convolution_faster = pixels >= kMinPixelsForWeightGradientAsConvolution ||
+                                    (plan.tma && (x4.scalar_type() == at::kFloat || pixels >= kMinPixelsWithTma));
+    if (!convolution_faster) return false;
     // x' (C, N, H, W) channels_last and g' (O, N, Hout, Wout) in (kh, kw, c) order: one transpose each.
     at::Tensor x_memory = at::empty({C, s.height, s.width, N}, x4.options());
     transpose(x4, 1, N, C * s.height * s.width, x_memory);

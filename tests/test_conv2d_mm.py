@@ -378,6 +378,35 @@ def test_wgmma_tma_geometries(device, dtype, size, kernel, stride, padding, dila
     assert torch.equal(out, again), "the same bits on every run"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("channels, height, width", [
+    (72, 6, 16),   # H*W = 96: 16-byte packs; C = 72 and 96 pixels: a full tile and a partial one each way
+    (72, 6, 10),   # H*W = 60: 8-byte packs of float16 (16 of float32)
+    (40, 5, 10),   # H*W = 50: packs of 2
+    (40, 7, 7),    # H*W = 49: one element at a time
+], ids=["packs-16B", "packs-8B", "packs-of-2", "singles"])
+def test_transposes_every_pack_width(device, dtype, channels, height, width):
+    """On CUDA an NCHW x and grad_output go to channels_last and the gradients back through transpose_kernel
+    (Note [transposes at copy bandwidth], csrc/conv2d_mm/cuda.cu), in the widest pack that divides C and
+    H*W; forward and both gradients against float64 F.conv2d, over tiles cut short in both directions."""
+    if device != "cuda":
+        pytest.skip("a CUDA path")
+    randn = Seeded(device, dtype, 9).randn
+    x, w, b = randn(2, channels, height, width), randn(24, channels, 3, 3) / (9 * channels) ** 0.5, randn(24)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    with tf32_convolutions():
+        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+    g = randn(*out.shape)
+    gx, gw = torch.autograd.grad(out, (x, w), g)
+    x64, w64 = x.detach().double().requires_grad_(True), w.detach().double().requires_grad_(True)
+    expected = F.conv2d(x64, w64, b.double(), 1, 1, 1)
+    ex, ew = torch.autograd.grad(expected, (x64, w64), g.double())
+    rtol, atol = tolerances(torch.float16)
+    for got, want, n in ((out, expected, 9 * channels), (gx, ex, 9 * 24), (gw, ew, 2 * height * width)):
+        torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * n ** 0.5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("channels, kernel, padding, dilation", [
     (24, (3, 3), (1, 1), (1, 1)),  # the padding of the flipped convolution: 1

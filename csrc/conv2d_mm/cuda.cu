@@ -384,14 +384,36 @@ struct Tap {
   int dh, dw;  // kh * dilation_h, kw * dilation_w
   int offset;  // channels_last_offset(dh, dw, c): the reach as an offset in a channels_last image
 };
-__device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
-  const conv2d_mm::Im2colShape& s = gemm.s;
-  const int tap = static_cast<int>(gemm.channels.div(static_cast<uint32_t>(k)));
+// The reach of kernel position `tap` (kh * kernel_w + kw) from a pixel's origin: (kh * dilation_h, kw * dilation_w).
+struct Reach {
+  int dh, dw;
+};
+__device__ __forceinline__ Reach reach_of(const TensorCoreGemm& gemm, int tap) {
   const int kh = static_cast<int>(gemm.kernel_w.div(static_cast<uint32_t>(tap)));
-  const int c = k - tap * static_cast<int>(gemm.channels.d), kw = tap - kh * static_cast<int>(gemm.kernel_w.d);
-  const int dh = conv::input_coord<int>(0, kh, 1, 0, static_cast<int>(s.dilation_h));
-  const int dw = conv::input_coord<int>(0, kw, 1, 0, static_cast<int>(s.dilation_w));
-  return {k < gemm.K, dh, dw, conv2d_mm::channels_last_offset<int>(s, dh, dw, c)};
+  const int kw = tap - kh * static_cast<int>(gemm.kernel_w.d);
+  return {conv::input_coord<int>(0, kh, 1, 0, static_cast<int>(gemm.s.dilation_h)),
+          conv::input_coord<int>(0, kw, 1, 0, static_cast<int>(gemm.s.dilation_w))};
+}
+__device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
+  const int tap = static_cast<int>(gemm.channels.div(static_cast<uint32_t>(k)));
+  const int c = k - tap * static_cast<int>(gemm.channels.d);
+  const Reach reach = reach_of(gemm, tap);
+  return {k < gemm.K, reach.dh, reach.dw, conv2d_mm::channels_last_offset<int>(gemm.s, reach.dh, reach.dw, c)};
+}
+
+// The origin of GEMM row j (output pixel j of the batch): its image n and the input pixel (ih, iw) its tap
+// (0, 0) reads, perhaps in the padding.
+struct Origin {
+  int n, ih, iw;
+};
+__device__ __forceinline__ Origin origin_of(const TensorCoreGemm& gemm, int j) {
+  const conv2d_mm::Im2colShape& s = gemm.s;
+  const int n = static_cast<int>(gemm.pixels.div(static_cast<uint32_t>(j)));
+  const int p = j - n * static_cast<int>(gemm.pixels.d);
+  const int oh = static_cast<int>(gemm.out_w.div(static_cast<uint32_t>(p)));
+  const int ow = p - oh * static_cast<int>(gemm.out_w.d);
+  return {n, conv::input_coord<int>(oh, 0, static_cast<int>(s.stride_h), static_cast<int>(s.pad_h), 1),
+          conv::input_coord<int>(ow, 0, static_cast<int>(s.stride_w), static_cast<int>(s.pad_w), 1)};
 }
 
 // The GEMM rows (output pixels) a thread loads A's chunks for: first, first + stride, ... (kRows of them).
@@ -409,15 +431,12 @@ struct PixelRows {
       origin[i] = x;
       ih0[i] = iw0[i] = std::numeric_limits<int>::min();
       if (j < gemm.columns) {
-        const int n = static_cast<int>(gemm.pixels.div(static_cast<uint32_t>(j)));
-        const int p = j - n * static_cast<int>(gemm.pixels.d);
-        const int oh = static_cast<int>(gemm.out_w.div(static_cast<uint32_t>(p)));
-        const int ow = p - oh * static_cast<int>(gemm.out_w.d);
-        ih0[i] = conv::input_coord<int>(oh, 0, static_cast<int>(s.stride_h), static_cast<int>(s.pad_h), 1);
-        iw0[i] = conv::input_coord<int>(ow, 0, static_cast<int>(s.stride_w), static_cast<int>(s.pad_w), 1);
+        const Origin o = origin_of(gemm, j);
+        ih0[i] = o.ih;
+        iw0[i] = o.iw;
         // images follow each other: row ih of image n is row n * H + ih of the batch
-        origin[i] = x + conv2d_mm::channels_last_offset<int64_t>(s, static_cast<int64_t>(n) * s.height + ih0[i],
-                                                                 iw0[i], 0);
+        origin[i] = x + conv2d_mm::channels_last_offset<int64_t>(s, static_cast<int64_t>(o.n) * s.height + o.ih,
+                                                                 o.iw, 0);
       }
     }
   }
@@ -633,13 +652,14 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // alone took the 28 x 28 forward from 0.77 to 0.96 of cuDNN's speed (H100, float16, batch 32). Handing all
 // loads to a third warpgroup that only loads (warp specialization, cp.async signalling mbarriers) measured
 // slower, 0.88: one loading warp a scheduler could not issue them fast enough. Where a tap's channels fill
-// whole 128-byte rows (C a multiple of 64 float16 or bfloat16, 32 float32), the kernel (kTma) loads as cuDNN's
-// do, by TMA (Note [TMA tiles], common/cuda/tma.cuh): thread 0 asks for a step's two tiles, an im2col box of
-// the 128 pixels and a box of the weight, and arms that stage's mbarrier with their bytes; every thread waits
-// on the barrier instead of its own cp.async groups. The copy engine computes the addresses, applies the
-// padding (zeros) and writes the swizzled rows; the step is then (tap, 128 bytes of its channels), the same
-// k order as the cp.async loads. Measured on an H100 (float16, batch 32, forward, of cuDNN's speed, one run):
-// 28 x 28 1.01 -> 1.16, 14 x 14 1.01 -> 1.12, 7 x 7 0.79 -> 0.99. Where the tiles fill at most half
+// whole 128-byte rows (C a multiple of 64 float16 or bfloat16, 32 float32), wgmma_tma_gemm_kernel loads as
+// cuDNN's do, by TMA (Note [TMA tiles], common/cuda/tma.cuh): one thread asks for a step's two tiles, an
+// im2col box of the 128 pixels and a box of the weight, and arms that stage's mbarrier with their bytes. The
+// copy engine computes the addresses, applies the padding (zeros) and writes the swizzled rows; the step is
+// then (tap, 128 bytes of its channels), the same k order as the cp.async loads. Measured on an H100
+// (float16, batch 32, forward, of cuDNN's speed, one run), with thread 0 of the same warpgroups asking:
+// 28 x 28 1.01 -> 1.16, 14 x 14 1.01 -> 1.12, 7 x 7 0.79 -> 0.99; a producer warp of its own then lets the
+// warpgroups run without a barrier a step (Note [warp-specialized TMA pipeline]). Where the tiles fill at most half
 // the GPU (the 7 x 7 layer at batch 32: 52 tiles for 132 multiprocessors), the sum over k is split as the
 // weight gradient's is (Note [the weight gradient as a convolution]), and add_splits_to_output_kernel adds
 // the splits in order, then the bias (TensorCorePlan says why not for more tiles).
@@ -649,6 +669,10 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // still 128 bytes of k, 32 float32 values, one m64nBNk8 instruction per 32 bytes.
 constexpr int kWgRowBytes = 128;  // k per step, in bytes: one row of the 128-byte swizzle
 constexpr int kWgBM = 128;        // pixels per block: two warpgroups of 64
+constexpr int kWgConsumers = 256;  // the threads of the two warpgroups that multiply (and, with cp.async, load)
+
+// A barrier among the consumer warpgroups only (named barrier 1; rung 5's TMA producer warp takes no part).
+__device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;\n" ::"n"(kWgConsumers) : "memory"); }
 
 // The ring: as many copies of the tiles as a multiprocessor's 220 KB hold for kPerSM blocks, at most 6.
 template <int BN, int kPerSM>
@@ -676,7 +700,7 @@ __device__ __forceinline__ void write_results_through_shared(const TensorCoreGem
   scalar_t* tile = reinterpret_cast<scalar_t*>(ring);  // tile[pixel][filter]
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int row0 = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4, q2 = 2 * (lane % 4);
-  __syncthreads();  // every warpgroup's wgmma has finished reading the ring
+  consumer_barrier();  // every warpgroup's wgmma has finished reading the ring
 #pragma unroll
   for (int ni = 0; ni < BN / 8; ++ni) {
 #pragma unroll
@@ -687,7 +711,7 @@ __device__ __forceinline__ void write_results_through_shared(const TensorCoreGem
       for (int h = 0; h < 2; ++h) tile[(row0 + 8 * h) * kPitch + col] = static_cast<scalar_t>(acc[0][ni][2 * h + e] + b);
     }
   }
-  __syncthreads();
+  consumer_barrier();
   for (int i = t; i < BM * BN; i += 256) {
     const int row = i / BN, col = i % BN;  // BN: a power of 2
     const int j = j0 + row, o = o0 + col;
@@ -702,80 +726,106 @@ __device__ __forceinline__ void write_results_through_shared(const TensorCoreGem
 struct TmaMaps {
   CUtensorMap x, w;
 };
-// What the TMA loader needs of the rows: nothing (the maps find the pixels); stands in for PixelRows.
-struct NoPixelRows {
-  template <typename... Args>
-  __device__ NoPixelRows(Args&&...) {}
-};
 
-template <typename scalar_t, int BN, int kPerSM, bool kTma>
-__global__ void __launch_bounds__(256, kPerSM)
+// One step of rung 5 for this warpgroup: its 64 rows of the stage's A tile times the stage's B tile, added to
+// d, one wgmma per 32 bytes of k. The batch is committed and left running; the call returns once the previous
+// step's batch is done (so that step's stage may be refilled).
+template <typename scalar_t, int BN>
+__device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) {
+  const uint64_t a = wgmma_descriptor(stage + warpgroup * 64 * kWgRowBytes);
+  const uint64_t b = wgmma_descriptor(stage + kWgBM * kWgRowBytes);
+#pragma unroll
+  for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+  wgmma_fence();
+#pragma unroll
+  for (int slice = 0; slice < kWgRowBytes / 32; ++slice) {
+    wgmma<scalar_t, BN>(d, wgmma_advance(a, slice * 32), wgmma_advance(b, slice * 32), 1);
+  }
+  wgmma_commit();
+  wgmma_wait<1>();  // the previous step's batch is done; this one may still run
+#pragma unroll
+  for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+}
+
+// float32 as TF32: consumer thread t rounds its chunks of a stage (chunk t % 8 of rows t / 8 + 32 i of both
+// tiles; `swizzled` is that chunk's offset in row t / 8), then makes them visible to wgmma.
+template <typename scalar_t, int BN>
+__device__ __forceinline__ void round_stage_to_tf32(unsigned char* stage, int swizzled) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    constexpr int kRowsPerPass = kWgConsumers / 8;
+#pragma unroll
+    for (int i = 0; i < kWgBM / kRowsPerPass; ++i) {
+      round_to_tf32_in_shared(stage + swizzled + i * kRowsPerPass * kWgRowBytes);
+    }
+#pragma unroll
+    for (int i = 0; i < BN / kRowsPerPass; ++i) {
+      round_to_tf32_in_shared(stage + kWgBM * kWgRowBytes + swizzled + i * kRowsPerPass * kWgRowBytes);
+    }
+  }
+  fence_shared_for_wgmma();
+}
+
+// The block's place in the output: tiles of kWgBM pixels x BN filters, the filters fastest.
+template <int BN>
+__device__ __forceinline__ void block_tile(const TensorCoreGemm& gemm, int& j0, int& o0) {
+  const int tiles_n = (gemm.out_channels + BN - 1) / BN;
+  o0 = (blockIdx.x % tiles_n) * BN;
+  j0 = (blockIdx.x / tiles_n) * kWgBM;
+}
+
+// Both warpgroups' results: out (through shared memory where it is channels_last and k is not split).
+template <typename scalar_t, int BN>
+__device__ __forceinline__ void write_block_results(const TensorCoreGemm& gemm, const float (&acc)[1][BN / 8][4],
+                                                    int j0, int o0, const scalar_t* __restrict__ bias,
+                                                    scalar_t* __restrict__ out, unsigned char* ring) {
+  const int warp = threadIdx.x / 32;
+  if (gemm.partial == nullptr && gemm.channels_last_out) {
+    write_results_through_shared<scalar_t, BN>(gemm, acc, j0, o0, bias, out, ring);
+  } else {
+    write_results<scalar_t>(gemm, acc, j0 + (warp / 4) * 64 + (warp % 4) * 16, o0, bias, out);
+  }
+}
+
+__device__ __forceinline__ unsigned char* ring_of(unsigned char* smem) {  // aligned to 1024 for the swizzle
+  return smem + ((1024 - static_cast<uint32_t>(__cvta_generic_to_shared(smem)) % 1024) % 1024);
+}
+
+template <typename scalar_t, int BN, int kPerSM>
+__global__ void __launch_bounds__(kWgConsumers, kPerSM)
     wgmma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
-                      const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
-                      const __grid_constant__ TmaMaps maps) {
+                      const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = kWgBM, kStages = wg_stages<BN, kPerSM>(), kAhead = kStages - 2;
   static_assert(kAhead >= 2, "at least two steps loading while one multiplies");
   constexpr int kChunk = 16 / sizeof(scalar_t), kStepK = kWgRowBytes / sizeof(scalar_t);
-  constexpr int kRowsPerPass = 256 / 8;  // 8 threads load a 128-byte row, one 16-byte chunk each
+  constexpr int kRowsPerPass = kWgConsumers / 8;  // 8 threads load a 128-byte row, one 16-byte chunk each
   constexpr int kRowsA = BM / kRowsPerPass, kRowsB = BN / kRowsPerPass;
   constexpr int kTileA = BM * kWgRowBytes, kStageBytes = (BM + BN) * kWgRowBytes;
   extern __shared__ unsigned char wg_smem[];
-  unsigned char* ring = wg_smem + ((1024 - static_cast<uint32_t>(__cvta_generic_to_shared(wg_smem)) % 1024) % 1024);
-
-  const int t = threadIdx.x, warp = t / 32, warpgroup = warp / 4;
-  const int tiles_n = (gemm.out_channels + BN - 1) / BN;
-  const int o0 = (blockIdx.x % tiles_n) * BN, j0 = (blockIdx.x / tiles_n) * BM;
+  unsigned char* ring = ring_of(wg_smem);
+  const int t = threadIdx.x, warpgroup = t / 128;
+  int j0, o0;
+  block_tile<BN>(gemm, j0, o0);
 
   // What this thread loads, every step: chunk `chunk` of rows row0 + i * kRowsPerPass of both tiles, all of
-  // whose rows are row0 modulo 8, so one swizzled offset serves them all. (With TMA, thread 0 asks for both
-  // tiles and the others only wait; each thread still rounds its own chunks to TF32.)
+  // whose rows are row0 modulo 8, so one swizzled offset serves them all.
   const int chunk = t % 8, row0 = t / 8, swizzled = row0 * kWgRowBytes + ((chunk ^ (row0 % 8)) * 16);
-  const std::conditional_t<kTma, NoPixelRows, PixelRows<scalar_t, kRowsA>> rows(gemm, x, j0 + row0, kRowsPerPass);
-  __shared__ uint64_t landed[kTma ? kStages : 1];  // TMA: stage s's tiles have arrived (phase step / kStages)
-  int base_w = 0, base_h = 0, base_n = 0;          // TMA: the input pixel tap (0, 0) of GEMM row j0 reads
-  if constexpr (kTma) {
-    const conv2d_mm::Im2colShape& s = gemm.s;
-    base_n = static_cast<int>(gemm.pixels.div(static_cast<uint32_t>(j0)));
-    const int p = j0 - base_n * static_cast<int>(gemm.pixels.d);
-    const int oh = static_cast<int>(gemm.out_w.div(static_cast<uint32_t>(p)));
-    base_h = conv::input_coord<int>(oh, 0, static_cast<int>(s.stride_h), static_cast<int>(s.pad_h), 1);
-    base_w = conv::input_coord<int>(p - oh * static_cast<int>(gemm.out_w.d), 0, static_cast<int>(s.stride_w),
-                                    static_cast<int>(s.pad_w), 1);
-    if (t == 0) {
-#pragma unroll
-      for (int st = 0; st < kStages; ++st) mbarrier_init(&landed[st]);
-      fence_mbarrier_init();
-    }
-    __syncthreads();
-  }
+  const PixelRows<scalar_t, kRowsA> rows(gemm, x, j0 + row0, kRowsPerPass);
   const auto load_step = [&](int stage, int k0) {
-    if constexpr (kTma) {  // step k0 / kStepK is (tap, channels c0 .. c0 + kStepK - 1)
-      if (t != 0) return;
-      const int step = k0 / kStepK, tap = step / gemm.steps_per_tap, c0 = (step - tap * gemm.steps_per_tap) * kStepK;
-      const int kh = static_cast<int>(gemm.kernel_w.div(static_cast<uint32_t>(tap)));
-      const int kw = tap - kh * static_cast<int>(gemm.kernel_w.d);
-      unsigned char* tiles = ring + stage * kStageBytes;
-      mbarrier_arrive_expect_bytes(&landed[stage], kStageBytes);
-      tma_load_im2col(tiles, &maps.x, c0, base_w, base_h, base_n, static_cast<uint16_t>(kw * gemm.s.dilation_w),
-                      static_cast<uint16_t>(kh * gemm.s.dilation_h), &landed[stage]);
-      tma_load_tile(tiles + kTileA, &maps.w, c0, tap, o0, &landed[stage]);
-    } else {
-      const int k = k0 + chunk * kChunk;
-      const Tap tap = tap_of(gemm, k);
-      unsigned char* a = ring + stage * kStageBytes + swizzled;
+    const int k = k0 + chunk * kChunk;
+    const Tap tap = tap_of(gemm, k);
+    unsigned char* a = ring + stage * kStageBytes + swizzled;
 #pragma unroll
-      for (int i = 0; i < kRowsA; ++i) {
-        const scalar_t* src = rows.source(gemm, i, tap);
-        cp_async_16(a + i * kRowsPerPass * kWgRowBytes, src != nullptr ? src : x, src != nullptr);
-      }
-      unsigned char* b = ring + stage * kStageBytes + kTileA + swizzled;
+    for (int i = 0; i < kRowsA; ++i) {
+      const scalar_t* src = rows.source(gemm, i, tap);
+      cp_async_16(a + i * kRowsPerPass * kWgRowBytes, src != nullptr ? src : x, src != nullptr);
+    }
+    unsigned char* b = ring + stage * kStageBytes + kTileA + swizzled;
 #pragma unroll
-      for (int i = 0; i < kRowsB; ++i) {
-        const int o = o0 + row0 + i * kRowsPerPass;
-        const bool fill = tap.inside && o < gemm.out_channels;
-        cp_async_16(b + i * kRowsPerPass * kWgRowBytes, fill ? w + static_cast<int64_t>(o) * gemm.K + k : w, fill);
-      }
+    for (int i = 0; i < kRowsB; ++i) {
+      const int o = o0 + row0 + i * kRowsPerPass;
+      const bool fill = tap.inside && o < gemm.out_channels;
+      cp_async_16(b + i * kRowsPerPass * kWgRowBytes, fill ? w + static_cast<int64_t>(o) * gemm.K + k : w, fill);
     }
   };
 
@@ -789,47 +839,97 @@ __global__ void __launch_bounds__(256, kPerSM)
 #pragma unroll
   for (int st = 0; st < kAhead; ++st) {
     if (st < steps) load_step(st, k_first + st * kStepK);
-    if constexpr (!kTma) cp_async_commit();  // an empty group past the last step keeps the count in step with k
+    cp_async_commit();  // an empty group past the last step keeps the count in step with k
   }
   for (int step = 0; step < steps; ++step) {
-    // this thread's copies of `step` have landed (with TMA: all of the step's copies) ...
-    if constexpr (kTma) mbarrier_wait(&landed[step % kStages], (step / kStages) % 2);
-    else cp_async_wait<kAhead - 1>();
-    if constexpr (std::is_same_v<scalar_t, float>) {  // ... rounded to TF32 (each thread its own chunks) ...
-      unsigned char* tiles = ring + (step % kStages) * kStageBytes + swizzled;
-#pragma unroll
-      for (int i = 0; i < kRowsA; ++i) round_to_tf32_in_shared(tiles + i * kRowsPerPass * kWgRowBytes);
-#pragma unroll
-      for (int i = 0; i < kRowsB; ++i) round_to_tf32_in_shared(tiles + kTileA + i * kRowsPerPass * kWgRowBytes);
-    }
-    fence_shared_for_wgmma();     // ... are visible to wgmma ...
-    __syncthreads();              // ... and so are everyone's; every warpgroup is done with step - 2's copy
+    cp_async_wait<kAhead - 1>();  // this thread's copies of `step` have landed ...
+    round_stage_to_tf32<scalar_t, BN>(ring + (step % kStages) * kStageBytes, swizzled);  // ... are visible to wgmma
+    __syncthreads();  // ... and so are everyone's; every warpgroup is done with step - 2's copy
     const int next = step + kAhead;
     if (next < steps) load_step(next % kStages, k_first + next * kStepK);
-    if constexpr (!kTma) cp_async_commit();
-    const unsigned char* stage = ring + (step % kStages) * kStageBytes;
-    const uint64_t a = wgmma_descriptor(stage + warpgroup * 64 * kWgRowBytes), b = wgmma_descriptor(stage + kTileA);
-#pragma unroll
-    for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
-    wgmma_fence();
-#pragma unroll
-    for (int slice = 0; slice < kWgRowBytes / 32; ++slice) {
-      wgmma<scalar_t, BN>(d, wgmma_advance(a, slice * 32), wgmma_advance(b, slice * 32), 1);
-    }
-    wgmma_commit();
-    wgmma_wait<1>();  // the previous step's batch is done; this one may still run
-#pragma unroll
-    for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+    cp_async_commit();
+    multiply_stage<scalar_t, BN>(d, ring + (step % kStages) * kStageBytes, warpgroup);
   }
   wgmma_wait<0>();
 #pragma unroll
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
-  if constexpr (!kTma) cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
-  if (gemm.partial == nullptr && gemm.channels_last_out) {
-    write_results_through_shared<scalar_t, BN>(gemm, acc, j0, o0, bias, out, ring);
-  } else {
-    write_results<scalar_t>(gemm, acc, j0 + warpgroup * 64 + (warp % 4) * 16, o0, bias, out);
+  cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
+  write_block_results<scalar_t, BN>(gemm, acc, j0, o0, bias, out, ring);
+#endif
+}
+
+// Note [warp-specialized TMA pipeline]
+// With TMA loads one thread asks for a whole step, so loading needs no warpgroup of its own: a ninth warp (the
+// producer) runs through the ring ahead of the two consumer warpgroups, and the two sides hand each stage over
+// by mbarriers instead of a __syncthreads a step. full[s] completes when stage s's bytes have landed (the
+// producer arms it with the bytes to expect); empty[s] when every consumer warp is done with it (each arrives
+// once its wgmma batch on the stage has finished). So all kStages steps are in flight (the cp.async kernel
+// keeps kStages - 2: a load waits for a barrier all threads reach), and a warpgroup waits only for its data.
+// float32 alone still needs the consumers to meet once a step: every thread rounds its chunks of both tiles
+// to TF32, and B is read by both warpgroups.
+template <typename scalar_t, int BN, int kPerSM>
+__global__ void __launch_bounds__(kWgConsumers + 32, kPerSM)
+    wgmma_tma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
+                          const __grid_constant__ TmaMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = wg_stages<BN, kPerSM>(), kStepK = kWgRowBytes / sizeof(scalar_t);
+  constexpr int kTileA = kWgBM * kWgRowBytes, kStageBytes = (kWgBM + BN) * kWgRowBytes;
+  constexpr int kConsumerWarps = kWgConsumers / 32;
+  extern __shared__ unsigned char wg_smem[];
+  unsigned char* ring = ring_of(wg_smem);
+  __shared__ uint64_t full[kStages], empty[kStages];
+  const int t = threadIdx.x, warp = t / 32;
+  int j0, o0;
+  block_tile<BN>(gemm, j0, o0);
+  const StepRange range = block_steps(gemm, kStepK);
+  if (t == 0) {
+#pragma unroll
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(&full[st], 1);
+      mbarrier_init(&empty[st], kConsumerWarps);
+    }
+    fence_mbarrier_init();
   }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // the producer: one thread asks for each step's two tiles
+    if (t % 32 == 0) {
+      const Origin origin = origin_of(gemm, j0);  // of the box's first pixel; the map finds the others
+      for (int i = 0; i < range.count; ++i) {
+        const int stage = i % kStages;
+        if (i >= kStages) mbarrier_wait(&empty[stage], (i / kStages - 1) % 2);  // step i - kStages is done with it
+        const int step = range.first + i, tap = step / gemm.steps_per_tap;
+        const int c0 = (step - tap * gemm.steps_per_tap) * kStepK;  // a step is (tap, 128 bytes of its channels)
+        const Reach reach = reach_of(gemm, tap);
+        unsigned char* tiles = ring + stage * kStageBytes;
+        mbarrier_arrive_expect_bytes(&full[stage], kStageBytes);
+        tma_load_im2col(tiles, &maps.x, c0, origin.iw, origin.ih, origin.n, static_cast<uint16_t>(reach.dw),
+                        static_cast<uint16_t>(reach.dh), &full[stage]);
+        tma_load_tile(tiles + kTileA, &maps.w, c0, tap, o0, &full[stage]);
+      }
+    }
+    return;  // the consumers' epilogue meets on consumer_barrier, which counts only them
+  }
+
+  const int swizzled = (t / 8) * kWgRowBytes + (((t % 8) ^ ((t / 8) % 8)) * 16);  // float32: the chunk t rounds
+  float acc[1][BN / 8][4];
+  float(&d)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(acc);
+#pragma unroll
+  for (int r = 0; r < BN / 2; ++r) d[r] = 0.0f;
+  for (int i = 0; i < range.count; ++i) {
+    const int stage = i % kStages;
+    mbarrier_wait(&full[stage], (i / kStages) % 2);
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      round_stage_to_tf32<scalar_t, BN>(ring + stage * kStageBytes, swizzled);
+      consumer_barrier();  // both warpgroups read the whole B tile
+    }
+    multiply_stage<scalar_t, BN>(d, ring + stage * kStageBytes, t / 128);
+    if (i > 0 && t % 32 == 0) mbarrier_arrive(&empty[(i - 1) % kStages]);  // step i - 1's batch is done
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+  write_block_results<scalar_t, BN>(gemm, acc, j0, o0, bias, out, ring);
 #endif
 }
 
@@ -1029,44 +1129,78 @@ struct ImplicitGemmPlan {
   }
 };
 
-// out[b] = in[b]^T for `batch` row-major rows x cols matrices: x (N, C, H*W) into channels_last (N, H*W, C),
-// the weight (O, C, kH*kW) into (O, kH*kW, C), for the tensor_cores rung, and the flipped weight
-// (O, C*kH*kW) into (C*kH*kW, O) for the input gradient, each row's runs of kH*kW taps read backwards
-// (reversed_runs: that is the flip, with no pass of its own). A block moves 32 x 32 tiles
-// through shared memory so that both its reads and its writes are runs of 32 consecutive elements (ATen's
-// copy into channels_last reads one and writes the other at a stride: 20 us for a 32 x 128 x 28 x 28
-// float16 x on an H100, Nsight Compute).
-template <bool kReversedRuns, typename scalar_t>
+// Note [transposes at copy bandwidth]
+// out[b][c][r] = in[b][r][c] for `batch` matrices of rows x cols: x (N, C, H*W) into channels_last (N, H*W, C)
+// (ATen's copy into channels_last reads one side and writes the other at a stride: 20 us for a 32 x 128 x 28
+// x 28 float16 x on an H100), and the flipped weight (O, C*kH*kW) into (C*kH*kW, O) for the input gradient,
+// each row's runs of kH*kW taps read backwards (reversed_runs: that is the flip, with no pass of its own).
+// It goes through shared memory in tiles of T x T elements whose rows are 128 bytes (T = 64
+// float16 or bfloat16, 32 float32, 16 float64), so that a warp reads and writes whole 128-byte lines. A thread
+// moves V elements with one access: 16 bytes where V divides rows and cols (the 56 x 56 and 28 x 28 images),
+// less where it does not (14 x 14: 8 bytes of float16; 7 x 7: one element). It reads V consecutive columns of
+// a tile row, and for the write gathers V consecutive rows of one column: the tile keeps 16-byte chunk q of row
+// i at chunk q ^ ((i / kChunk) % 8), so the 8 groups of rows a warp gathers at once lie in 8 different groups
+// of banks. (The 32 x 32 tiles of one element a thread this replaces moved 1.4 TB/s on an H100: 18 us for the
+// 12.8 MB of a 32 x 64 x 56 x 56 float16 x.) Reversed runs cost nothing: out[c][r] = in[r][flip(c)], with
+// flip(c) = c + run - 1 - 2 (c % run), is column c of a tile written to row flip(c) of out (flip is its own
+// inverse), so the reads stay packs.
+template <bool kReversedRuns, int V, typename scalar_t>
 __global__ void __launch_bounds__(256)
     transpose_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, int64_t rows, int64_t cols,
                      int64_t batch, int64_t run) {
-  __shared__ scalar_t tile[32][33];  // 33: a column of the tile spreads over the banks
-  const int64_t tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32, tiles = batch * tiles_r * tiles_c;
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  constexpr int kChunk = 16 / sizeof(scalar_t), T = 8 * kChunk, kPacks = T / V;  // kPacks: packs in a tile row
+  constexpr int kRowStep = 256 / kPacks, kPerThread = (T + kRowStep - 1) / kRowStep;
+  static_assert(kChunk % V == 0, "a pack lies in one chunk of the tile");
+  __shared__ Pack<scalar_t, kChunk> chunks[T * 8];
+  scalar_t* tile = reinterpret_cast<scalar_t*>(chunks);
+  const auto at = [](int i, int j) { return i * T + ((j / kChunk) ^ ((i / kChunk) % 8)) * kChunk + j % kChunk; };
+  const int64_t tiles_r = (rows + T - 1) / T, tiles_c = (cols + T - 1) / T, tiles = batch * tiles_r * tiles_c;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t b = t / (tiles_r * tiles_c), rc = t - b * tiles_r * tiles_c;
-    const int64_t r0 = rc / tiles_c * 32, c0 = rc % tiles_c * 32;
-    const scalar_t* src = in + b * rows * cols;
-    scalar_t* dst = out + b * rows * cols;
-    for (int i = ty; i < 32; i += 8) {
-      const int64_t c = c0 + tx, from = kReversedRuns ? c + run - 1 - 2 * (c % run) : c;
-      if (r0 + i < rows && c < cols) tile[i][tx] = src[(r0 + i) * cols + from];
+    const int64_t r0 = rc / tiles_c * T, c0 = rc % tiles_c * T;
+    const int n_rows = static_cast<int>(rows - r0 < T ? rows - r0 : T);
+    const int n_cols = static_cast<int>(cols - c0 < T ? cols - c0 : T);
+    const scalar_t* src = in + b * rows * cols + r0 * cols + c0;  // tile (i, j) is src[i * cols + j] ...
+    scalar_t* out_b = out + b * rows * cols;                       // ... and goes to out_b[(c0 + j) * rows + r0 + i]
+    // A thread's packs of the tile: column j (or, writing, rows i .. i + V - 1) of every kRowStep-th row.
+    Pack<scalar_t, V> packs[kPerThread];  // all of a thread's loads in flight before the first store
+    const int lane_j = threadIdx.x % kPacks * V, first = threadIdx.x / kPacks;
+    const scalar_t* from = src + first * cols + lane_j;
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int i = first + k * kRowStep;
+      if (i < n_rows && lane_j < n_cols) {  // V divides cols: a pack is whole or absent
+        packs[k] = load_pack<V>(from + k * kRowStep * cols);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int i = first + k * kRowStep;
+      if (i < n_rows && lane_j < n_cols) store_pack<V>(tile + at(i, lane_j), packs[k]);
     }
     __syncthreads();
-    for (int i = ty; i < 32; i += 8) {
-      if (c0 + i < cols && r0 + tx < rows) dst[(c0 + i) * rows + r0 + tx] = tile[tx][i];
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {  // the same thread indices, now (column j, first of V rows)
+      const int j = first + k * kRowStep;
+      if (j < n_cols && lane_j < n_rows) {  // V divides rows
+        Pack<scalar_t, V> p;
+#pragma unroll
+        for (int e = 0; e < V; ++e) p.val[e] = tile[at(lane_j + e, j)];
+        const int64_t c = c0 + j, to = kReversedRuns ? c + run - 1 - 2 * (c % run) : c;  // the flip: an involution
+        store_pack<V>(out_b + to * rows + r0 + lane_j, p);
+      }
     }
     __syncthreads();  // the tile is read before the next one overwrites it
   }
 }
 
 // The same transposes where a matrix has fewer than 32 columns (the weight (O, C, kH*kW) into (O, kH*kW, C):
-// 9 columns), which would leave most of transpose_kernel's 32 x 32 tiles empty. A block takes kNarrowRows
-// rows of one matrix, which are one contiguous run of memory: it reads the run into shared memory (in V-element
-// packs, 16 bytes where the runs start aligned) and writes each of its `cols` columns as a run of up to
-// kNarrowRows elements, so both sides are coalesced, and it counts inside the tile in 32 bits (one element a
-// thread with 64-bit divisions took 15.8 us for a 512 x 512 x 3 x 3 float16 weight on an H100; this kernel
-// one element at a time 10.9 us).
+// 9 columns), which would leave most of transpose_kernel's tiles empty. A block takes kNarrowRows rows of one
+// matrix, which are one contiguous run of memory: it reads the run into shared memory and writes each of its
+// `cols` columns as a run of up to kNarrowRows elements, both in V-element packs (16 bytes where the runs start
+// aligned and the rows come in whole packs), so both sides are coalesced, and it counts inside the tile in 32
+// bits (one element a thread with 64-bit divisions took 15.8 us for a 512 x 512 x 3 x 3 float16 weight on an
+// H100; this kernel one element at a time 10.9 us, with 16-byte reads 8.2-9.4 us).
 constexpr int kNarrowRows = 128;
 template <int V, typename scalar_t>
 __global__ void __launch_bounds__(256)
@@ -1081,10 +1215,13 @@ __global__ void __launch_bounds__(256)
     const scalar_t* src = in + (b * rows + r0) * cols;  // rows r0 .. r0 + n_rows - 1, all columns
     for (int q = threadIdx.x; q < n / V; q += blockDim.x) packs[q] = load_pack<V>(src, q);
     __syncthreads();
-    scalar_t* dst = out + b * rows * cols + r0;  // out[b][c][r0 + r]
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const int c = i / n_rows, r = i - c * n_rows;
-      dst[c * rows + r] = tile[r * cols + c + run - 1 - 2 * (c % run)];  // run 1: c itself
+    scalar_t* dst = out + b * rows * cols + r0;  // out[b][c][r0 + r], V consecutive r a store
+    for (int q = threadIdx.x; q < n / V; q += blockDim.x) {
+      const int c = q / (n_rows / V), r = (q - c * (n_rows / V)) * V, from = c + run - 1 - 2 * (c % run);  // run 1: c
+      Pack<scalar_t, V> p;
+#pragma unroll
+      for (int e = 0; e < V; ++e) p.val[e] = tile[(r + e) * cols + from];
+      store_pack<V>(dst + c * rows + r, p);
     }
     __syncthreads();  // the tile is read before the next one overwrites it
   }
@@ -1186,6 +1323,20 @@ inline bool wgmma_available() {
 #endif
 }
 
+// The bounding box of an im2col map's filter bases (Note [TMA tiles]): the input pixel that tap (0, 0) of an
+// output pixel reads runs from -pad to the last one whose farthest tap, reach = dilation * (k - 1) away, is
+// still inside: dilation * (k - 1) - pad short of the far edge (the map's upper corner counts from it).
+struct TmaBox {
+  int64_t reach_h, reach_w, lower_h, lower_w, upper_h, upper_w;
+  explicit TmaBox(const conv2d_mm::Im2colShape& s)
+      : reach_h(s.dilation_h * (s.kernel_h - 1)),
+        reach_w(s.dilation_w * (s.kernel_w - 1)),
+        lower_h(-s.pad_h),
+        lower_w(-s.pad_w),
+        upper_h(s.pad_h - reach_h),
+        upper_w(s.pad_w - reach_w) {}
+};
+
 // How a tensor-core kernel covers a convolution: tensor_core_gemm_kernel (rung 4, Note [tensor-core implicit
 // GEMM]) in tiles of 128 x 128, 128 x 64 or 64 x 64 pixels x filters, 4 warps each (a 64 x 128 tile, cuDNN's
 // pick for the 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed), or
@@ -1277,9 +1428,10 @@ struct TensorCorePlan {
   static bool tma_takes(const conv2d_mm::Im2colShape& s, at::ScalarType dtype) {
     if (s.channels == 0 || s.channels * c10::elementSize(dtype) % kWgRowBytes != 0) return false;
     const auto corner = [](int64_t v) { return v >= -128 && v <= 127; };
-    const int64_t reach_h = s.dilation_h * (s.kernel_h - 1), reach_w = s.dilation_w * (s.kernel_w - 1);
-    return corner(-s.pad_h) && corner(-s.pad_w) && corner(s.pad_h - reach_h) && corner(s.pad_w - reach_w) &&
-           reach_h <= 255 && reach_w <= 255 && s.stride_h <= 8 && s.stride_w <= 8 && s.batch * s.blocks() > 0;
+    const TmaBox bounds(s);
+    return corner(bounds.lower_h) && corner(bounds.lower_w) && corner(bounds.upper_h) && corner(bounds.upper_w) &&
+           bounds.reach_h <= 255 && bounds.reach_w <= 255 && s.stride_h <= 8 && s.stride_w <= 8 &&
+           s.batch * s.blocks() > 0;
   }
 
   // The plan the gradients use (they have no ladder): rung 5's kernel where it takes the convolution, else
@@ -1484,7 +1636,8 @@ struct Conv2dMMLauncher {
         const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 16);
         // Packs where every tile's run starts on a 16-byte boundary and holds whole packs.
         constexpr int kVec = vec_width<scalar_t>();
-        const bool packed = rows * cols % kVec == 0 && kNarrowRows * cols % kVec == 0 && is_aligned(src.const_data_ptr());
+        const bool packed = rows % kVec == 0 && kNarrowRows % kVec == 0 && is_aligned(src.const_data_ptr()) &&
+                            is_aligned(out.const_data_ptr());
         const auto kernel = packed ? narrow_transpose_kernel<kVec, scalar_t> : narrow_transpose_kernel<1, scalar_t>;
         kernel<<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
             src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, static_cast<int>(cols), batch,
@@ -1492,12 +1645,31 @@ struct Conv2dMMLauncher {
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         return;
       }
-      const int64_t tiles = batch * ceil_div<int64_t>(rows, 32) * ceil_div<int64_t>(cols, 32);
-      const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 16);
-      const auto kernel = reversed_runs > 1 ? transpose_kernel<true, scalar_t> : transpose_kernel<false, scalar_t>;
-      kernel<<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
-          src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, cols, batch, reversed_runs);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      // The widest pack (Note [transposes at copy bandwidth]) that divides rows and cols and both tensors' starts.
+      constexpr int kChunk = vec_width<scalar_t>(), kTile = 8 * kChunk;
+      int v = kChunk;
+      while (v > 1 && (rows % v != 0 || cols % v != 0 || !is_aligned(src.const_data_ptr(), v * src.element_size()) ||
+                       !is_aligned(out.const_data_ptr(), v * src.element_size()))) {
+        v /= 2;
+      }
+      const int64_t tiles = batch * ceil_div<int64_t>(rows, kTile) * ceil_div<int64_t>(cols, kTile);
+      const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 8);
+      const auto launch = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+            src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, cols, batch, reversed_runs);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      const auto launch_packs = [&](auto reversed) {
+        constexpr bool kReversed = decltype(reversed)::value;
+        if (v == 1) launch(transpose_kernel<kReversed, 1, scalar_t>);
+        else if (v == 2) launch(transpose_kernel<kReversed, 2, scalar_t>);
+        else if constexpr (kChunk >= 4) {
+          if (v == 4) launch(transpose_kernel<kReversed, 4, scalar_t>);
+          else if constexpr (kChunk >= 8) launch(transpose_kernel<kReversed, 8, scalar_t>);
+        }
+      };
+      if (reversed_runs > 1) launch_packs(std::true_type{});
+      else launch_packs(std::false_type{});
     });
   }
 
@@ -1528,15 +1700,14 @@ struct Conv2dMMLauncher {
                   static_cast<int>(r), ")");
     };
     TmaMaps maps;
-    // x: dims and strides fastest first; the bounding box of the filter bases (the input pixel of tap (0, 0))
-    // runs from -pad to the last base, dil * (k - 1) - pad short of the far edge; the traversal steps by the
-    // conv stride; a box is kWgBM consecutive output pixels x 128 bytes of channels.
+    // x: dims and strides fastest first; the bounding box of the filter bases (TmaBox); the traversal steps by
+    // the conv stride; a box is kWgBM consecutive output pixels x 128 bytes of channels.
     const cuuint64_t x_dims[4] = {C, static_cast<cuuint64_t>(s.width), static_cast<cuuint64_t>(s.height),
                                   static_cast<cuuint64_t>(s.batch)};
     const cuuint64_t x_strides[3] = {pixel, pixel * s.width, pixel * s.width * s.height};
-    const int lower[2] = {static_cast<int>(-s.pad_w), static_cast<int>(-s.pad_h)};
-    const int upper[2] = {static_cast<int>(s.pad_w - s.dilation_w * (s.kernel_w - 1)),
-                          static_cast<int>(s.pad_h - s.dilation_h * (s.kernel_h - 1))};
+    const TmaBox bounds(s);
+    const int lower[2] = {static_cast<int>(bounds.lower_w), static_cast<int>(bounds.lower_h)};
+    const int upper[2] = {static_cast<int>(bounds.upper_w), static_cast<int>(bounds.upper_h)};
     const cuuint32_t x_steps[4] = {1, static_cast<cuuint32_t>(s.stride_w), static_cast<cuuint32_t>(s.stride_h), 1};
     check(encode_im2col(&maps.x, type, 4, const_cast<void*>(x.const_data_ptr()), x_dims, x_strides, lower, upper, row,
                         kWgBM, x_steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -1557,36 +1728,30 @@ struct Conv2dMMLauncher {
   static void launch_tensor_cores(const TensorCorePlan& plan, const TensorCoreGemm& gemm_in, const at::Tensor& x,
                                   const at::Tensor& w, const at::Tensor& bias, const at::Tensor& out) {
     TensorCoreGemm gemm = gemm_in;
-    const auto launch = [&](auto kernel, int threads, int bytes, auto... maps) {
-      const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(gemm.splits));
-      kernel<<<grid, threads, bytes, c10::cuda::getCurrentCUDAStream()>>>(
-          gemm, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
-          bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr,
-          gemm.partial != nullptr ? nullptr : out.mutable_data_ptr<scalar_t>(), maps...);
+    const dim3 grid(static_cast<unsigned>(plan.blocks), static_cast<unsigned>(gemm.splits));
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const scalar_t* bias_data = bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr;
+    scalar_t* out_data = gemm.partial != nullptr ? nullptr : out.mutable_data_ptr<scalar_t>();
+    const auto launch = [&](auto kernel, int threads, int bytes) {
+      kernel<<<grid, threads, bytes, stream>>>(gemm, x.const_data_ptr<scalar_t>(), w.const_data_ptr<scalar_t>(),
+                                               bias_data, out_data);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
-    if (plan.wgmma) {  // two warpgroups a block
-      const bool tma = plan.tma;
-      if (tma) gemm.steps_per_tap = static_cast<int>(gemm.s.channels * x.element_size() / kWgRowBytes);
-      const TmaMaps maps = tma ? tma_maps(plan, gemm, x, w) : TmaMaps{};
-      const auto launch_wgmma = [&](auto bn, auto per_sm, auto with_tma) {
+    if (plan.wgmma) {  // two warpgroups a block, and with TMA a producer warp
+      if (plan.tma) gemm.steps_per_tap = static_cast<int>(gemm.s.channels * x.element_size() / kWgRowBytes);
+      const auto launch_wgmma = [&](auto bn, auto per_sm) {
         constexpr int kBN = decltype(bn)::value, kPerSM = decltype(per_sm)::value;
-        constexpr auto kernel = wgmma_gemm_kernel<scalar_t, kBN, kPerSM, decltype(with_tma)::value>;
-        launch(with_shared_memory<kernel, wg_smem_bytes<kBN, kPerSM>()>(), 256, wg_smem_bytes<kBN, kPerSM>(), maps);
+        constexpr int kBytes = wg_smem_bytes<kBN, kPerSM>();
+        if (plan.tma) {
+          const auto kernel = with_shared_memory<wgmma_tma_gemm_kernel<scalar_t, kBN, kPerSM>, kBytes>();
+          kernel<<<grid, kWgConsumers + 32, kBytes, stream>>>(gemm, bias_data, out_data, tma_maps(plan, gemm, x, w));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        } else {
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, kBN, kPerSM>, kBytes>(), kWgConsumers, kBytes);
+        }
       };
-      using Yes = std::true_type;
-      using No = std::false_type;
-      using N64 = std::integral_constant<int, 64>;
-      using N128 = std::integral_constant<int, 128>;
-      using One = std::integral_constant<int, 1>;
-      using Two = std::integral_constant<int, 2>;
-      if (plan.bn == 64) {
-        if (tma) launch_wgmma(N64{}, Two{}, Yes{});
-        else launch_wgmma(N64{}, Two{}, No{});
-      } else {
-        if (tma) launch_wgmma(N128{}, One{}, Yes{});
-        else launch_wgmma(N128{}, One{}, No{});
-      }
+      if (plan.bn == 64) launch_wgmma(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
+      else launch_wgmma(std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
       return;
     }
     constexpr int kWarps4 = 128;

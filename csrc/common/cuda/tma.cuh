@@ -26,9 +26,9 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// An mbarrier that one arrival (the thread that asks for the copies) and the copies' bytes complete.
-__device__ __forceinline__ void mbarrier_init(uint64_t* barrier) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(barrier)) : "memory");
+// An mbarrier whose phase completes after `arrivals` arrivals (and, where a thread armed it, the copies' bytes).
+__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(arrivals) : "memory");
 }
 // After the barriers are set up, before any copy may signal them (then a __syncthreads).
 __device__ __forceinline__ void fence_mbarrier_init() {
@@ -38,6 +38,10 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 __device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint64_t* barrier, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(bytes)
                : "memory");
+}
+// One arrival on the barrier (a consumer handing a stage back).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(barrier)) : "memory");
 }
 // Wait until the barrier's phase of parity `parity` (0, 1, 0, ... as it is reused) has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {

@@ -381,14 +381,16 @@ def test_wgmma_tma_geometries(device, dtype, size, kernel, stride, padding, dila
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("channels, height, width", [
     (72, 6, 16),   # H*W = 96: 16-byte packs; C = 72 and 96 pixels: a full tile and a partial one each way
-    (72, 6, 10),   # H*W = 60: 8-byte packs of float16 (16 of float32)
-    (40, 5, 10),   # H*W = 50: packs of 2
-    (40, 7, 7),    # H*W = 49: one element at a time
-], ids=["packs-16B", "packs-8B", "packs-of-2", "singles"])
+    (72, 4, 17),   # H*W = 68: 8-byte packs of float16 (16 of float32)
+    (40, 6, 11),   # H*W = 66: packs of 2
+    (40, 5, 13),   # H*W = 65: one element at a time
+    (40, 7, 7),    # H*W = 49, narrower than a float16 tile: narrow_transpose_kernel, rows in 16-byte packs
+], ids=["packs-16B", "packs-8B", "packs-of-2", "singles", "narrow"])
 def test_transposes_every_pack_width(device, dtype, channels, height, width):
     """On CUDA an NCHW x and grad_output go to channels_last and the gradients back through transpose_kernel
     (Note [transposes at copy bandwidth], csrc/conv2d_mm/cuda.cu), in the widest pack that divides C and
-    H*W; forward and both gradients against float64 F.conv2d, over tiles cut short in both directions."""
+    H*W, or narrow_transpose_kernel where H*W is narrower than a tile; forward and both gradients against
+    float64 F.conv2d, over tiles cut short in both directions."""
     if device != "cuda":
         pytest.skip("a CUDA path")
     randn = Seeded(device, dtype, 9).randn

@@ -1194,24 +1194,30 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The same transposes where a matrix has fewer than 32 columns (the weight (O, C, kH*kW) into (O, kH*kW, C):
-// 9 columns), which would leave most of transpose_kernel's tiles empty. A block takes kNarrowRows rows of one
-// matrix, which are one contiguous run of memory: it reads the run into shared memory and writes each of its
-// `cols` columns as a run of up to kNarrowRows elements, both in V-element packs (16 bytes where the runs start
-// aligned and the rows come in whole packs), so both sides are coalesced, and it counts inside the tile in 32
-// bits (one element a thread with 64-bit divisions took 15.8 us for a 512 x 512 x 3 x 3 float16 weight on an
-// H100; this kernel one element at a time 10.9 us, with 16-byte reads 8.2-9.4 us).
-constexpr int kNarrowRows = 128;
+// The same transposes where a matrix is narrower than transpose_kernel's tile (the weight (O, C, kH*kW) into
+// (O, kH*kW, C): 9 columns; x of a 7 x 7 image: 49), which would leave most of its tiles empty and, for an odd
+// width, move one element at a time. A block takes kNarrowRows rows of one matrix, which are one contiguous run
+// of memory: it reads the run into shared memory and writes each of its `cols` columns as a run of up to
+// kNarrowRows elements, both in V-element packs (16 bytes where the runs start aligned and the rows come in
+// whole packs), so both sides are coalesced, and it counts inside the tile in 32 bits (one element a thread
+// with 64-bit divisions took 15.8 us for a 512 x 512 x 3 x 3 float16 weight on an H100; this kernel one element
+// at a time 10.9 us, with 16-byte reads and tiles of 128 rows 8.1-9.4 us). Tiles of up to kNarrowRows rows keep
+// more bytes in flight a block; fewer rows where there would be too few tiles for the GPU (x of one 7 x 7 layer).
+constexpr int kNarrowRows = 256;
+template <typename scalar_t>
+constexpr int narrow_below() {  // matrices with fewer columns than this take narrow_transpose_kernel
+  return 8 * vec_width<scalar_t>();  // transpose_kernel's tile: 64 float16, 32 float32, 16 float64
+}
 template <int V, typename scalar_t>
 __global__ void __launch_bounds__(256)
     narrow_transpose_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, int64_t rows, int cols,
-                            int64_t batch, int run) {
-  __shared__ Pack<scalar_t, V> packs[kNarrowRows * 31 / V];  // cols < 32
+                            int64_t batch, int run, int tile_rows) {
+  __shared__ Pack<scalar_t, V> packs[kNarrowRows * (narrow_below<scalar_t>() - 1) / V];  // tile_rows <= kNarrowRows
   const scalar_t* tile = reinterpret_cast<const scalar_t*>(packs);
-  const int64_t tiles_r = (rows + kNarrowRows - 1) / kNarrowRows, tiles = batch * tiles_r;
+  const int64_t tiles_r = (rows + tile_rows - 1) / tile_rows, tiles = batch * tiles_r;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t b = t / tiles_r, r0 = (t - b * tiles_r) * kNarrowRows;
-    const int n_rows = static_cast<int>(rows - r0 < kNarrowRows ? rows - r0 : kNarrowRows), n = n_rows * cols;
+    const int64_t b = t / tiles_r, r0 = (t - b * tiles_r) * tile_rows;
+    const int n_rows = static_cast<int>(rows - r0 < tile_rows ? rows - r0 : tile_rows), n = n_rows * cols;
     const scalar_t* src = in + (b * rows + r0) * cols;  // rows r0 .. r0 + n_rows - 1, all columns
     for (int q = threadIdx.x; q < n / V; q += blockDim.x) packs[q] = load_pack<V>(src, q);
     __syncthreads();
@@ -1392,7 +1398,9 @@ struct TensorCorePlan {
     // 0.77 in unsplit 128 x 64 tiles, 0.69 in 128 x 128 and 0.68 split in 2; 128 x 64 tiles alone on a
     // multiprocessor ran 0.96 at 28 x 28 against 1.04 two to a multiprocessor. With TMA loads (session 22, the
     // split forced) splitting still lost: 7 x 7 at batch 32 0.83 / 0.76 / 0.77 split in 2 / 3 / 4 against
-    // 0.92-1.01 unsplit, at batch 128 0.55-0.68 against 0.95; 14 x 14 0.55-0.66 against 1.14. (128 x 256 tiles
+    // 0.92-1.01 unsplit, at batch 128 0.55-0.68 against 0.95; 14 x 14 0.55-0.66 against 1.14. Nor did a deeper
+    // ring help where 128 x 64 tiles run one a multiprocessor anyway (session 23, 6 stages instead of 4: 7 x 7
+    // at batch 32 1.11 against 1.16, forward, float16). (128 x 256 tiles
     // never finish first by this model: a wave of them takes as long as two of 128 x 128, and they come in half
     // as many.)
     const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency, int split = 1,
@@ -1631,17 +1639,19 @@ struct Conv2dMMLauncher {
     if (out.numel() == 0) return;
     TORCH_INTERNAL_ASSERT(reversed_runs >= 1 && cols % reversed_runs == 0);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "labops_transpose", [&] {
-      if (cols < 32) {  // narrow matrices: the weight's (C, kH*kW)
-        const int64_t tiles = batch * ceil_div<int64_t>(rows, kNarrowRows);
-        const int64_t grid = std::min<int64_t>(tiles, int64_t(multiprocessor_count()) * 16);
+      if (cols < narrow_below<scalar_t>()) {  // narrow matrices: the weight's (C, kH*kW), a small image's (C, H*W)
+        // Tiles of up to kNarrowRows rows, fewer where that would leave the GPU short of two blocks a multiprocessor.
+        const int64_t sms = multiprocessor_count();
+        int tile_rows = kNarrowRows;
+        while (tile_rows > 32 && batch * ceil_div<int64_t>(rows, tile_rows) < 2 * sms) tile_rows /= 2;
+        const int64_t grid = std::min<int64_t>(batch * ceil_div<int64_t>(rows, tile_rows), sms * 16);
         // Packs where every tile's run starts on a 16-byte boundary and holds whole packs.
         constexpr int kVec = vec_width<scalar_t>();
-        const bool packed = rows % kVec == 0 && kNarrowRows % kVec == 0 && is_aligned(src.const_data_ptr()) &&
-                            is_aligned(out.const_data_ptr());
+        const bool packed = rows % kVec == 0 && is_aligned(src.const_data_ptr()) && is_aligned(out.const_data_ptr());
         const auto kernel = packed ? narrow_transpose_kernel<kVec, scalar_t> : narrow_transpose_kernel<1, scalar_t>;
         kernel<<<static_cast<unsigned>(grid), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
             src.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), rows, static_cast<int>(cols), batch,
-            static_cast<int>(reversed_runs));
+            static_cast<int>(reversed_runs), tile_rows);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         return;
       }

@@ -447,15 +447,18 @@ def test_input_gradient_as_a_convolution(device, dtype, channels, kernel, paddin
     (32, (7, 7), (3, 3), (1, 1), (1, 1), (1, 1)),     # 49 pixels: float32 (TF32) by TMA as a convolution, else the columns
 ], ids=["3x3", "stride-2", "dilated", "deep", "batch-3", "small-image", "small-image-packed", "small-image-tma",
         "7x7-tma-tf32"])
-def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, stride, padding, dilation):
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
+def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, stride, padding, dilation, layout):
     """conv2d_mm_backward_weight and accGradParameters on CUDA run the tensor_cores forward with the batch as its
     channels, its sum over pixels split and the splits added in order (Note [the weight gradient as a
-    convolution], csrc/conv2d_mm/cuda.cu); against float64 torch.nn.grad.conv2d_weight, the same bits twice."""
+    convolution], csrc/conv2d_mm/cuda.cu), reading x and grad_output from NCHW or channels_last (batch_last);
+    against float64 torch.nn.grad.conv2d_weight, the same bits twice."""
     if device != "cuda":
         pytest.skip("a CUDA path")
     randn = Seeded(device, dtype, 7).randn
-    x, w = randn(batch, 16, *size), randn(24, 16, *kernel)
+    x, w = randn(batch, 16, *size).contiguous(memory_format=layout), randn(24, 16, *kernel)
     g = randn(*F.conv2d(x.double(), w.double(), None, stride, padding, dilation).shape)
+    g = g.contiguous(memory_format=layout)
     expected = torch.nn.grad.conv2d_weight(x.double(), w.shape, g.double(), stride, padding, dilation)
     terms = batch * g.shape[2] * g.shape[3]
     rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)

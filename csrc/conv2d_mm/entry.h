@@ -24,7 +24,8 @@
 //   static void forward_tensor_cores(const Im2colShape&, x4, weight, bias, out, bool wgmma);  // rung 4, or 5 with
 //       wgmma; on tensors: it picks the layouts
 //   static bool backward_input_as_convolution(const Im2colShape&, g4, weight, grad_input);  // false: not taken
-//   static bool backward_weight_as_convolution(const Im2colShape&, g3, x4, gw2, scale, beta);  // false: not taken
+//   static bool backward_weight_as_convolution(const Im2colShape&, g4, x4, gw2, scale, beta, bias_sum);  // false:
+//       not taken; g4 and x4 NCHW or channels_last, bias_sum (when defined) gets the bias gradient at scale 1
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (tools/host_time.py).
@@ -621,20 +622,19 @@ struct Entry {
     const int64_t O = grad_weight.size(0);
     c10::OptionalDeviceGuard guard(x.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
-    // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).
-    at::Tensor g3 = grad_output.contiguous().view({s.batch, O, L});
     if (s.batch * L == 0) return;  // sums over nothing add nothing
     if (grad_weight.numel() == 0) {
-      if (grad_bias.has_value()) grad_bias->add_(g3.sum(at::IntArrayRef{0, 2}), scale);
+      if (grad_bias.has_value()) {
+        grad_bias->add_(grad_output.reshape({s.batch, O, L}).sum(at::IntArrayRef{0, 2}), scale);
+      }
       return;
     }
-    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
     // Accumulate in place when grad_weight is one dense (O, rows) matrix, else through a temporary.
     const bool in_place = grad_weight.is_contiguous();
     at::Tensor gw2 = in_place ? grad_weight.view({O, rows}) : at::empty({O, rows}, grad_weight.options());
     // The bias gradient is summed as backward_weight sums it, so both give the same bits.
     at::Tensor bias_sum = grad_bias.has_value() ? at::empty({O}, grad_bias->options()) : at::Tensor();
-    weight_gradient(s, g3, x4, gw2, scale, in_place ? 1.0 : 0.0, bias_sum);
+    weight_gradient(s, grad_output, x, gw2, scale, in_place ? 1.0 : 0.0, bias_sum);
     if (!in_place) grad_weight.add_(gw2.view(grad_weight.sizes()));
     if (grad_bias.has_value()) grad_bias->add_(bias_sum, scale);
   }
@@ -656,38 +656,38 @@ struct Entry {
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
     at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
     at::Tensor grad_bias = at::empty({O}, grad_output.options());
-    at::Tensor g3 = grad_output.contiguous().view({s.batch, O, L});  // unit stride, as for accGradParameters
     if (s.batch * L == 0) return {grad_weight.zero_(), grad_bias.zero_()};  // sums over nothing
     if (grad_weight.numel() == 0) {
-      sum_into(grad_bias, g3, {0, 2});
+      sum_into(grad_bias, grad_output.contiguous().view({s.batch, O, L}), {0, 2});
       return {grad_weight, grad_bias};
     }
-    at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
-    weight_gradient(s, g3, x4, grad_weight.view({O, rows}), 1.0, 0.0, grad_bias);
+    weight_gradient(s, grad_output, x, grad_weight.view({O, rows}), 1.0, 0.0, grad_bias);
     return {grad_weight, grad_bias};
   }
 
  private:
   // The weight gradient both accGradParameters and backward_weight compute:
-  // gw2 (O, rows) = beta * gw2 + scale * sum_n grad_output[n] . columns[n]^T, with g3 = grad_output as
-  // (N, O, L) and beta 1 (accumulate) or 0 (gw2 is new: the first GEMM writes it, nothing reads it). The
-  // columns of a chunk are written as one (C*kH*kW) x (nb*Lc) matrix, so the sum over images is the
-  // inner dimension of a single GEMM; grad_output's rows are laid out to match, (O, nb*Lc). A band of
-  // output rows of one image is a chunk like any other, read against the same band of grad_output.
+  // gw2 (O, rows) = beta * gw2 + scale * sum_n grad_output[n] . columns[n]^T, with beta 1 (accumulate) or 0
+  // (gw2 is new: the first GEMM writes it, nothing reads it). The columns of a chunk are written as one
+  // (C*kH*kW) x (nb*Lc) matrix, so the sum over images is the inner dimension of a single GEMM; grad_output's
+  // rows are laid out to match, (O, nb*Lc). A band of output rows of one image is a chunk like any other, read
+  // against the same band of grad_output.
   // When bias_sum is defined it gets the bias gradient at scale 1 (grad_output summed over n, oh, ow):
   // from gather_rows as it lays grad_output out, where the launcher does that (the GPU, whose chunks run
   // in order), else from one ATen sum.
-  static void weight_gradient(const Im2colShape& s, const at::Tensor& g3, const at::Tensor& x4,
+  static void weight_gradient(const Im2colShape& s, const at::Tensor& grad_output, const at::Tensor& x,
                               const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
-    if constexpr (Launcher::kImplicitGemm) {  // on CUDA, by the tensor cores: no columns at all
-      if (Launcher::backward_weight_as_convolution(s, g3, x4, gw2, scale, beta)) {
-        // gather_rows with no rows to write only sums: 16-byte loads, one block per filter, several
-        // times faster than ATen's sum over (n, l) (9.8 against 40 us for a 32 x 64 x 56 x 56 float16 grad_output
-        // on an H100: docs/benchmarks/conv_goals/h100_kernel_times.md).
-        if (bias_sum.defined()) Launcher::gather_rows(g3, at::Tensor(), bias_sum, false);
+    const int64_t L = s.blocks();
+    if constexpr (Launcher::kImplicitGemm) {  // on CUDA, by the tensor cores: no columns, from either layout
+      const at::Tensor g4 = grad_output.reshape({s.batch, gw2.size(0), s.out_h, s.out_w});
+      if (Launcher::backward_weight_as_convolution(s, g4, x.dim() == 4 ? x : x.unsqueeze(0), gw2, scale, beta,
+                                                   bias_sum)) {
         return;
       }
     }
+    // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).
+    const at::Tensor g3 = grad_output.contiguous().view({s.batch, gw2.size(0), L});
+    const at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
     const int64_t O = gw2.size(0), rows = gw2.size(1);
     const Chunk chunk = chunk_size(s, x4.element_size(), Launcher::kColumnBudgetBytes, false);
     const int64_t slots = chunk_slots(x4), chunk_cols = chunk.images * chunk.out_rows * s.out_w;

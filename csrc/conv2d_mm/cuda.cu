@@ -1292,7 +1292,8 @@ __global__ void __launch_bounds__(256)
 // its output pixel (kh, kw) of image c, filter o, is grad_w[o, c, kh, kw]. So the tensor_cores forward
 // computes it with no columns matrix (im2col's rung writes and reads C*kH*kW values per output pixel:
 // 115 MB for a 32 x 64 x 56 x 56 float16 layer). x' and g' are transposes of x and g (transpose_kernel):
-// x' channels_last is x's memory as (N, C*H*W) transposed, g' in (kh, kw, c) order g's as (N, O*L).
+// x' channels_last is x's memory as (N, C*H*W) transposed, g' in (kh, kw, c) order g's as (N, O*L); from a
+// channels_last x or g, H*W matrices N x C (N x O) transposed in place of one (batch_last).
 // Its GEMM is short and deep: C*kH*kW rows, O filters, N*Hout*Wout terms each (576 x 64 x 100352 for that
 // layer: 5 tiles for 132 multiprocessors). So the sum over k is split (TensorCoreGemm::partial): each
 // split writes its float32 sums, and add_splits_kernel adds them in split order, so the result has the

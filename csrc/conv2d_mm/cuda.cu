@@ -16,9 +16,10 @@
 //                  read as channels_last (Note [tensor-core implicit GEMM]); the default
 //                  wherever TensorCorePlan takes the input and rung 5 does not.
 //   5 wgmma        wgmma_gemm_kernel: rung 4's GEMM on Hopper's warpgroup tensor cores
-//                  (Note [wgmma implicit GEMM]), its tiles loaded by TMA where C allows
-//                  (Note [TMA tiles]); the default on an H100 or H200 for float16,
-//                  bfloat16 and TF32 wherever it takes the input.
+//                  (Note [wgmma implicit GEMM]); wgmma_tma_gemm_kernel where C allows, its
+//                  tiles loaded by TMA (Note [TMA tiles]) from a producer warp (Note
+//                  [warp-specialized TMA pipeline]); the default on an H100 or H200 for
+//                  float16, bfloat16 and TF32 wherever it takes the input.
 // The fastest of rungs 5 and 4 that takes the shape also computes the input gradient at
 // stride 1 and the weight gradient of all but small images (Notes [the input gradient as a
 // convolution], [the weight gradient as a convolution]).

@@ -84,8 +84,9 @@ inline ladder::Ladder& forward_ladder() {
                         "cp.async loads three steps ahead; C a multiple of 8 (4 in float32)"},
        {"wgmma", "wgmma_gemm_kernel: the same implicit GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a: "
                  "H100, H200), both operands read by the tensor cores from 128-byte-swizzled shared memory, "
-                 "tiles of 128 pixels x 64 or 128 filters; float16, bfloat16, float32 as TF32 when torch allows "
-                 "it; C a multiple of 8 (4 in float32)"}});
+                 "tiles of 128 pixels x 64 or 128 filters (wgmma_tma_gemm_kernel: loaded by TMA from a producer "
+                 "warp where a tap's channels fill 128 bytes); float16, bfloat16, float32 as TF32 when torch "
+                 "allows it; C a multiple of 8 (4 in float32)"}});
   return rungs;
 }
 

@@ -1579,8 +1579,10 @@ struct Conv2dMMLauncher {
   }
 
   // Note [the weight gradient as a convolution]: grad_w (O, C*kH*kW) = beta * grad_w + scale * the weight
-  // gradient of g3 (N, O, Hout*Wout) and x4 (N, C, H, W), both contiguous. Returns false, computing nothing,
-  // where TensorCorePlan does not take the transposed problem (N not a multiple of 8, float64, ...).
+  // gradient of g4 (N, O, Hout, Wout) and x4 (N, C, H, W), each NCHW or channels_last (batch_last), and
+  // bias_sum (when defined) = the bias gradient at scale 1. Returns false, computing nothing, where
+  // TensorCorePlan does not take the transposed problem (N not a multiple of 8, float64, ...) or the columns
+  // are faster.
   static bool backward_weight_as_convolution(const conv2d_mm::Im2colShape& s, const at::Tensor& g4,
                                              const at::Tensor& x4, const at::Tensor& grad_w, double scale,
                                              double beta, const at::Tensor& bias_sum) {

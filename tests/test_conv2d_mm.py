@@ -378,6 +378,29 @@ def test_wgmma_tma_geometries(device, dtype, size, kernel, stride, padding, dila
     assert torch.equal(out, again), "the same bits on every run"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
+def test_wgmma_tma_blocks_take_several_tiles(device, dtype, layout):
+    """Rung 5's TMA kernel is persistent (Note [warp-specialized TMA pipeline]): with more tiles than blocks
+    that run at once, a block takes several and its ring of stages runs on from one to the next (channels_last:
+    its epilogue staged in the ring, which the producer waits for). 3 x 150 x 161 pixels are 566 tiles of 128,
+    the last one partial, for at most 264 blocks on an H100; against float64 F.conv2d, the same bits twice."""
+    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("wgmma and TMA are Hopper (sm_90) features")
+    from labops import ladder
+
+    channels = 128 // torch.empty((), dtype=dtype).element_size()
+    x = Seeded(device, dtype, 13).randn(3, channels, 150, 161).contiguous(memory_format=layout)
+    w, b = conv_weight(x, ((3, 3), (1, 1), (1, 1), (1, 1)), out_channels=64)
+    expected = F.conv2d(x.double(), w.double(), b.double(), 1, 1)
+    with ladder.use("conv2d_mm", "wgmma"), tf32_convolutions():
+        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+        again = labops.conv2d_mm(x, w, b, 1, 1, 1)
+    rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
+    torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (channels * 9) ** 0.5)
+    assert torch.equal(out, again), "the same bits on every run"
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("channels, height, width", [
     (72, 6, 16),   # H*W = 96: 16-byte packs; C = 72 and 96 pixels: a full tile and a partial one each way
@@ -474,6 +497,32 @@ def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, st
     assert torch.equal(got, again), "the weight gradient must have the same bits on every run"
     torch.testing.assert_close(accumulated.double(), start.double() + 0.5 * expected, rtol=rtol,
                                atol=atol * terms ** 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("batch, size, kernel, stride, padding, dilation", [
+    (13, (7, 7), (3, 3), (1, 1), (1, 1), (1, 1)),     # 49 pixels: all 13 images in one block
+    (5, (30, 30), (3, 3), (1, 1), (1, 1), (1, 1)),    # float64: 8 KB windows, groups of 2, 2 and 1 images
+    (5, (9, 11), (3, 2), (2, 1), (2, 0), (1, 2)),     # strided, dilated, uneven padding
+    (3, (40, 60), (3, 3), (1, 1), (1, 1), (1, 1)),    # float16: 5.2 KB windows; float64 (21 KB): im2col_kernel
+    (6, (4, 4), (5, 5), (1, 1), (3, 3), (1, 1)),      # padding wider than the image
+], ids=["7x7", "partial-group", "strided-dilated", "big-window", "wide-padding"])
+def test_weight_gradient_columns_through_shared_memory(device, dtype, batch, size, kernel, stride, padding, dilation):
+    """Where the tensor cores do not take the weight gradient (float64; a batch not a multiple of 8), CUDA writes
+    its columns, every image of a row side by side, from a copy in shared memory of each plane with its padding
+    (Note [im2col through shared memory], csrc/conv2d_mm/cuda.cu); against float64
+    torch.nn.grad.conv2d_weight."""
+    if device != "cuda":
+        pytest.skip("a CUDA path")
+    randn = Seeded(device, dtype, 5).randn
+    x, w = randn(batch, 16, *size), randn(24, 16, *kernel)
+    g = randn(*F.conv2d(x.double(), w.double(), None, stride, padding, dilation).shape)
+    expected = torch.nn.grad.conv2d_weight(x.double(), w.shape, g.double(), stride, padding, dilation)
+    terms = batch * g.shape[2] * g.shape[3]
+    rtol, atol = tolerances(dtype)
+    got, _ = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(w.shape), list(stride), list(padding),
+                                                         list(dilation))
+    torch.testing.assert_close(got.double(), expected, rtol=rtol, atol=atol * terms ** 0.5)
 
 
 def test_ladder_textbook_runs_when_x_is_empty_but_the_output_is_not(device):

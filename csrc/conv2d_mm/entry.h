@@ -678,18 +678,15 @@ struct Entry {
   // in order), else from one ATen sum.
   static void weight_gradient(const Im2colShape& s, const at::Tensor& grad_output, const at::Tensor& x,
                               const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
-    const int64_t L = s.blocks();
+    const int64_t O = gw2.size(0), rows = gw2.size(1), L = s.blocks();
+    const at::Tensor x_batch = x.dim() == 4 ? x : x.unsqueeze(0);
     if constexpr (Launcher::kImplicitGemm) {  // on CUDA, by the tensor cores: no columns, from either layout
-      const at::Tensor g4 = grad_output.reshape({s.batch, gw2.size(0), s.out_h, s.out_w});
-      if (Launcher::backward_weight_as_convolution(s, g4, x.dim() == 4 ? x : x.unsqueeze(0), gw2, scale, beta,
-                                                   bias_sum)) {
-        return;
-      }
+      const at::Tensor g4 = grad_output.reshape({s.batch, O, s.out_h, s.out_w});
+      if (Launcher::backward_weight_as_convolution(s, g4, x_batch, gw2, scale, beta, bias_sum)) return;
     }
     // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).
-    const at::Tensor g3 = grad_output.contiguous().view({s.batch, gw2.size(0), L});
-    const at::Tensor x4 = (x.dim() == 4 ? x : x.unsqueeze(0)).contiguous();
-    const int64_t O = gw2.size(0), rows = gw2.size(1);
+    const at::Tensor g3 = grad_output.contiguous().view({s.batch, O, L});
+    const at::Tensor x4 = x_batch.contiguous();
     const Chunk chunk = chunk_size(s, x4.element_size(), Launcher::kColumnBudgetBytes, false);
     const int64_t slots = chunk_slots(x4), chunk_cols = chunk.images * chunk.out_rows * s.out_w;
     // Each slot holds a chunk's columns, then its grad_output rows (needed when it has several images).

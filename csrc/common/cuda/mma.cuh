@@ -69,13 +69,21 @@ struct Mma {
   }
 };
 
-// float32 on TF32 tensor cores: each operand is first rounded to TF32 (10 bits of mantissa) to the
-// nearest, as cuDNN does; the instruction alone would drop the low 13 bits (round toward zero).
+// v rounded to TF32 (10 bits of mantissa) to the nearest, ties away from zero: as cuDNN rounds its TF32
+// operands (its errors against float64 match these to four digits; H100, session 24).
+__device__ __forceinline__ float round_to_tf32(float v) {
+  uint32_t bits;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(v));
+  return __uint_as_float(bits);
+}
+
+// float32 on TF32 tensor cores: each operand is first rounded to TF32 (round_to_tf32); the instruction alone
+// would drop the low 13 bits (round toward zero).
 template <>
 struct Mma<float> {
   static constexpr int kK = 8;
   __device__ __forceinline__ static void prepare(uint32_t& r) {
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(r)));
+    r = __float_as_uint(round_to_tf32(__uint_as_float(r)));
   }
   __device__ __forceinline__ static void run(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     asm volatile(

@@ -29,6 +29,8 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include "mma.cuh"
+
 namespace labops::cuda {
 
 // The descriptor of a K-major, 128-byte-swizzled tile starting at `tile` (shared memory, 1024-aligned).
@@ -98,11 +100,7 @@ __device__ __forceinline__ void round_to_tf32_in_shared(void* chunk) {
   float4 r = *v;
   float* f = reinterpret_cast<float*>(&r);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    uint32_t bits;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(f[e]));
-    f[e] = __uint_as_float(bits);
-  }
+  for (int e = 0; e < 4; ++e) f[e] = round_to_tf32(f[e]);
   *v = r;
 }
 

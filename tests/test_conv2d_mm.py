@@ -500,14 +500,16 @@ def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, st
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64], ids=str)
-@pytest.mark.parametrize("batch, size, kernel, stride, padding, dilation", [
-    (13, (7, 7), (3, 3), (1, 1), (1, 1), (1, 1)),     # 49 pixels: all 13 images in one block
-    (5, (30, 30), (3, 3), (1, 1), (1, 1), (1, 1)),    # float64: 8 KB windows, groups of 2, 2 and 1 images
-    (5, (9, 11), (3, 2), (2, 1), (2, 0), (1, 2)),     # strided, dilated, uneven padding
-    (3, (40, 60), (3, 3), (1, 1), (1, 1), (1, 1)),    # float16: 5.2 KB windows; float64 (21 KB): im2col_kernel
-    (6, (4, 4), (5, 5), (1, 1), (3, 3), (1, 1)),      # padding wider than the image
+@pytest.mark.parametrize("batch, channels, size, kernel, stride, padding, dilation", [
+    (13, 1088, (7, 7), (3, 3), (1, 1), (1, 1), (1, 1)),  # 49 pixels; channels enough for 8 blocks an H100 SM: 13
+                                                         # images a block, one run crossing them
+    (5, 1088, (30, 30), (3, 3), (1, 1), (1, 1), (1, 1)),  # float64: 8 KB windows, groups of 2, 2 and 1 images
+    (5, 16, (9, 11), (3, 2), (2, 1), (2, 0), (1, 2)),     # strided, dilated, uneven padding
+    (3, 16, (40, 60), (3, 3), (1, 1), (1, 1), (1, 1)),    # float16: 5.2 KB windows; float64 (21 KB): im2col_kernel
+    (6, 16, (4, 4), (5, 5), (1, 1), (3, 3), (1, 1)),      # padding wider than the image
 ], ids=["7x7", "partial-group", "strided-dilated", "big-window", "wide-padding"])
-def test_weight_gradient_columns_through_shared_memory(device, dtype, batch, size, kernel, stride, padding, dilation):
+def test_weight_gradient_columns_through_shared_memory(device, dtype, batch, channels, size, kernel, stride, padding,
+                                                       dilation):
     """Where the tensor cores do not take the weight gradient (float64; a batch not a multiple of 8), CUDA writes
     its columns, every image of a row side by side, from a copy in shared memory of each plane with its padding
     (Note [im2col through shared memory], csrc/conv2d_mm/cuda.cu); against float64
@@ -515,7 +517,7 @@ def test_weight_gradient_columns_through_shared_memory(device, dtype, batch, siz
     if device != "cuda":
         pytest.skip("a CUDA path")
     randn = Seeded(device, dtype, 5).randn
-    x, w = randn(batch, 16, *size), randn(24, 16, *kernel)
+    x, w = randn(batch, channels, *size), randn(24, channels, *kernel)
     g = randn(*F.conv2d(x.double(), w.double(), None, stride, padding, dilation).shape)
     expected = torch.nn.grad.conv2d_weight(x.double(), w.shape, g.double(), stride, padding, dilation)
     terms = batch * g.shape[2] * g.shape[3]

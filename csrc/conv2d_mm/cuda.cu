@@ -120,11 +120,21 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const int images = static_cast<int>(min(static_cast<int64_t>(group), s.batch - n0)), run = images * L;
     const scalar_t* planes = x + (n0 * s.channels + c) * HW;  // image n's plane at n * C * HW
     __syncthreads();  // the previous item's reads of the copy are done
-    for (int i = threadIdx.x; i < images * copy_plane; i += blockDim.x) {
-      const int n = i / copy_plane, r = (i - n * copy_plane) / window.columns;
-      const int ih = window.top + r, iw = window.left + (i - n * copy_plane - r * window.columns);
-      copy[i] = conv::in_bounds(ih, H) && conv::in_bounds(iw, W) ? planes[n * s.channels * HW + ih * W + iw]
-                                                                 : scalar_t(0);
+    // kLoads loads of a thread in flight at once (one at a time, the copy waited on each: latency-bound).
+    constexpr int kLoads = 8;
+    for (int i0 = threadIdx.x; i0 < images * copy_plane; i0 += blockDim.x * kLoads) {
+      scalar_t values[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int i = i0 + u * blockDim.x, n = i / copy_plane, r = (i - n * copy_plane) / window.columns;
+        const int ih = window.top + r, iw = window.left + (i - n * copy_plane - r * window.columns);
+        const bool inside = i < images * copy_plane && conv::in_bounds(ih, H) && conv::in_bounds(iw, W);
+        values[u] = inside ? planes[n * s.channels * HW + ih * W + iw] : scalar_t(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (i0 + u * blockDim.x < images * copy_plane) copy[i0 + u * blockDim.x] = values[u];
+      }
     }
     __syncthreads();
     scalar_t* row0 = col + c * taps * s.col_row_stride + n0 * L;  // tap 0's run
@@ -1716,9 +1726,11 @@ struct Conv2dMMLauncher {
                                     (plan.tma && (x4.scalar_type() == at::kFloat || pixels >= kMinPixelsWithTma));
     if (!convolution_faster) return false;
     // x' (C, N, H, W) channels_last and g' (O, N, Hout, Wout) in (kh, kw, c) order: one transpose each, from
-    // NCHW or channels_last. float32 (TF32) rounded as they go (forward_on_plan says why), except where the
-    // bias gradient is summed from g', which must not be.
-    const bool tf32 = x4.scalar_type() == at::kFloat && !bias_sum.defined();
+    // NCHW or channels_last. float32 (TF32) rounded as they go (forward_on_plan says why), unless the bias
+    // gradient, which must be summed from values not rounded, can only come from g' (a channels_last g4).
+    const bool float32 = x4.scalar_type() == at::kFloat;
+    const bool bias_from_g4 = float32 && bias_sum.defined() && g4.is_contiguous();
+    const bool tf32 = float32 && (!bias_sum.defined() || bias_from_g4);
     at::Tensor x_memory = at::empty({C, s.height, s.width, N}, x4.options());
     batch_last(x4, x_memory, tf32);
     at::Tensor g_memory = at::empty({O, s.out_h, s.out_w, N}, g4.options());
@@ -1726,7 +1738,10 @@ struct Conv2dMMLauncher {
     // The bias gradient: each filter's row of g' summed (gather_rows with no rows to write: 16-byte loads, one
     // block per filter, several times faster than ATen's sum over (n, l): 9.8 against 40 us for a 32 x 64 x 56 x
     // 56 float16 grad_output on an H100, docs/benchmarks/conv_goals/h100_kernel_times_fast_sums.md).
-    if (bias_sum.defined()) gather_rows(g_memory.view({1, O, s.blocks() * N}), at::Tensor(), bias_sum, false);
+    if (bias_sum.defined()) {
+      gather_rows(bias_from_g4 ? g4.view({N, O, s.blocks()}) : g_memory.view({1, O, s.blocks() * N}), at::Tensor(),
+                  bias_sum, false);
+    }
     TensorCoreGemm gemm(t, O);
     gemm.operands_in_tf32 = tf32;
     // Splits: as many as one wave of blocks holds (TensorCorePlan's tiles times the splits), at least 16 steps
@@ -2002,9 +2017,14 @@ struct Conv2dMMLauncher {
     const WindowCopy window(s);
     const int64_t window_bytes = int64_t(window.rows) * window.columns * int64_t(sizeof(scalar_t));
     if (window_bytes > kSharedBytes || s.batch * L >= (int64_t(1) << 31)) return false;
-    const int64_t group = std::min<int64_t>(kSharedBytes / window_bytes, s.batch);  // images a block
+    // Images a block: as many windows as kSharedBytes hold, fewer where that would leave fewer than 8 blocks a
+    // multiprocessor (the 14 x 14 layer at batch 32 made 256 blocks of 32 images, for 132 multiprocessors).
+    const int64_t sms = multiprocessor_count();
+    const int64_t groups = std::max<int64_t>(1, ceil_div<int64_t>(8 * sms, s.channels));
+    const int64_t group = std::max<int64_t>(1, std::min({kSharedBytes / window_bytes, s.batch,
+                                                         ceil_div<int64_t>(s.batch, groups)}));
     const int64_t items = s.channels * ceil_div<int64_t>(s.batch, group);
-    const int64_t grid = std::min<int64_t>(items, int64_t(multiprocessor_count()) * 16);
+    const int64_t grid = std::min<int64_t>(items, sms * 16);
     im2col_through_shared_kernel<scalar_t><<<static_cast<unsigned>(grid), kThreadsPerBlock,
                                              static_cast<int>(group * window_bytes),
                                              c10::cuda::getCurrentCUDAStream()>>>(s, window, x, col,

@@ -1010,10 +1010,10 @@ __global__ void __launch_bounds__(kWgConsumers + 32, kPerSM)
       const int stage = step % kStages;
       mbarrier_wait(&full[stage], (step / kStages) % 2);
       if constexpr (std::is_same_v<scalar_t, float>) {
-        if (!gemm.operands_in_tf32) {
-        round_stage_to_tf32<scalar_t, BN>(ring + stage * kStageBytes, swizzled);
-        consumer_barrier();  // both warpgroups read the whole B tile
-      }
+        if (!gemm.operands_in_tf32) {  // else the copies that made the operands rounded them
+          round_stage_to_tf32<scalar_t, BN>(ring + stage * kStageBytes, swizzled);
+          consumer_barrier();  // both warpgroups read the whole B tile
+        }
       }
       multiply_stage<scalar_t, BN>(d, ring + stage * kStageBytes, t / 128);
       if (i > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // step - 1's batch is done

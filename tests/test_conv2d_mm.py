@@ -233,6 +233,30 @@ def test_channels_last_in_channels_last_out(device, dtype):
     assert grad_w.is_contiguous()
 
 
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("size", [(3, 16, 9, 10), (2, 64, 20, 20)], ids=["small", "wider"])
+def test_autograd_passes_channels_last_gradients_through(device, dtype, size):
+    """Autograd hands the backward ops a channels_last grad_output as it is (register.cpp: no copy to NCHW),
+    so x's gradient comes back channels_last like x; where the weight gradient needs NCHW copies (the columns
+    path), the launcher makes them (Launcher::contiguous). Against float64 F.conv2d's gradients."""
+    randn = Seeded(device, dtype, seed=23).randn
+    cl = torch.channels_last
+    n, c, h, w_ = size
+    x = randn(n, c, h, w_).contiguous(memory_format=cl).requires_grad_(True)
+    w, b = (randn(32, c, 3, 3) / (9 * c) ** 0.5).requires_grad_(True), randn(32).requires_grad_(True)
+    with tf32_convolutions():
+        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+    g = randn(*out.shape).contiguous(memory_format=cl)
+    gx, gw, gb = torch.autograd.grad(out, (x, w, b), g)
+    assert gx.is_contiguous(memory_format=cl) and not gx.is_contiguous()
+    x64, w64, b64 = (t.detach().double().requires_grad_(True) for t in (x, w, b))
+    expected = torch.autograd.grad(F.conv2d(x64, w64, b64, 1, 1), (x64, w64, b64), g.double())
+    compare = torch.float16 if dtype == torch.float32 and device == "cuda" else dtype  # TF32 on a GPU
+    for name, got, want in zip(("x", "weight", "bias"), (gx, gw, gb), expected):
+        assert_close_scaled(got, want, compare, msg=f"the gradient of {name}")
+
+
 # ---- the ladder (conv2d_mm forward) ----
 
 def ladder_cases(device, dtype):
@@ -399,6 +423,52 @@ def test_wgmma_tma_blocks_take_several_tiles(device, dtype, layout):
     rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
     torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (channels * 9) ** 0.5)
     assert torch.equal(out, again), "the same bits on every run"
+
+
+def cuda_kernel_names(step):
+    """The names of the CUDA kernels that step() launches (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
+def test_wgmma_tma_tiles_of_192_pixels(device, dtype, layout):
+    """Where 128-pixel tiles need one wave more than 192-pixel ones, rung 5 runs three consumer warpgroups on
+    tiles of 192 pixels x 128 filters (TensorCorePlan). 2 x 100 x 100 output pixels are 157 tiles of 128 (two
+    waves on an H100's 132 multiprocessors) or 105 of 192 (one), the last one partial; both the forward and the
+    input gradient (C = O = 128) take them. Against float64 F.conv2d, with the kernel's name as the witness."""
+    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("wgmma and TMA are Hopper (sm_90) features")
+    from labops import ladder
+
+    randn = Seeded(device, dtype, 17).randn
+    x = randn(2, 128, 100, 100).contiguous(memory_format=layout).requires_grad_(True)
+    w, b = conv_weight(x, ((3, 3), (1, 1), (1, 1), (1, 1)), out_channels=128)
+    w.requires_grad_(True)
+    g = randn(2, 128, 100, 100).contiguous(memory_format=layout)
+    results = {}
+
+    def step():
+        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+        results["out"] = out
+        results["grads"] = torch.autograd.grad(out, (x, w), g)
+
+    with ladder.use("conv2d_mm", "wgmma"), tf32_convolutions():
+        names = cuda_kernel_names(step)
+    tiles_of_192 = [n for n in names if "wgmma_tma_gemm_kernel<" in n and ", 192, 128, 1>" in n]
+    assert tiles_of_192, sorted(names)
+    x64, w64 = x.detach().double().requires_grad_(True), w.detach().double().requires_grad_(True)
+    expected = F.conv2d(x64, w64, b.double(), 1, 1)
+    gx, gw = torch.autograd.grad(expected, (x64, w64), g.double())
+    compare = torch.float16 if dtype == torch.float32 else dtype  # TF32 keeps float16's 10 mantissa bits
+    assert_close_scaled(results["out"], expected, compare, msg="forward")
+    assert_close_scaled(results["grads"][0], gx, compare, msg="input gradient")
+    assert_close_scaled(results["grads"][1], gw, compare, msg="weight gradient")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)

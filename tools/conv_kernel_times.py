@@ -1,7 +1,8 @@
 """Where a convolution's GPU time goes, kernel by kernel: torch.profiler over CUDA-graph-free eager calls of
-labops.conv2d_mm and F.conv2d (cuDNN) on ResNet-18's 3x3 layers, forward and fwd+bwd, NCHW inputs.
+labops.conv2d_mm and F.conv2d (cuDNN) on ResNet-18's 3x3 layers, forward and fwd+bwd, NCHW inputs (or,
+with --channels-last, x and grad_output channels_last).
 
-    python tools/conv_kernel_times.py [--batch 32] [--dtype float16]
+    python tools/conv_kernel_times.py [--batch 32] [--dtype float16] [--channels-last]
 
 Prints, per layer and pass, each kernel's GPU time per call (microseconds) for labops and for cuDNN.
 """
@@ -37,21 +38,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--channels-last", action="store_true", help="x and grad_output channels_last")
     args = ap.parse_args()
+    layout = torch.channels_last if args.channels_last else torch.contiguous_format
     torch.backends.cudnn.benchmark = True
     dtype = getattr(torch, args.dtype)
     for channels, hw in RESNET:
-        x = torch.randn(args.batch, channels, hw, hw, device="cuda", dtype=dtype, requires_grad=True)
+        x = torch.randn(args.batch, channels, hw, hw, device="cuda", dtype=dtype)
+        x = x.contiguous(memory_format=layout).requires_grad_()
         w = (torch.randn(channels, channels, 3, 3, device="cuda", dtype=dtype) / (channels * 9) ** 0.5).requires_grad_()
         b = torch.randn(channels, device="cuda", dtype=dtype, requires_grad=True)
-        g = torch.randn(args.batch, channels, hw, hw, device="cuda", dtype=dtype)
+        g = torch.randn(args.batch, channels, hw, hw, device="cuda", dtype=dtype).contiguous(memory_format=layout)
         for name, conv in (("labops", lambda: labops.conv2d_mm(x, w, b, 1, 1, 1)),
                            ("cuDNN", lambda: F.conv2d(x, w, b, 1, 1))):
             for what, step in (("fwd", lambda: conv().detach()),
                                ("fwd+bwd", lambda: torch.autograd.grad(conv(), (x, w, b), g))):
                 rows = kernel_times(step)
                 total = sum(t for _, t in rows)
-                print(f"### {args.batch}x{channels}x{hw}x{hw} {args.dtype} {what} {name}: {total:.1f} us of kernels")
+                print(f"### {args.batch}x{channels}x{hw}x{hw} {args.dtype}{' channels_last' * args.channels_last} "
+                      f"{what} {name}: {total:.1f} us of kernels")
                 for kernel, t in rows[:8]:
                     print(f"  {t:8.1f}  {kernel}")
 

@@ -169,6 +169,8 @@ struct Conv2dMMLauncher {
     }
   }
 
+  static at::Tensor contiguous(const at::Tensor& t) { return t.contiguous(); }
+
   // Chunks run on several threads at once here, so the bias gradient is one ATen sum after them.
   static constexpr bool kSumsBiasWhileGathering = false;
   static void gather_rows(const at::Tensor& g, const at::Tensor& rows, const at::Tensor& bias, bool) {

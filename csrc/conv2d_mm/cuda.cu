@@ -48,6 +48,7 @@
 #include "entry.h"
 #include "conv2d_mm.h"
 #include "../common/cuda/device.cuh"
+#include "../common/cuda/elementwise.cuh"
 #include "../common/cuda/mma.cuh"
 #include "../common/cuda/tma.cuh"
 #include "../common/cuda/wgmma.cuh"
@@ -112,6 +113,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int H = static_cast<int>(s.height), W = static_cast<int>(s.width), HW = H * W;
   const int L = static_cast<int>(s.blocks()), out_w = static_cast<int>(s.out_w);
   const int sh = static_cast<int>(s.stride_h), sw = static_cast<int>(s.stride_w);
+  const int ph = static_cast<int>(s.pad_h), pw = static_cast<int>(s.pad_w);
   const int dh = static_cast<int>(s.dilation_h), dw = static_cast<int>(s.dilation_w);
   const int copy_plane = window.rows * window.columns, taps = static_cast<int>(s.kernel_area());
   const int64_t groups = (s.batch + group - 1) / group, items = s.channels * groups;
@@ -140,10 +142,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     scalar_t* row0 = col + c * taps * s.col_row_stride + n0 * L;  // tap 0's run
     for (int f = threadIdx.x; f < run; f += blockDim.x) {
       const int n = f / L, p = f - n * L, oh = p / out_w, ow = p - oh * out_w;
-      const scalar_t* at = copy + n * copy_plane + oh * sh * window.columns + ow * sw;  // tap (0, 0)
+      // input_coord(o, k) = input_coord(o, 0) + input_coord(0, k, 1, 0, d): the output's tap (0, 0) in the
+      // copy, then each tap's reach from it.
+      const int top = conv::input_coord<int>(oh, 0, sh, ph, dh) - window.top;
+      const int left = conv::input_coord<int>(ow, 0, sw, pw, dw) - window.left;
+      const scalar_t* at = copy + n * copy_plane + top * window.columns + left;
       scalar_t* out = row0 + f;
       for (int kh = 0; kh < s.kernel_h; ++kh) {
-        for (int kw = 0; kw < s.kernel_w; ++kw, out += s.col_row_stride) *out = at[kh * dh * window.columns + kw * dw];
+        const scalar_t* row = at + conv::input_coord<int>(0, kh, 1, 0, dh) * window.columns;
+        for (int kw = 0; kw < s.kernel_w; ++kw, out += s.col_row_stride) {
+          *out = row[conv::input_coord<int>(0, kw, 1, 0, dw)];
+        }
       }
     }
   }
@@ -731,29 +740,35 @@ __global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, tc_blocks_per_sm<BM, B
 // warpgroups run without a barrier a step (Note [warp-specialized TMA pipeline]). Where the tiles fill at most half
 // the GPU (the 7 x 7 layer at batch 32: 52 tiles for 132 multiprocessors), the sum over k is split as the
 // weight gradient's is (Note [the weight gradient as a convolution]), and add_splits_to_output_kernel adds
-// the splits in order, then the bias (TensorCorePlan says why not for more tiles).
+// the splits in order, then the bias (TensorCorePlan says why not for more tiles). With TMA a block may also
+// be three warpgroups and 192 pixels (wg_consumers), where 128-pixel tiles would need one more wave than
+// 192-pixel ones and leave most multiprocessors idle in their last.
 // Precision and order are rung 4's: float16 and bfloat16 products added in float32, and float32 (when TF32 is
 // allowed) rounded to TF32 to the nearest: each thread rounds the chunks it loaded, in shared memory, before
 // the fence (wgmma itself would truncate); each output's k summed in one fixed order (deterministic). A step is
 // still 128 bytes of k, 32 float32 values, one m64nBNk8 instruction per 32 bytes.
 constexpr int kWgRowBytes = 128;  // k per step, in bytes: one row of the 128-byte swizzle
-constexpr int kWgBM = 128;        // pixels per block: two warpgroups of 64
-constexpr int kWgConsumers = 256;  // the threads of the two warpgroups that multiply (and, with cp.async, load)
+constexpr int kWgBM = 128;        // pixels per block of the cp.async kernel: two warpgroups of 64
+// The threads that multiply (and, with cp.async, load) a tile of BM pixels: a warpgroup (128) per 64 pixels.
+constexpr int wg_consumers(int BM) { return BM / 64 * 128; }
 
 // A barrier among the consumer warpgroups only (named barrier 1; rung 5's TMA producer warp takes no part).
-__device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;\n" ::"n"(kWgConsumers) : "memory"); }
+template <int BM>
+__device__ __forceinline__ void consumer_barrier() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(wg_consumers(BM)) : "memory");
+}
 
 // The ring: as many copies of the tiles as a multiprocessor's 220 KB hold for kPerSM blocks, at most 6.
-template <int BN, int kPerSM>
+template <int BM, int BN, int kPerSM>
 constexpr int wg_stages() {
-  return std::min(6, (220 * 1024 / kPerSM) / ((kWgBM + BN) * kWgRowBytes));
+  return std::min(6, (220 * 1024 / kPerSM) / ((BM + BN) * kWgRowBytes));
 }
-template <int BN, int kPerSM>
+template <int BM, int BN, int kPerSM>
 constexpr int wg_smem_bytes() {
-  return wg_stages<BN, kPerSM>() * (kWgBM + BN) * kWgRowBytes + 1024;  // + 1024: to align the ring to 1024 bytes
+  return wg_stages<BM, BN, kPerSM>() * (BM + BN) * kWgRowBytes + 1024;  // + 1024: to align the ring to 1024 bytes
 }
 
-// Rung 5's epilogue where its block writes a channels_last out (no split of k): the block's kWgBM x BN results,
+// Rung 5's epilogue where its block writes a channels_last out (no split of k): the block's BM x BN results,
 // plus the bias, go through shared memory (the ring, free once every warpgroup's last wgmma is done), so that
 // a warp stores a pixel's run of 32 consecutive filters; from the accumulators (write_results) it stores 8
 // pixels x 16 bytes. The tile is pixel-major, its rows 8 elements longer, so that the
@@ -761,15 +776,15 @@ constexpr int wg_smem_bytes() {
 // speed, both channels_last, two runs: docs/benchmarks/conv_goals/h100_epilogue_ab/): 56 x 56 0.85 -> 1.09,
 // 28 x 28 0.77 -> 0.82, 14 x 14 0.88-0.98 -> 0.96, 7 x 7 0.67 -> 0.69. For NCHW outputs the same staging was
 // slower (56 x 56 1.27 -> 1.16, 28 x 28 1.09-1.12 -> 1.01-1.02), so those are stored from the accumulators.
-template <typename scalar_t, int BN>
+template <typename scalar_t, int BM, int BN>
 __device__ __forceinline__ void write_results_through_shared(const TensorCoreGemm& gemm, const float (&acc)[1][BN / 8][4],
                                                              int j0, int o0, const scalar_t* __restrict__ bias,
                                                              scalar_t* __restrict__ out, unsigned char* ring) {
-  constexpr int BM = kWgBM, kPitch = BN + 8;
+  constexpr int kPitch = BN + 8;
   scalar_t* tile = reinterpret_cast<scalar_t*>(ring);  // tile[pixel][filter]
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int row0 = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4, q2 = 2 * (lane % 4);
-  consumer_barrier();  // every warpgroup's wgmma has finished reading the ring
+  consumer_barrier<BM>();  // every warpgroup's wgmma has finished reading the ring
 #pragma unroll
   for (int ni = 0; ni < BN / 8; ++ni) {
 #pragma unroll
@@ -780,8 +795,8 @@ __device__ __forceinline__ void write_results_through_shared(const TensorCoreGem
       for (int h = 0; h < 2; ++h) tile[(row0 + 8 * h) * kPitch + col] = static_cast<scalar_t>(acc[0][ni][2 * h + e] + b);
     }
   }
-  consumer_barrier();
-  for (int i = t; i < BM * BN; i += 256) {
+  consumer_barrier<BM>();
+  for (int i = t; i < BM * BN; i += wg_consumers(BM)) {
     const int row = i / BN, col = i % BN;  // BN: a power of 2
     const int j = j0 + row, o = o0 + col;
     if (j < gemm.columns && o < gemm.out_channels) {
@@ -790,7 +805,7 @@ __device__ __forceinline__ void write_results_through_shared(const TensorCoreGem
   }
 }
 
-// The tensor maps of rung 5's TMA loads (Note [TMA tiles], tma.cuh): x as im2col boxes of kWgBM pixels x 128
+// The tensor maps of rung 5's TMA loads (Note [TMA tiles], tma.cuh): x as im2col boxes of BM pixels x 128
 // bytes of channels, the weight (O, kH, kW, C) as tiles of BN filters x one tap x 128 bytes of channels.
 struct TmaMaps {
   CUtensorMap x, w;
@@ -799,10 +814,10 @@ struct TmaMaps {
 // One step of rung 5 for this warpgroup: its 64 rows of the stage's A tile times the stage's B tile, added to
 // d, one wgmma per 32 bytes of k. The batch is committed and left running; the call returns once the previous
 // step's batch is done (so that step's stage may be refilled).
-template <typename scalar_t, int BN>
+template <typename scalar_t, int BM, int BN>
 __device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) {
   const uint64_t a = wgmma_descriptor(stage + warpgroup * 64 * kWgRowBytes);
-  const uint64_t b = wgmma_descriptor(stage + kWgBM * kWgRowBytes);
+  const uint64_t b = wgmma_descriptor(stage + BM * kWgRowBytes);
 #pragma unroll
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
   wgmma_fence();
@@ -816,30 +831,28 @@ __device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], const unsigne
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
 }
 
-// float32 as TF32: consumer thread t rounds its chunks of a stage (chunk t % 8 of rows t / 8 + 32 i of both
-// tiles; `swizzled` is that chunk's offset in row t / 8), then makes them visible to wgmma.
-template <typename scalar_t, int BN>
+// float32 as TF32: consumer thread t rounds its chunks of a stage (chunk t % 8 of rows t / 8, + consumers / 8,
+// ... of both tiles, every one of them t / 8 modulo 8; `swizzled` is that chunk's offset in row t / 8), then
+// makes them visible to wgmma.
+template <typename scalar_t, int BM, int BN>
 __device__ __forceinline__ void round_stage_to_tf32(unsigned char* stage, int swizzled) {
   if constexpr (std::is_same_v<scalar_t, float>) {
-    constexpr int kRowsPerPass = kWgConsumers / 8;
+    constexpr int kRowsPerPass = wg_consumers(BM) / 8;
+    const int row0 = threadIdx.x / 8;
 #pragma unroll
-    for (int i = 0; i < kWgBM / kRowsPerPass; ++i) {
-      round_to_tf32_in_shared(stage + swizzled + i * kRowsPerPass * kWgRowBytes);
-    }
-#pragma unroll
-    for (int i = 0; i < BN / kRowsPerPass; ++i) {
-      round_to_tf32_in_shared(stage + kWgBM * kWgRowBytes + swizzled + i * kRowsPerPass * kWgRowBytes);
+    for (int row = 0; row < BM + BN; row += kRowsPerPass) {
+      if (row0 + row < BM + BN) round_to_tf32_in_shared(stage + swizzled + row * kWgRowBytes);  // A's rows, then B's
     }
   }
   fence_shared_for_wgmma();
 }
 
-// Tile `tile`'s place in the output: tiles of kWgBM pixels x BN filters, the filters fastest.
-template <int BN>
+// Tile `tile`'s place in the output: tiles of BM pixels x BN filters, the filters fastest.
+template <int BM, int BN>
 __device__ __forceinline__ void block_tile(const TensorCoreGemm& gemm, int tile, int& j0, int& o0) {
   const int tiles_n = (gemm.out_channels + BN - 1) / BN;
   o0 = (tile % tiles_n) * BN;
-  j0 = (tile / tiles_n) * kWgBM;
+  j0 = (tile / tiles_n) * BM;
 }
 
 // Where rung 5's epilogue stages a tile in the ring: a channels_last out, k not split.
@@ -847,14 +860,14 @@ __device__ __forceinline__ bool stages_results_in_ring(const TensorCoreGemm& gem
   return gemm.partial == nullptr && gemm.channels_last_out;
 }
 
-// Both warpgroups' results: out (through shared memory where stages_results_in_ring), or split `split`'s sums.
-template <typename scalar_t, int BN>
+// Every warpgroup's results: out (through shared memory where stages_results_in_ring), or split `split`'s sums.
+template <typename scalar_t, int BM, int BN>
 __device__ __forceinline__ void write_block_results(const TensorCoreGemm& gemm, const float (&acc)[1][BN / 8][4],
                                                     int j0, int o0, const scalar_t* __restrict__ bias,
                                                     scalar_t* __restrict__ out, unsigned char* ring, int split) {
   const int warp = threadIdx.x / 32;
   if (stages_results_in_ring(gemm)) {
-    write_results_through_shared<scalar_t, BN>(gemm, acc, j0, o0, bias, out, ring);
+    write_results_through_shared<scalar_t, BM, BN>(gemm, acc, j0, o0, bias, out, ring);
   } else {
     write_results<scalar_t>(gemm, acc, j0 + (warp / 4) * 64 + (warp % 4) * 16, o0, bias, out, split);
   }
@@ -865,21 +878,21 @@ __device__ __forceinline__ unsigned char* ring_of(unsigned char* smem) {  // ali
 }
 
 template <typename scalar_t, int BN, int kPerSM>
-__global__ void __launch_bounds__(kWgConsumers, kPerSM)
+__global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
     wgmma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ x, const scalar_t* __restrict__ w,
                       const scalar_t* __restrict__ bias, scalar_t* __restrict__ out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BM = kWgBM, kStages = wg_stages<BN, kPerSM>(), kAhead = kStages - 2;
+  constexpr int BM = kWgBM, kStages = wg_stages<BM, BN, kPerSM>(), kAhead = kStages - 2;
   static_assert(kAhead >= 2, "at least two steps loading while one multiplies");
   constexpr int kChunk = 16 / sizeof(scalar_t), kStepK = kWgRowBytes / sizeof(scalar_t);
-  constexpr int kRowsPerPass = kWgConsumers / 8;  // 8 threads load a 128-byte row, one 16-byte chunk each
+  constexpr int kRowsPerPass = wg_consumers(BM) / 8;  // 8 threads load a 128-byte row, one 16-byte chunk each
   constexpr int kRowsA = BM / kRowsPerPass, kRowsB = BN / kRowsPerPass;
   constexpr int kTileA = BM * kWgRowBytes, kStageBytes = (BM + BN) * kWgRowBytes;
   extern __shared__ unsigned char wg_smem[];
   unsigned char* ring = ring_of(wg_smem);
   const int t = threadIdx.x, warpgroup = t / 128;
   int j0, o0;
-  block_tile<BN>(gemm, blockIdx.x, j0, o0);
+  block_tile<BM, BN>(gemm, blockIdx.x, j0, o0);
 
   // What this thread loads, every step: chunk `chunk` of rows row0 + i * kRowsPerPass of both tiles, all of
   // whose rows are row0 modulo 8, so one swizzled offset serves them all.
@@ -917,18 +930,18 @@ __global__ void __launch_bounds__(kWgConsumers, kPerSM)
   }
   for (int step = 0; step < steps; ++step) {
     cp_async_wait<kAhead - 1>();  // this thread's copies of `step` have landed ...
-    round_stage_to_tf32<scalar_t, BN>(ring + (step % kStages) * kStageBytes, swizzled);  // ... are visible to wgmma
+    round_stage_to_tf32<scalar_t, BM, BN>(ring + (step % kStages) * kStageBytes, swizzled);  // ... seen by wgmma
     __syncthreads();  // ... and so are everyone's; every warpgroup is done with step - 2's copy
     const int next = step + kAhead;
     if (next < steps) load_step(next % kStages, k_first + next * kStepK);
     cp_async_commit();
-    multiply_stage<scalar_t, BN>(d, ring + (step % kStages) * kStageBytes, warpgroup);
+    multiply_stage<scalar_t, BM, BN>(d, ring + (step % kStages) * kStageBytes, warpgroup);
   }
   wgmma_wait<0>();
 #pragma unroll
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
   cp_async_wait<0>();  // no copy may still be writing shared memory when the block exits
-  write_block_results<scalar_t, BN>(gemm, acc, j0, o0, bias, out, ring, blockIdx.y);
+  write_block_results<scalar_t, BM, BN>(gemm, acc, j0, o0, bias, out, ring, blockIdx.y);
 #endif
 }
 
@@ -945,19 +958,19 @@ __global__ void __launch_bounds__(kWgConsumers, kPerSM)
 // runs on across them (`step` counts the block's steps over all its units), so the producer loads a unit's
 // first stages while the consumers still multiply, or write out, the one before. Where the epilogue stages
 // results in the ring (stages_results_in_ring), the producer waits for it (`drained`) before loading on.
-template <typename scalar_t, int BN, int kPerSM>
-__global__ void __launch_bounds__(kWgConsumers + 32, kPerSM)
+template <typename scalar_t, int BM, int BN, int kPerSM>
+__global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
     wgmma_tma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                           const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = wg_stages<BN, kPerSM>(), kStepK = kWgRowBytes / sizeof(scalar_t);
-  constexpr int kTileA = kWgBM * kWgRowBytes, kStageBytes = (kWgBM + BN) * kWgRowBytes;
-  constexpr int kConsumerWarps = kWgConsumers / 32;
+  constexpr int kStages = wg_stages<BM, BN, kPerSM>(), kStepK = kWgRowBytes / sizeof(scalar_t);
+  constexpr int kTileA = BM * kWgRowBytes, kStageBytes = (BM + BN) * kWgRowBytes;
+  constexpr int kConsumerWarps = wg_consumers(BM) / 32;
   extern __shared__ unsigned char wg_smem[];
   unsigned char* ring = ring_of(wg_smem);
   __shared__ uint64_t full[kStages], empty[kStages], drained;
   const int t = threadIdx.x, warp = t / 32;
-  const int tiles = ((gemm.columns + kWgBM - 1) / kWgBM) * ((gemm.out_channels + BN - 1) / BN);
+  const int tiles = ((gemm.columns + BM - 1) / BM) * ((gemm.out_channels + BN - 1) / BN);
   const int units = tiles * gemm.splits;
   if (t == 0) {
 #pragma unroll
@@ -976,7 +989,7 @@ __global__ void __launch_bounds__(kWgConsumers + 32, kPerSM)
       for (int unit = blockIdx.x; unit < units; unit += gridDim.x, ++done_units) {
         if (done_units > 0 && stages_results_in_ring(gemm)) mbarrier_wait(&drained, (done_units - 1) % 2);
         int j0, o0;
-        block_tile<BN>(gemm, unit % tiles, j0, o0);
+        block_tile<BM, BN>(gemm, unit % tiles, j0, o0);
         const StepRange range = block_steps(gemm, kStepK, unit / tiles);
         const Origin origin = origin_of(gemm, j0);  // of the box's first pixel; the map finds the others
         for (int i = 0; i < range.count; ++i, ++step) {
@@ -1000,7 +1013,7 @@ __global__ void __launch_bounds__(kWgConsumers + 32, kPerSM)
   int step = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     int j0, o0;
-    block_tile<BN>(gemm, unit % tiles, j0, o0);
+    block_tile<BM, BN>(gemm, unit % tiles, j0, o0);
     const StepRange range = block_steps(gemm, kStepK, unit / tiles);
     float acc[1][BN / 8][4];
     float(&d)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(acc);
@@ -1011,20 +1024,20 @@ __global__ void __launch_bounds__(kWgConsumers + 32, kPerSM)
       mbarrier_wait(&full[stage], (step / kStages) % 2);
       if constexpr (std::is_same_v<scalar_t, float>) {
         if (!gemm.operands_in_tf32) {  // else the copies that made the operands rounded them
-          round_stage_to_tf32<scalar_t, BN>(ring + stage * kStageBytes, swizzled);
-          consumer_barrier();  // both warpgroups read the whole B tile
+          round_stage_to_tf32<scalar_t, BM, BN>(ring + stage * kStageBytes, swizzled);
+          consumer_barrier<BM>();  // every warpgroup reads the whole B tile
         }
       }
-      multiply_stage<scalar_t, BN>(d, ring + stage * kStageBytes, t / 128);
+      multiply_stage<scalar_t, BM, BN>(d, ring + stage * kStageBytes, t / 128);
       if (i > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // step - 1's batch is done
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
     if (range.count > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // the unit's last step
-    write_block_results<scalar_t, BN>(gemm, acc, j0, o0, bias, out, ring, unit / tiles);
+    write_block_results<scalar_t, BM, BN>(gemm, acc, j0, o0, bias, out, ring, unit / tiles);
     if (stages_results_in_ring(gemm)) {
-      consumer_barrier();  // every consumer is done reading the staged tile ...
+      consumer_barrier<BM>();  // every consumer is done reading the staged tile ...
       if (t % 32 == 0) mbarrier_arrive(&drained);  // ... so the producer may fill the ring again
     }
   }
@@ -1258,6 +1271,10 @@ __device__ __forceinline__ scalar_t tf32_if(scalar_t v, bool tf32) {
   if constexpr (std::is_same_v<scalar_t, float>) return tf32 ? round_to_tf32(v) : v;
   return v;
 }
+// The body of a plain rounding copy (launch_elementwise), for operands that need no transpose.
+struct RoundToTf32 {
+  __device__ float operator()(float v) const { return round_to_tf32(v); }
+};
 
 // In (b, r, c) at b * in_batch + r * in_row + c; out (b, c, r) at b * out_batch + c * out_col + r.
 struct TransposeShape {
@@ -1471,8 +1488,9 @@ struct TmaBox {
 // GEMM]) in tiles of 128 x 128, 128 x 64 or 64 x 64 pixels x filters, 4 warps each (a 64 x 128 tile, cuDNN's
 // pick for the 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed), or
 // with `wgmma` wgmma_gemm_kernel (rung 5, Note [wgmma implicit GEMM]) in tiles of 128 x 64 (two blocks a
-// multiprocessor) or 128 x 128 (one), its sum over k split in up to 4 where the tiles are few. why_not: why
-// the kernel cannot take the convolution ("" when it can).
+// multiprocessor) or 128 x 128 (one), with TMA loads also 192 x 128 (one, three consumer warpgroups), its sum
+// over k split in up to 4 where the tiles are few. why_not: why the kernel cannot take the convolution (""
+// when it can).
 struct TensorCorePlan {
   bool wgmma = false;
   bool tma = false;  // wgmma: its tiles loaded by TMA (Note [TMA tiles]) where the maps can describe them
@@ -1537,6 +1555,7 @@ struct TensorCorePlan {
                           ((sharing < blocks_per_sm ? alone : efficiency) * split);
       if (bm == 0 || cost < best) bm = m, bn = n, per_sm = blocks_per_sm, blocks = count, splits = split, best = cost;
     };
+    tma = wgmma && tma_takes(s, dtype);
     if (wgmma) {
       const int64_t steps = ceil_div<int64_t>(K, kWgRowBytes / c10::elementSize(dtype));
       const bool few_tiles = ceil_div(columns, int64_t(kWgBM)) * ceil_div(out_channels, int64_t(128)) * 2 <= sms;
@@ -1544,13 +1563,16 @@ struct TensorCorePlan {
         consider(kWgBM, 128, 1, 1.0, split, 1.0);
         consider(kWgBM, 64, 2, 0.88, split, 0.8);
       }
+      // Three warpgroups, 192 pixels (TMA loads only): considered after 128 x 128, so it wins only where it
+      // needs fewer waves, where a last wave of 128-pixel tiles would leave multiprocessors idle (the 28 x 28
+      // layer at batch 32: 196 tiles of 128 for 132 multiprocessors, two waves; 131 of 192, one).
+      if (tma) consider(192, 128, 1, 1.0);
     } else {
       consider(128, 128, tc_blocks_per_sm<128, 128>(), 1.0);
       consider(128, 64, tc_blocks_per_sm<128, 64>(), 0.75);
       consider(64, 64, tc_blocks_per_sm<64, 64>(), 0.6);
     }
     if (blocks > std::numeric_limits<int>::max()) why_not = "it would need 2^31 thread blocks or more";
-    tma = wgmma && tma_takes(s, dtype);
   }
 
   // Whether TMA can load rung 5's tiles (Note [TMA tiles]): a step's 128 bytes of k are channels of one tap
@@ -1633,8 +1655,9 @@ struct Conv2dMMLauncher {
   // float32 runs here as TF32 (the plan takes it only then), and the copies that make x and the weight
   // channels_last round it to TF32 as they go (weight_in_tf32: the caller's copy of the weight did), so that
   // rung 5 need not (operands_in_tf32): measured on an H100, in one run, forward of cuDNN's TF32 speed
-  // rounding in the kernel / in the copies: 0.58 / 0.96 at 7 x 7, 0.80 / 1.06 at 28 x 28 (batch 32). An x that
-  // is channels_last already is read in place, and rounded by the kernel.
+  // rounding in the kernel / in the copies: 0.58 / 0.96 at 7 x 7, 0.80 / 1.06 at 28 x 28 (batch 32). So an x
+  // that is channels_last already is copied too, rounded (round_to_tf32_copy), where another dtype is read in
+  // place.
   static void forward_on_plan(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x4,
                               const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& out,
                               bool weight_in_tf32 = false) {
@@ -1642,9 +1665,9 @@ struct Conv2dMMLauncher {
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
     const bool tf32 = x4.scalar_type() == at::kFloat;
     const at::Tensor xc = channels_last(x4, tf32);      // (N, H, W, C) in memory
-    const at::Tensor wk = channels_last(weight, tf32);  // (O, kH, kW, C) in memory
+    const at::Tensor wk = channels_last(weight, tf32 && !weight_in_tf32);  // (O, kH, kW, C) in memory
     TensorCoreGemm gemm(s, O);
-    gemm.operands_in_tf32 = tf32 && !xc.is_same(x4) && (weight_in_tf32 || !wk.is_same(weight));
+    gemm.operands_in_tf32 = tf32;
     gemm.channels_last_out = !out.is_contiguous();  // else contiguous (output_format, entry.h)
     at::Tensor partial;  // the splits' sums, where the plan splits k
     if (plan.splits > 1) {
@@ -1726,15 +1749,16 @@ struct Conv2dMMLauncher {
                                     (plan.tma && (x4.scalar_type() == at::kFloat || pixels >= kMinPixelsWithTma));
     if (!convolution_faster) return false;
     // x' (C, N, H, W) channels_last and g' (O, N, Hout, Wout) in (kh, kw, c) order: one transpose each, from
-    // NCHW or channels_last. float32 (TF32) rounded as they go (forward_on_plan says why), unless the bias
-    // gradient, which must be summed from values not rounded, can only come from g' (a channels_last g4).
+    // NCHW or channels_last. float32 (TF32) rounded as they go (forward_on_plan says why), except g' where the
+    // bias gradient, which must be summed from values not rounded, can only come from g' (a channels_last g4):
+    // that g' is rounded once the bias is summed.
     const bool float32 = x4.scalar_type() == at::kFloat;
     const bool bias_from_g4 = float32 && bias_sum.defined() && g4.is_contiguous();
-    const bool tf32 = float32 && (!bias_sum.defined() || bias_from_g4);
+    const bool round_g_in_copy = float32 && (!bias_sum.defined() || bias_from_g4);
     at::Tensor x_memory = at::empty({C, s.height, s.width, N}, x4.options());
-    batch_last(x4, x_memory, tf32);
+    batch_last(x4, x_memory, float32);
     at::Tensor g_memory = at::empty({O, s.out_h, s.out_w, N}, g4.options());
-    batch_last(g4, g_memory, tf32);
+    batch_last(g4, g_memory, round_g_in_copy);
     // The bias gradient: each filter's row of g' summed (gather_rows with no rows to write: 16-byte loads, one
     // block per filter, several times faster than ATen's sum over (n, l): 9.8 against 40 us for a 32 x 64 x 56 x
     // 56 float16 grad_output on an H100, docs/benchmarks/conv_goals/h100_kernel_times_fast_sums.md).
@@ -1742,8 +1766,9 @@ struct Conv2dMMLauncher {
       gather_rows(bias_from_g4 ? g4.view({N, O, s.blocks()}) : g_memory.view({1, O, s.blocks() * N}), at::Tensor(),
                   bias_sum, false);
     }
+    if (float32 && !round_g_in_copy) g_memory = round_to_tf32_copy(g_memory);
     TensorCoreGemm gemm(t, O);
-    gemm.operands_in_tf32 = tf32;
+    gemm.operands_in_tf32 = float32;
     // Splits: as many as one wave of blocks holds (TensorCorePlan's tiles times the splits), at least 16 steps
     // each. Rounded down: one split more than fits leaves a few blocks a second wave of their own, which takes
     // as long as the first (rounded up, 36 tiles of the 14 x 14 layer made 144 blocks for 132 places).
@@ -1774,12 +1799,38 @@ struct Conv2dMMLauncher {
   }
 
   // t (B, C, H, W) with its memory (B, H, W, C), 16-byte aligned: t itself when it is so already, else a
-  // copy (transpose_kernel from a contiguous t).
+  // copy (transpose_kernel from a contiguous t). With tf32 (float32) always a copy, rounded to TF32: a
+  // channels_last t by one elementwise pass (round_to_tf32_copy says why).
   static at::Tensor channels_last(const at::Tensor& t, bool tf32 = false) {
-    if (t.is_contiguous(at::MemoryFormat::ChannelsLast) && is_aligned(t.const_data_ptr())) return t;
+    if (t.is_contiguous(at::MemoryFormat::ChannelsLast) && is_aligned(t.const_data_ptr())) {
+      return tf32 ? round_to_tf32_copy(t) : t;
+    }
     const at::Tensor src = t.contiguous();
     at::Tensor out = at::empty_like(src, at::MemoryFormat::ChannelsLast);
     transpose(src, src.size(0), src.size(1), src.size(2) * src.size(3), out, 1, tf32);
+    return out;
+  }
+
+  // A copy of the float32 t (dense, in its own layout), rounded to TF32. Rounding in rung 5's kernel instead
+  // (a pass over each stage in shared memory, and a barrier) made its GEMM about twice as long: on an H100,
+  // TF32, batch 32, channels_last x, 7 x 7 114 us against 52.5 us with NCHW x rounded by its transpose, 28 x
+  // 28 48.6 against 29.3 (docs/benchmarks/conv_goals/h100_kernel_times.md).
+  static at::Tensor round_to_tf32_copy(const at::Tensor& t) {
+    TORCH_INTERNAL_ASSERT(t.scalar_type() == at::kFloat && t.is_non_overlapping_and_dense());
+    at::Tensor out = at::empty_like(t);
+    const float* src = t.const_data_ptr<float>();
+    float* dst = out.mutable_data_ptr<float>();
+    const bool vector_loads = is_aligned(src) && is_aligned(dst);
+    launch_elementwise(std::array<const float*, 1>{src}, dst, t.numel(), RoundToTf32{}, vector_loads);
+    return out;
+  }
+
+  // t contiguous: itself, or a copy; from channels_last (N, C, H, W) by one transpose of the N (H*W) x C
+  // matrices of its memory (ATen's copy of a channels_last tensor to NCHW ran a few times slower on an H100).
+  static at::Tensor contiguous(const at::Tensor& t) {
+    if (t.dim() != 4 || t.is_contiguous() || !t.is_contiguous(at::MemoryFormat::ChannelsLast)) return t.contiguous();
+    at::Tensor out = at::empty(t.sizes(), t.options());
+    transpose(t, t.size(0), t.size(2) * t.size(3), t.size(1), out);
     return out;
   }
 
@@ -1886,7 +1937,7 @@ struct Conv2dMMLauncher {
     };
     TmaMaps maps;
     // x: dims and strides fastest first; the bounding box of the filter bases (TmaBox); the traversal steps by
-    // the conv stride; a box is kWgBM consecutive output pixels x 128 bytes of channels.
+    // the conv stride; a box is the plan's bm consecutive output pixels x 128 bytes of channels.
     const cuuint64_t x_dims[4] = {C, static_cast<cuuint64_t>(s.width), static_cast<cuuint64_t>(s.height),
                                   static_cast<cuuint64_t>(s.batch)};
     const cuuint64_t x_strides[3] = {pixel, pixel * s.width, pixel * s.width * s.height};
@@ -1895,8 +1946,9 @@ struct Conv2dMMLauncher {
     const int upper[2] = {static_cast<int>(bounds.upper_w), static_cast<int>(bounds.upper_h)};
     const cuuint32_t x_steps[4] = {1, static_cast<cuuint32_t>(s.stride_w), static_cast<cuuint32_t>(s.stride_h), 1};
     check(encode_im2col(&maps.x, type, 4, const_cast<void*>(x.const_data_ptr()), x_dims, x_strides, lower, upper, row,
-                        kWgBM, x_steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                        static_cast<cuuint32_t>(plan.bm), x_steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
           "x");
     // The weight as (C, taps, O), a box of 128 bytes of channels x one tap x BN filters.
     const cuuint64_t w_dims[3] = {C, taps, static_cast<cuuint64_t>(gemm.out_channels)};
@@ -1922,25 +1974,32 @@ struct Conv2dMMLauncher {
                                                bias_data, out_data);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
-    if (plan.wgmma) {  // two warpgroups a block, and with TMA a producer warp
+    if (plan.wgmma) {  // a warpgroup per 64 pixels, and with TMA a producer warp
       if (plan.tma) gemm.steps_per_tap = static_cast<int>(gemm.s.channels * x.element_size() / kWgRowBytes);
-      const auto launch_wgmma = [&](auto bn, auto per_sm) {
-        constexpr int kBN = decltype(bn)::value, kPerSM = decltype(per_sm)::value;
-        constexpr int kBytes = wg_smem_bytes<kBN, kPerSM>();
+      const auto launch_wgmma = [&](auto bm, auto bn, auto per_sm) {
+        constexpr int kBM = decltype(bm)::value, kBN = decltype(bn)::value, kPerSM = decltype(per_sm)::value;
+        constexpr int kBytes = wg_smem_bytes<kBM, kBN, kPerSM>();
         if (plan.tma) {
           // Persistent (Note [warp-specialized TMA pipeline]): as many blocks as run at once, or fewer units.
           const int64_t units = plan.blocks * gemm.splits;
           const int64_t blocks = std::min<int64_t>(units, int64_t(kPerSM) * multiprocessor_count());
-          const auto kernel = with_shared_memory<wgmma_tma_gemm_kernel<scalar_t, kBN, kPerSM>, kBytes>();
-          kernel<<<static_cast<unsigned>(blocks), kWgConsumers + 32, kBytes, stream>>>(gemm, bias_data, out_data,
-                                                                                      tma_maps(plan, gemm, x, w));
+          const auto kernel = with_shared_memory<wgmma_tma_gemm_kernel<scalar_t, kBM, kBN, kPerSM>, kBytes>();
+          kernel<<<static_cast<unsigned>(blocks), wg_consumers(kBM) + 32, kBytes, stream>>>(
+              gemm, bias_data, out_data, tma_maps(plan, gemm, x, w));
           C10_CUDA_KERNEL_LAUNCH_CHECK();
+        } else if constexpr (kBM == kWgBM) {
+          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, kBN, kPerSM>, kBytes>(), wg_consumers(kBM), kBytes);
         } else {
-          launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, kBN, kPerSM>, kBytes>(), kWgConsumers, kBytes);
+          TORCH_INTERNAL_ASSERT(false, "conv2d_mm: a tile of ", kBM, " pixels needs TMA loads");
         }
       };
-      if (plan.bn == 64) launch_wgmma(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
-      else launch_wgmma(std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
+      // (pixels, filters, blocks a multiprocessor): the tiles TensorCorePlan weighs for wgmma.
+      const auto tile = [&](auto bm, auto bn, auto per_sm) {
+        if (plan.bm == bm && plan.bn == bn) launch_wgmma(bm, bn, per_sm);
+      };
+      tile(std::integral_constant<int, kWgBM>{}, std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
+      tile(std::integral_constant<int, kWgBM>{}, std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
+      tile(std::integral_constant<int, 192>{}, std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
       return;
     }
     constexpr int kWarps4 = 128;

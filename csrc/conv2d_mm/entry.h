@@ -685,8 +685,8 @@ struct Entry {
       if (Launcher::backward_weight_as_convolution(s, g4, x_batch, gw2, scale, beta, bias_sum)) return;
     }
     // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).
-    const at::Tensor g3 = grad_output.contiguous().view({s.batch, O, L});
-    const at::Tensor x4 = x_batch.contiguous();
+    const at::Tensor g3 = Launcher::contiguous(grad_output).view({s.batch, O, L});
+    const at::Tensor x4 = Launcher::contiguous(x_batch);
     const Chunk chunk = chunk_size(s, x4.element_size(), Launcher::kColumnBudgetBytes, false);
     const int64_t slots = chunk_slots(x4), chunk_cols = chunk.images * chunk.out_rows * s.out_w;
     // Each slot holds a chunk's columns, then its grad_output rows (needed when it has several images).

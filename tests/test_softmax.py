@@ -422,6 +422,42 @@ def test_cross_entropy_target_check_is_per_call(device):
     assert errors == []
 
 
+
+def test_cross_entropy_replays_in_a_cuda_graph(device):
+    """Captured into a CUDA graph (what torch.compile's mode="reduce-overhead" does), the CUDA op skips the
+    target check the host cannot wait for (Note [cross-entropy target check]): forward and backward replay on
+    new inputs as eager computes them, and a bad target gives NaN instead of an error."""
+    if device != "cuda":
+        pytest.skip("CUDA graphs")
+    randn = Seeded(device, torch.float32, 31).randn
+    logits = randn(64, 10).requires_grad_(True)
+    target = torch.randint(0, 10, (64,), device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the capturing stream, as torch.cuda.graph asks
+        labops.cross_entropy(logits, target).backward()
+    torch.cuda.current_stream().wait_stream(side)
+    logits.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = labops.cross_entropy(logits, target)
+        (grad,) = torch.autograd.grad(loss, logits)
+    for seed in (1, 2):
+        new_logits, new_target = Seeded(device, torch.float32, seed).randn(64, 10), torch.randint(0, 10, (64,),
+                                                                                                   device=device)
+        with torch.no_grad():
+            logits.copy_(new_logits)
+        target.copy_(new_target)
+        graph.replay()
+        x = new_logits.clone().requires_grad_(True)
+        expected = F.cross_entropy(x, new_target)
+        (expected_grad,) = torch.autograd.grad(expected, x)
+        torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-6)
+    target[3] = 10  # out of range: no error inside the graph, a NaN loss
+    graph.replay()
+    assert loss.isnan()
+
 def test_cross_entropy_backward_op_marks_bad_target_rows_nan(device):
     # The backward op does not re-validate (the forward did, and raising would
     # cost a device sync); a row with a bad target comes back NaN, never garbage.

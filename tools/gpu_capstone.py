@@ -9,7 +9,8 @@ Usage (GPU machine, repository root; no Jupyter, no scikit-learn needed):
    (asserted >= 95 %), and the same architecture from torch.nn for comparison.
 2. Times one training step (forward, loss, backward, SGD update) of the labops network and of the same
    architecture from torch.nn (F.conv2d / cuDNN, F.gelu, F.interpolate, F.pixel_unshuffle, ...), eager and
-   torch.compile'd, in this one run: CUDA events around bursts of steps, medians. Prints and records ratios.
+   torch.compile'd (the default mode, and mode="reduce-overhead": forward and backward replayed as CUDA graphs),
+   in this one run: CUDA events around bursts of steps, medians. Prints and records ratios.
 
 The two-GPU data-parallel run (NCCL) is separate:
 
@@ -64,16 +65,19 @@ def train_all(device):
 
 
 def step_ms(model, loss_fn, x, y, compile):
-    """Median milliseconds of one training step (labops.bench.time_ms: CUDA events around bursts of steps)."""
+    """Median milliseconds of one training step (labops.bench.time_ms: CUDA events around bursts of steps).
+    compile: False (eager), or torch.compile's mode for the forward and loss ("default", "reduce-overhead")."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
 
     def forward_loss(x, y):
         return loss_fn(model(x), y)
 
     if compile:
-        forward_loss = torch.compile(forward_loss, fullgraph=True)
+        forward_loss = torch.compile(forward_loss, fullgraph=True, mode=compile)
 
     def step():
+        if compile == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()  # a new step: the last one's graph outputs are dead
         loss = forward_loss(x, y)
         optimizer.zero_grad()
         loss.backward()
@@ -87,12 +91,14 @@ def step_ms(model, loss_fn, x, y, compile):
 def time_steps(device, batches=(32, 1024)):
     variants = {
         "labops_eager": (capstone.labops_model, cross_entropy, False),
-        "labops_compiled": (capstone.labops_model, cross_entropy, True),
+        "labops_compiled": (capstone.labops_model, cross_entropy, "default"),
+        "labops_cudagraphs": (capstone.labops_model, cross_entropy, "reduce-overhead"),
         # labops.cross_entropy reads back its target check (one synchronization a step): the same network
         # with F.cross_entropy separates that cost from the layers'.
         "labops_layers_F_cross_entropy_eager": (capstone.labops_model, F.cross_entropy, False),
         "torch_nn_eager": (capstone.torch_model, F.cross_entropy, False),
-        "torch_nn_compiled": (capstone.torch_model, F.cross_entropy, True),
+        "torch_nn_compiled": (capstone.torch_model, F.cross_entropy, "default"),
+        "torch_nn_cudagraphs": (capstone.torch_model, F.cross_entropy, "reduce-overhead"),
     }
     rows = []
     g = torch.Generator().manual_seed(0)
@@ -102,13 +108,22 @@ def time_steps(device, batches=(32, 1024)):
         row = {"batch": batch}
         for name, (build, loss_fn, compile) in variants.items():
             torch._dynamo.reset()
-            row[f"{name}_ms"] = step_ms(build(seed=0, device=device), loss_fn, x, y, compile)
+            try:
+                row[f"{name}_ms"] = step_ms(build(seed=0, device=device), loss_fn, x, y, compile)
+            except Exception as e:  # recorded, not hidden: the JSON says which variant failed and why
+                row[f"{name}_ms"] = float("nan")
+                row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                torch.cuda.synchronize()
         row["labops_over_torch_nn_eager"] = row["labops_eager_ms"] / row["torch_nn_eager_ms"]
         row["labops_over_torch_nn_compiled"] = row["labops_compiled_ms"] / row["torch_nn_compiled_ms"]
         row["labops_compiled_over_eager"] = row["labops_compiled_ms"] / row["labops_eager_ms"]
         row["torch_nn_compiled_over_eager"] = row["torch_nn_compiled_ms"] / row["torch_nn_eager_ms"]
+        row["labops_over_torch_nn_cudagraphs"] = row["labops_cudagraphs_ms"] / row["torch_nn_cudagraphs_ms"]
+        row["labops_cudagraphs_over_eager"] = row["labops_cudagraphs_ms"] / row["labops_eager_ms"]
+        row["torch_nn_cudagraphs_over_eager"] = row["torch_nn_cudagraphs_ms"] / row["torch_nn_eager_ms"]
         rows.append(row)
-        print(f"batch {batch:5d}: " + "  ".join(f"{k} {v:.3f}" for k, v in row.items() if k != "batch"), flush=True)
+        print(f"batch {batch:5d}: " + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                               for k, v in row.items() if k != "batch"), flush=True)
     return rows
 
 

@@ -765,17 +765,25 @@ struct SoftmaxLauncher {
   // backward the host launches next) instead of idling until the host's next
   // launch arrives. The kernels never read logits at an out-of-range target
   // (they write NaN there), so running the loss before the verdict is safe.
+  // While the stream is captured into a CUDA graph (torch.compile's
+  // mode="reduce-overhead") the host can wait for nothing, so there is no
+  // check: a bad target gives a NaN loss, as with the check's verdict ignored.
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
   static bool cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss, int64_t n,
                                     int64_t c) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     constexpr int kVec = vec_width<scalar_t>();
     const RowGeometry geo{n, c, 1};
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    const bool check = capture == cudaStreamCaptureStatusNone;
     TargetFlag& bad = target_flag(c10::cuda::current_device());
-    *bad.host = 0;  // this thread's last check finished: it waited on bad.checked
-    find_bad_target<<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(target, n, c, bad.device);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    C10_CUDA_CHECK(cudaEventRecord(bad.checked, stream));
+    if (check) {
+      *bad.host = 0;  // this thread's last check finished: it waited on bad.checked
+      find_bad_target<<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(target, n, c, bad.device);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      C10_CUDA_CHECK(cudaEventRecord(bad.checked, stream));
+    }
     const bool aligned = is_aligned(logits);
     constexpr int kLoads = max_loads<scalar_t>(1);
     // The forward only reads: with a lane per 16 bytes of a 128-class row it
@@ -795,7 +803,8 @@ struct SoftmaxLauncher {
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }
-    // Waits: the price of a ValueError instead of an assert (no graph capture of this op).
+    if (!check) return true;  // captured: no verdict (a bad target's loss is NaN)
+    // Waits: the price of a ValueError instead of an assert.
     C10_CUDA_CHECK(cudaEventSynchronize(bad.checked));
     return *static_cast<volatile int*>(bad.host) == 0;
   }

@@ -946,14 +946,14 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
 }
 
 // Note [warp-specialized TMA pipeline]
-// With TMA loads one thread asks for a whole step, so loading needs no warpgroup of its own: a ninth warp (the
-// producer) runs through the ring ahead of the two consumer warpgroups, and the two sides hand each stage over
-// by mbarriers instead of a __syncthreads a step. full[s] completes when stage s's bytes have landed (the
-// producer arms it with the bytes to expect); empty[s] when every consumer warp is done with it (each arrives
-// once its wgmma batch on the stage has finished). So all kStages steps are in flight (the cp.async kernel
-// keeps kStages - 2: a load waits for a barrier all threads reach), and a warpgroup waits only for its data.
-// float32 alone still needs the consumers to meet once a step: every thread rounds its chunks of both tiles
-// to TF32, and B is read by both warpgroups.
+// With TMA loads one thread asks for a whole step, so loading needs no warpgroup of its own: one more warp (the
+// producer) runs through the ring ahead of the consumer warpgroups (two, or three for 192 pixels), and the two
+// sides hand each stage over by mbarriers instead of a __syncthreads a step. full[s] completes when stage s's
+// bytes have landed (the producer arms it with the bytes to expect); empty[s] when every consumer warp is done
+// with it (each arrives once its wgmma batch on the stage has finished). So all kStages steps are in flight (the
+// cp.async kernel keeps kStages - 2: a load waits for a barrier all threads reach), and a warpgroup waits only
+// for its data. float32 operands not rounded by their copies (operands_in_tf32 false) need the consumers to meet
+// once a step: every thread rounds its chunks of both tiles to TF32, and B is read by every warpgroup.
 // The kernel is persistent: a block takes work units (tile, split) blockIdx.x, + gridDim.x, ... and the ring
 // runs on across them (`step` counts the block's steps over all its units), so the producer loads a unit's
 // first stages while the consumers still multiply, or write out, the one before. Where the epilogue stages

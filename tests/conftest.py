@@ -71,19 +71,24 @@ def long(*shape, high=3):
     return torch.randint(0, high, shape, generator=_ARG_GENERATOR)
 
 
-def layer_cases(name):
-    """{layer: the list ``name`` of tests/test_<layer>.py} for every layer of labops._layers.LAYERS, in that
-    order: how a shared test (tests/test_arg_rules.py, tests/test_autograd_nodes.py) finds each layer's rows,
-    which sit beside the layer's other tests. Every layer states the list, empty if it has no rows."""
+def layer_attributes(name):
+    """{layer: ``name`` of tests/test_<layer>.py} for every layer of labops._layers.LAYERS, in that order: how a
+    shared test (tests/test_arg_rules.py, tests/test_autograd_nodes.py, tests/test_cuda_graphs.py) finds each
+    layer's rows or samples, which sit beside the layer's other tests. Every layer states it."""
     from labops._layers import LAYERS
 
-    cases = {}
+    found = {}
     for layer in LAYERS:
         module = importlib.import_module(f"test_{layer}")
         if not hasattr(module, name):
-            raise AttributeError(f"tests/test_{layer}.py has no {name}: every layer states it (empty if none)")
-        cases[layer] = list(getattr(module, name))
-    return cases
+            raise AttributeError(f"tests/test_{layer}.py has no {name}: every layer states it")
+        found[layer] = getattr(module, name)
+    return found
+
+
+def layer_cases(name):
+    """{layer: the list ``name`` of tests/test_<layer>.py} (layer_attributes); a list may be empty."""
+    return {layer: list(cases) for layer, cases in layer_attributes(name).items()}
 
 
 def poison_allocator(device, nbytes=64 * 2**20):

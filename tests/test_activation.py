@@ -173,6 +173,12 @@ def op_samples(name, approximate, device):
             yield torch.ops.labops.gelu_backward.default, (g, x.detach(), approximate)
 
 
+def every_op_sample(device):
+    """(op, args) for every op of the layer: each activation's op_samples."""
+    for name, approximate in OPS:
+        yield from op_samples(name, approximate, device)
+
+
 @pytest.mark.parametrize("name,approximate", OPS, ids=OP_IDS)
 def test_opcheck(device, name, approximate):
     opcheck_every(op_samples(name, approximate, device))

@@ -375,6 +375,9 @@ def op_samples(device):
         yield L.batch_norm_backward_parameters.default, (g, xd, mean, invstd)
 
 
+every_op_sample = op_samples  # every op of the layer, for tests/test_cuda_graphs.py
+
+
 def test_opcheck(device):
     opcheck_every(op_samples(device))
 

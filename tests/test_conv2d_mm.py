@@ -802,6 +802,9 @@ def op_samples(device):
         yield torch.ops.labops.conv2d_mm_backward_weight.default, (g, x.detach(), list(w.shape), s, p, d)
 
 
+every_op_sample = op_samples  # every op of the layer, for tests/test_cuda_graphs.py
+
+
 def test_opcheck(device):
     opcheck_every(op_samples(device))
 

@@ -309,6 +309,9 @@ def op_samples(device):
         yield L.depthwise_conv2d_acc_grad_parameters.default, (go, x.detach(), gw, gb, s, p, d, 0.5)
 
 
+every_op_sample = op_samples  # every op of the layer, for tests/test_cuda_graphs.py
+
+
 def test_opcheck(device):
     opcheck_every(op_samples(device))
 

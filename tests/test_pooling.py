@@ -127,6 +127,9 @@ def op_samples(device):
         yield torch.ops.labops.global_avg_pool2d_backward.default, (g, list(x.shape))
 
 
+every_op_sample = op_samples  # every op of the layer, for tests/test_cuda_graphs.py
+
+
 def test_opcheck(device):
     opcheck_every(op_samples(device))
 

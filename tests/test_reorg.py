@@ -228,6 +228,12 @@ def op_samples(order, device):
         yield torch.ops.labops.reorg_backward.default, (g, stride, order)
 
 
+def every_op_sample(device):
+    """(op, args) for every op of the layer, in every order."""
+    for order in ORDERS:
+        yield from op_samples(order, device)
+
+
 @pytest.mark.parametrize("order", ORDERS)
 def test_opcheck(device, order):
     opcheck_every(op_samples(order, device))

@@ -373,6 +373,12 @@ def test_cross_entropy_opcheck(device):
     opcheck_every(cross_entropy_op_samples(device))
 
 
+def every_op_sample(device):
+    """(op, args) for every op of the layer: softmax's and cross_entropy's."""
+    yield from softmax_op_samples(device)
+    yield from cross_entropy_op_samples(device)
+
+
 @pytest.mark.parametrize("bad", [-1, 10, 2**40])
 def test_cross_entropy_rejects_out_of_range_target(device, bad):
     logits = torch.randn(4, 10, device=device)

@@ -321,6 +321,12 @@ def op_samples(mode, device):
                    (g, list(x.shape), mode, scale_h, scale_w, deterministic))
 
 
+def every_op_sample(device):
+    """(op, args) for every op of the layer, in every coordinate mode."""
+    for mode in MODES:
+        yield from op_samples(mode, device)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_opcheck(device, mode):
     opcheck_every(op_samples(mode, device))

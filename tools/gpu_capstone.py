@@ -64,8 +64,8 @@ def train_all(device):
     return result
 
 
-def step_ms(model, loss_fn, x, y, compile):
-    """Median milliseconds of one training step (labops.bench.time_ms: CUDA events around bursts of steps).
+def make_step(model, loss_fn, x, y, compile):
+    """One training step of `model` on (x, y), warmed up (compilation, autotuning, the caching allocator).
     compile: False (eager), or torch.compile's mode for the forward and loss ("default", "reduce-overhead")."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
 
@@ -85,28 +85,36 @@ def step_ms(model, loss_fn, x, y, compile):
 
     for _ in range(10):  # warm-up: compilation, autotuning, the caching allocator
         step()
-    return time_ms(step, "cuda")  # CUDA events around bursts of steps, the median of the samples
+    return step
+
+
+def step_ms(model, loss_fn, x, y, compile):
+    """Median milliseconds of one training step (labops.bench.time_ms: CUDA events around bursts of steps)."""
+    return time_ms(make_step(model, loss_fn, x, y, compile), "cuda")
+
+
+# name: (model builder, loss, compile mode or False), every variant time_steps times
+VARIANTS = {
+    "labops_eager": (capstone.labops_model, cross_entropy, False),
+    "labops_compiled": (capstone.labops_model, cross_entropy, "default"),
+    "labops_cudagraphs": (capstone.labops_model, cross_entropy, "reduce-overhead"),
+    # labops.cross_entropy reads back its target check (one synchronization a step): the same network
+    # with F.cross_entropy separates that cost from the layers'.
+    "labops_layers_F_cross_entropy_eager": (capstone.labops_model, F.cross_entropy, False),
+    "torch_nn_eager": (capstone.torch_model, F.cross_entropy, False),
+    "torch_nn_compiled": (capstone.torch_model, F.cross_entropy, "default"),
+    "torch_nn_cudagraphs": (capstone.torch_model, F.cross_entropy, "reduce-overhead"),
+}
 
 
 def time_steps(device, batches=(32, 1024)):
-    variants = {
-        "labops_eager": (capstone.labops_model, cross_entropy, False),
-        "labops_compiled": (capstone.labops_model, cross_entropy, "default"),
-        "labops_cudagraphs": (capstone.labops_model, cross_entropy, "reduce-overhead"),
-        # labops.cross_entropy reads back its target check (one synchronization a step): the same network
-        # with F.cross_entropy separates that cost from the layers'.
-        "labops_layers_F_cross_entropy_eager": (capstone.labops_model, F.cross_entropy, False),
-        "torch_nn_eager": (capstone.torch_model, F.cross_entropy, False),
-        "torch_nn_compiled": (capstone.torch_model, F.cross_entropy, "default"),
-        "torch_nn_cudagraphs": (capstone.torch_model, F.cross_entropy, "reduce-overhead"),
-    }
     rows = []
     g = torch.Generator().manual_seed(0)
     for batch in batches:
         x = torch.randn(batch, 1, 8, 8, generator=g).to(device)
         y = torch.randint(0, 10, (batch,), generator=g).to(device)
         row = {"batch": batch}
-        for name, (build, loss_fn, compile) in variants.items():
+        for name, (build, loss_fn, compile) in VARIANTS.items():
             torch._dynamo.reset()
             try:
                 row[f"{name}_ms"] = step_ms(build(seed=0, device=device), loss_fn, x, y, compile)

@@ -438,7 +438,6 @@ struct TensorCoreGemm {
   float* partial = nullptr;
   bool channels_last_out = false;  // out (N, O, Hout, Wout) in memory as (N, Hout, Wout, O): GEMM row j at j * O
   int steps_per_tap = 0;           // rung 5 with TMA: steps of k in one tap's channels (C * element size / 128)
-  bool operands_in_tf32 = false;   // float32: both operands already rounded to TF32 (tf32_if), so rung 5 need not
 
   TensorCoreGemm(const conv2d_mm::Im2colShape& shape, int64_t filters)
       : s(shape),
@@ -831,22 +830,6 @@ __device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], const unsigne
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
 }
 
-// float32 as TF32: consumer thread t rounds its chunks of a stage (chunk t % 8 of rows t / 8, + consumers / 8,
-// ... of both tiles, every one of them t / 8 modulo 8; `swizzled` is that chunk's offset in row t / 8), then
-// makes them visible to wgmma.
-template <typename scalar_t, int BM, int BN>
-__device__ __forceinline__ void round_stage_to_tf32(unsigned char* stage, int swizzled) {
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    constexpr int kRowsPerPass = wg_consumers(BM) / 8;
-    const int row0 = threadIdx.x / 8;
-#pragma unroll
-    for (int row = 0; row < BM + BN; row += kRowsPerPass) {
-      if (row0 + row < BM + BN) round_to_tf32_in_shared(stage + swizzled + row * kWgRowBytes);  // A's rows, then B's
-    }
-  }
-  fence_shared_for_wgmma();
-}
-
 // Tile `tile`'s place in the output: tiles of BM pixels x BN filters, the filters fastest.
 template <int BM, int BN>
 __device__ __forceinline__ void block_tile(const TensorCoreGemm& gemm, int tile, int& j0, int& o0) {
@@ -930,7 +913,7 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
   }
   for (int step = 0; step < steps; ++step) {
     cp_async_wait<kAhead - 1>();  // this thread's copies of `step` have landed ...
-    round_stage_to_tf32<scalar_t, BM, BN>(ring + (step % kStages) * kStageBytes, swizzled);  // ... seen by wgmma
+    fence_shared_for_wgmma();  // ... and are seen by wgmma (float32 comes rounded to TF32 by its copies)
     __syncthreads();  // ... and so are everyone's; every warpgroup is done with step - 2's copy
     const int next = step + kAhead;
     if (next < steps) load_step(next % kStages, k_first + next * kStepK);
@@ -952,8 +935,8 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
 // bytes have landed (the producer arms it with the bytes to expect); empty[s] when every consumer warp is done
 // with it (each arrives once its wgmma batch on the stage has finished). So all kStages steps are in flight (the
 // cp.async kernel keeps kStages - 2: a load waits for a barrier all threads reach), and a warpgroup waits only
-// for its data. float32 operands not rounded by their copies (operands_in_tf32 false) need the consumers to meet
-// once a step: every thread rounds its chunks of both tiles to TF32, and B is read by every warpgroup.
+// for its data. float32 operands come rounded to TF32 by the copies that lay them out (forward_on_plan), so the
+// consumers only read.
 // The kernel is persistent: a block takes work units (tile, split) blockIdx.x, + gridDim.x, ... and the ring
 // runs on across them (`step` counts the block's steps over all its units), so the producer loads a unit's
 // first stages while the consumers still multiply, or write out, the one before. Where the epilogue stages
@@ -1009,7 +992,6 @@ __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
     return;  // the consumers' epilogue meets on consumer_barrier, which counts only them
   }
 
-  const int swizzled = (t / 8) * kWgRowBytes + (((t % 8) ^ ((t / 8) % 8)) * 16);  // float32: the chunk t rounds
   int step = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     int j0, o0;
@@ -1022,12 +1004,6 @@ __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
     for (int i = 0; i < range.count; ++i, ++step) {
       const int stage = step % kStages;
       mbarrier_wait(&full[stage], (step / kStages) % 2);
-      if constexpr (std::is_same_v<scalar_t, float>) {
-        if (!gemm.operands_in_tf32) {  // else the copies that made the operands rounded them
-          round_stage_to_tf32<scalar_t, BM, BN>(ring + stage * kStageBytes, swizzled);
-          consumer_barrier<BM>();  // every warpgroup reads the whole B tile
-        }
-      }
       multiply_stage<scalar_t, BM, BN>(d, ring + stage * kStageBytes, t / 128);
       if (i > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // step - 1's batch is done
     }
@@ -1653,8 +1629,9 @@ struct Conv2dMMLauncher {
     forward_on_plan(TensorCorePlan(s, weight.size(0), x4.scalar_type(), wgmma), s, x4, weight, bias, out);
   }
   // float32 runs here as TF32 (the plan takes it only then), and the copies that make x and the weight
-  // channels_last round it to TF32 as they go (weight_in_tf32: the caller's copy of the weight did), so that
-  // rung 5 need not (operands_in_tf32): measured on an H100, in one run, forward of cuDNN's TF32 speed
+  // channels_last round it to TF32 as they go (weight_in_tf32: the caller's copy of the weight did): the
+  // kernels read float32 as TF32 only (they truncate), and never round. Measured on an H100, in one run,
+  // forward of cuDNN's TF32 speed
   // rounding in the kernel / in the copies: 0.58 / 0.96 at 7 x 7, 0.80 / 1.06 at 28 x 28 (batch 32). So an x
   // that is channels_last already is copied too, rounded (round_to_tf32_copy), where another dtype is read in
   // place.
@@ -1667,7 +1644,6 @@ struct Conv2dMMLauncher {
     const at::Tensor xc = channels_last(x4, tf32);      // (N, H, W, C) in memory
     const at::Tensor wk = channels_last(weight, tf32 && !weight_in_tf32);  // (O, kH, kW, C) in memory
     TensorCoreGemm gemm(s, O);
-    gemm.operands_in_tf32 = tf32;
     gemm.channels_last_out = !out.is_contiguous();  // else contiguous (output_format, entry.h)
     at::Tensor partial;  // the splits' sums, where the plan splits k
     if (plan.splits > 1) {
@@ -1768,7 +1744,6 @@ struct Conv2dMMLauncher {
     }
     if (float32 && !round_g_in_copy) g_memory = round_to_tf32_copy(g_memory);
     TensorCoreGemm gemm(t, O);
-    gemm.operands_in_tf32 = float32;
     // Splits: as many as one wave of blocks holds (TensorCorePlan's tiles times the splits), at least 16 steps
     // each. Rounded down: one split more than fits leaves a few blocks a second wave of their own, which takes
     // as long as the first (rounded up, 36 tiles of the 14 x 14 layer made 144 blocks for 132 places).

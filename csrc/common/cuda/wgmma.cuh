@@ -85,24 +85,13 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
 
 
 // float32 read as TF32: the instruction (m64nNk8) takes no transpose flags, and uses only the top 19 bits of each
-// value (it truncates), so the kernel rounds its tiles to TF32 first (round_to_tf32_in_shared).
+// value (it truncates), so float32 operands are rounded to TF32 before they reach it (conv2d_mm's layout copies).
 #define LABOPS_WGMMA_CALL_TF32(N)                                                                           \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " LABOPS_WGMMA_SCALE_D##N ", 0;\n"                         \
                "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 " LABOPS_WGMMA_D##N                 \
                ", " LABOPS_WGMMA_DESC_A##N ", " LABOPS_WGMMA_DESC_B##N ", p, 1, 1;\n}\n"                    \
                : LABOPS_WGMMA_OUT##N(d)                                                                     \
                : "l"(a), "l"(b), "r"(accumulate))
-
-// 16 bytes of float32 in shared memory rounded to TF32 (10 bits of mantissa) to the nearest, as rung 4
-// (Mma<float>::prepare) rounds: what the tensor cores then read has no low bits left to truncate.
-__device__ __forceinline__ void round_to_tf32_in_shared(void* chunk) {
-  float4* v = static_cast<float4*>(chunk);
-  float4 r = *v;
-  float* f = reinterpret_cast<float*>(&r);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) f[e] = round_to_tf32(f[e]);
-  *v = r;
-}
 
 // d (64 x N, float32) = (accumulate ? d : 0) + A (64 x k) . B (k x N), A and B K-major in shared memory, k the
 // 32 bytes of one slice: 16 float16 or bfloat16 values, or 8 float32 read as TF32.

@@ -471,6 +471,57 @@ def test_wgmma_tma_tiles_of_192_pixels(device, dtype, layout):
     assert_close_scaled(results["grads"][1], gw, compare, msg="weight gradient")
 
 
+# (N, C, H, W, O, kernel, stride, padding, dilation): the weight gradient by taps (Note [the weight gradient by
+# taps]) with each edge of its tiles and steps.
+WEIGHT_GRADIENT_BY_TAPS = [
+    (2, 64, 9, 11, 72, (3, 3), (1, 1), (1, 1), (1, 1)),     # O = 72: part of a tile of 128 filters; 198 pixels
+    (3, 192, 7, 7, 128, (3, 3), (1, 1), (1, 1), (1, 1)),    # C = 192: part of a tile of channels
+    (2, 64, 12, 10, 64, (3, 2), (2, 1), (1, 0), (1, 2)),    # stride, dilation, an asymmetric kernel and padding
+    (4, 128, 14, 14, 256, (1, 1), (1, 1), (0, 0), (1, 1)),  # 1 x 1
+    (32, 64, 14, 14, 128, (3, 3), (1, 1), (1, 1), (1, 1)),  # 6272 pixels: the sum over them split
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
+def test_weight_gradient_by_taps(device, dtype, layout):
+    """Where C fills 128-byte rows, float16 and bfloat16 weight gradients on Hopper come from
+    wgmma_tma_weight_gradient_kernel, one GEMM a tap over all the batch's output pixels, when x and grad_output
+    are channels_last (from NCHW ones, only for images of 128 to 255 output pixels): backward_weight and
+    acc_grad_parameters (scale 0.5, into buffers that hold values) against float64 F.conv2d, the same bits twice,
+    and the kernel's name as the witness that the rule picked it, or not."""
+    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("wgmma and TMA are Hopper (sm_90) features")
+    randn = Seeded(device, dtype, 23).randn
+    for n, c, h, w_, o, k, s, p, d in WEIGHT_GRADIENT_BY_TAPS:
+        x = randn(n, c, h, w_).contiguous(memory_format=layout)
+        weight, bias = conv_weight(x, (k, s, p, d), out_channels=o)
+        out_shape = F.conv2d(x.double(), weight.double(), None, s, p, d).shape
+        g = randn(*out_shape).contiguous(memory_format=layout)
+        x64 = x.double().requires_grad_(True)
+        w64, b64 = weight.double().requires_grad_(True), bias.double().requires_grad_(True)
+        want_w, want_b = torch.autograd.grad(F.conv2d(x64, w64, b64, s, p, d), (w64, b64), g.double())
+        results = {}
+
+        def step():
+            results["gw"], results["gb"] = torch.ops.labops.conv2d_mm_backward_weight(
+                g, x, list(weight.shape), list(s), list(p), list(d))
+
+        names = cuda_kernel_names(step)
+        case = f"{n}x{c}x{h}x{w_} -> {o}, kernel {k}, stride {s}, padding {p}, dilation {d}"
+        by_taps = layout == torch.channels_last or 128 <= out_shape[2] * out_shape[3] < 256
+        assert any("wgmma_tma_weight_gradient_kernel<" in name for name in names) == by_taps, (case, sorted(names))
+        assert_close_scaled(results["gw"], want_w, dtype, msg=f"weight gradient, {case}")
+        assert_close_scaled(results["gb"], want_b, dtype, msg=f"bias gradient, {case}")
+        again, _ = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(weight.shape), list(s), list(p), list(d))
+        assert torch.equal(results["gw"], again), f"the same bits on every run, {case}"
+        held_w, held_b = randn(*weight.shape), randn(o)
+        acc_w, acc_b = held_w.clone(), held_b.clone()
+        torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, acc_w, acc_b, list(s), list(p), list(d), 0.5)
+        assert_close_scaled(acc_w, held_w.double() + 0.5 * want_w, dtype, msg=f"acc_grad_parameters, {case}")
+        assert_close_scaled(acc_b, held_b.double() + 0.5 * want_b, dtype, msg=f"acc_grad_parameters bias, {case}")
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("channels, height, width", [
     (72, 6, 16),   # H*W = 96: 16-byte packs; C = 72 and 96 pixels: a full tile and a partial one each way

@@ -36,6 +36,8 @@
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/mv.h>
+#include <ATen/ops/ones.h>
 #include <cublas_v2.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -525,10 +527,30 @@ struct PixelRows {
   }
 };
 
-// The epilogue of both tensor-core kernels: a warp's MI x NI tiles of 16 x 8 float32 accumulators (mma.sync's
-// layout, mma.cuh; wgmma's is the same), whose first row is GEMM row j0 (an output pixel) and first column
-// filter o0. Accumulator e of tile (mi, ni) is row j0 + mi * 16 + lane / 4 (+ 8 for e >= 2) and filter
-// o0 + ni * 8 + 2 * (lane % 4) (+ 1 for odd e). With the sum over k split, the split's float32 sums go to
+// A warp's MI x NI tiles of 16 x 8 float32 accumulators (mma.sync's layout, mma.cuh; wgmma's is the same):
+// accumulator e of tile (mi, ni) is row mi * 16 + lane / 4 (+ 8 for e >= 2) and column ni * 8 + 2 * (lane % 4)
+// (+ 1 for odd e) of the warp's tile. visit(row, column, value, ni, e) for each of the rows row_inside(row) takes
+// (a row it refuses skips its whole loop over columns: the epilogues' registers measured that).
+template <int MI, int NI, typename RowInside, typename Visit>
+__device__ __forceinline__ void for_each_accumulator(const float (&acc)[MI][NI][4], RowInside&& row_inside,
+                                                     Visit&& visit) {
+  const int lane = threadIdx.x % 32, g = lane / 4, q2 = 2 * (lane % 4);
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!row_inside(mi * 16 + g + 8 * h)) continue;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) visit(mi * 16 + g + 8 * h, ni * 8 + q2 + e, acc[mi][ni][2 * h + e], ni, e);
+      }
+    }
+  }
+}
+
+// The epilogue of both tensor-core kernels: a warp's accumulators (for_each_accumulator), whose first row is
+// GEMM row j0 (an output pixel) and first column filter o0. With the sum over k split, the split's float32 sums go to
 // partial[split][row][filter]; else out = sum + bias, NCHW (lanes l, l + 4, ...,
 // l + 28 hold 8 consecutive pixels of a filter) or channels_last (a GEMM row is a row of out: lanes 4g to
 // 4g + 3 hold 8 consecutive filters of a pixel).
@@ -536,25 +558,13 @@ template <typename scalar_t, int MI, int NI>
 __device__ __forceinline__ void write_results(const TensorCoreGemm& gemm, const float (&acc)[MI][NI][4], int j0,
                                               int o0, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                                               int split) {
-  const int lane = threadIdx.x % 32, g = lane / 4, q2 = 2 * (lane % 4);
+  const int q2 = 2 * (threadIdx.x % 4);
   const int columns = gemm.columns, out_channels = gemm.out_channels;
   const auto for_each_result = [&](auto&& visit) {
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int j = j0 + mi * 16 + g + 8 * h;
-        if (j >= columns) continue;
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int o = o0 + ni * 8 + q2 + e;
-            if (o < out_channels) visit(j, o, acc[mi][ni][2 * h + e], ni, e);
-          }
-        }
-      }
-    }
+    for_each_accumulator(acc, [&](int row) { return j0 + row < columns; },
+                         [&](int row, int col, float value, int ni, int e) {
+                           if (o0 + col < out_channels) visit(j0 + row, o0 + col, value, ni, e);
+                         });
   };
   if (gemm.partial != nullptr) {  // a split's sums, partial[split][j][o]
     float* split_sums = gemm.partial + static_cast<int64_t>(split) * columns * out_channels;
@@ -941,20 +951,22 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
 // runs on across them (`step` counts the block's steps over all its units), so the producer loads a unit's
 // first stages while the consumers still multiply, or write out, the one before. Where the epilogue stages
 // results in the ring (stages_results_in_ring), the producer waits for it (`drained`) before loading on.
-template <typename scalar_t, int BM, int BN, int kPerSM>
-__global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
-    wgmma_tma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
-                          const __grid_constant__ TmaMaps maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = wg_stages<BM, BN, kPerSM>(), kStepK = kWgRowBytes / sizeof(scalar_t);
-  constexpr int kTileA = BM * kWgRowBytes, kStageBytes = (BM + BN) * kWgRowBytes;
+// A kernel on this pipeline gives it its Work, of the form (ImplicitGemmTiles, TapWeightGradientTiles):
+//   units()                                   its work units, all blocks together;
+//   unit(u) -> Unit                           where unit u is, and its `steps`;
+//   load(unit, i, stage, full)                the producer: step i's tiles into the stage, on mbarrier `full`;
+//   multiply(d, stage, warpgroup)             a consumer warpgroup: one stage into its accumulators;
+//   write(unit, acc, ring)                    the consumers: a unit's results;
+//   results_in_ring()                         whether write uses the ring (the producer then waits for it).
+template <int BM, int BN, int kPerSM, typename Work>
+__device__ __forceinline__ void run_tma_pipeline(const Work& work) {
+  constexpr int kStages = wg_stages<BM, BN, kPerSM>(), kStageBytes = (BM + BN) * kWgRowBytes;
   constexpr int kConsumerWarps = wg_consumers(BM) / 32;
   extern __shared__ unsigned char wg_smem[];
   unsigned char* ring = ring_of(wg_smem);
   __shared__ uint64_t full[kStages], empty[kStages], drained;
   const int t = threadIdx.x, warp = t / 32;
-  const int tiles = ((gemm.columns + BM - 1) / BM) * ((gemm.out_channels + BN - 1) / BN);
-  const int units = tiles * gemm.splits;
+  const int units = work.units();
   if (t == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; ++st) {
@@ -966,26 +978,17 @@ __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
   }
   __syncthreads();
 
-  if (warp == kConsumerWarps) {  // the producer: one thread asks for each step's two tiles
+  if (warp == kConsumerWarps) {  // the producer: one thread asks for each step's tiles
     if (t % 32 == 0) {
       int step = 0, done_units = 0;
       for (int unit = blockIdx.x; unit < units; unit += gridDim.x, ++done_units) {
-        if (done_units > 0 && stages_results_in_ring(gemm)) mbarrier_wait(&drained, (done_units - 1) % 2);
-        int j0, o0;
-        block_tile<BM, BN>(gemm, unit % tiles, j0, o0);
-        const StepRange range = block_steps(gemm, kStepK, unit / tiles);
-        const Origin origin = origin_of(gemm, j0);  // of the box's first pixel; the map finds the others
-        for (int i = 0; i < range.count; ++i, ++step) {
+        if (done_units > 0 && work.results_in_ring()) mbarrier_wait(&drained, (done_units - 1) % 2);
+        const typename Work::Unit u = work.unit(unit);
+        for (int i = 0; i < u.steps; ++i, ++step) {
           const int stage = step % kStages;
           if (step >= kStages) mbarrier_wait(&empty[stage], (step / kStages - 1) % 2);  // step - kStages is done
-          const int k_step = range.first + i, tap = k_step / gemm.steps_per_tap;
-          const int c0 = (k_step - tap * gemm.steps_per_tap) * kStepK;  // a step is (tap, 128 bytes of its channels)
-          const Reach reach = reach_of(gemm, tap);
-          unsigned char* stage_tiles = ring + stage * kStageBytes;
           mbarrier_arrive_expect_bytes(&full[stage], kStageBytes);
-          tma_load_im2col(stage_tiles, &maps.x, c0, origin.iw, origin.ih, origin.n, static_cast<uint16_t>(reach.dw),
-                          static_cast<uint16_t>(reach.dh), &full[stage]);
-          tma_load_tile(stage_tiles + kTileA, &maps.w, c0, tap, o0, &full[stage]);
+          work.load(u, i, ring + stage * kStageBytes, &full[stage]);
         }
       }
     }
@@ -994,30 +997,225 @@ __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
 
   int step = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    int j0, o0;
-    block_tile<BM, BN>(gemm, unit % tiles, j0, o0);
-    const StepRange range = block_steps(gemm, kStepK, unit / tiles);
+    const typename Work::Unit u = work.unit(unit);
     float acc[1][BN / 8][4];
     float(&d)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(acc);
 #pragma unroll
     for (int r = 0; r < BN / 2; ++r) d[r] = 0.0f;
-    for (int i = 0; i < range.count; ++i, ++step) {
+    for (int i = 0; i < u.steps; ++i, ++step) {
       const int stage = step % kStages;
       mbarrier_wait(&full[stage], (step / kStages) % 2);
-      multiply_stage<scalar_t, BM, BN>(d, ring + stage * kStageBytes, t / 128);
+      work.multiply(d, ring + stage * kStageBytes, t / 128);
       if (i > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // step - 1's batch is done
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
-    if (range.count > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // the unit's last step
-    write_block_results<scalar_t, BM, BN>(gemm, acc, j0, o0, bias, out, ring, unit / tiles);
-    if (stages_results_in_ring(gemm)) {
+    if (u.steps > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // the unit's last step
+    work.write(u, acc, ring);
+    if (work.results_in_ring()) {
       consumer_barrier<BM>();  // every consumer is done reading the staged tile ...
       if (t % 32 == 0) mbarrier_arrive(&drained);  // ... so the producer may fill the ring again
     }
   }
+}
+
+// The forward's work on the pipeline (and the input gradient's, and the weight gradient's as a convolution):
+// units (tile, split) of BM pixels x BN filters, a step (tap, 128 bytes of its channels), an im2col box of x
+// and a box of the weight.
+template <typename scalar_t, int BM, int BN>
+struct ImplicitGemmTiles {
+  static constexpr int kStepK = kWgRowBytes / sizeof(scalar_t);
+  const TensorCoreGemm& gemm;
+  const TmaMaps& maps;
+  const scalar_t* bias;
+  scalar_t* out;
+
+  struct Unit {
+    int j0, o0, split, first, steps;
+    Origin origin;  // of the box's first pixel; the map finds the others
+  };
+  __device__ int tiles() const { return ((gemm.columns + BM - 1) / BM) * ((gemm.out_channels + BN - 1) / BN); }
+  __device__ int units() const { return tiles() * gemm.splits; }
+  __device__ Unit unit(int u) const {
+    Unit r;
+    block_tile<BM, BN>(gemm, u % tiles(), r.j0, r.o0);
+    r.split = u / tiles();
+    const StepRange range = block_steps(gemm, kStepK, r.split);
+    r.first = range.first;
+    r.steps = range.count;
+    r.origin = origin_of(gemm, r.j0);
+    return r;
+  }
+  __device__ void load(const Unit& u, int i, unsigned char* stage, uint64_t* full) const {
+    const int k_step = u.first + i, tap = k_step / gemm.steps_per_tap;
+    const int c0 = (k_step - tap * gemm.steps_per_tap) * kStepK;  // a step is (tap, 128 bytes of its channels)
+    const Reach reach = reach_of(gemm, tap);
+    tma_load_im2col(stage, &maps.x, c0, u.origin.iw, u.origin.ih, u.origin.n, static_cast<uint16_t>(reach.dw),
+                    static_cast<uint16_t>(reach.dh), full);
+    tma_load_tile(stage + BM * kWgRowBytes, &maps.w, c0, tap, u.o0, full);
+  }
+  __device__ void multiply(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
+    multiply_stage<scalar_t, BM, BN>(d, stage, warpgroup);
+  }
+  __device__ void write(const Unit& u, const float (&acc)[1][BN / 8][4], unsigned char* ring) const {
+    write_block_results<scalar_t, BM, BN>(gemm, acc, u.j0, u.o0, bias, out, ring, u.split);
+  }
+  __device__ bool results_in_ring() const { return stages_results_in_ring(gemm); }
+};
+
+template <typename scalar_t, int BM, int BN, int kPerSM>
+__global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
+    wgmma_tma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
+                          const __grid_constant__ TmaMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  run_tma_pipeline<BM, BN, kPerSM>(ImplicitGemmTiles<scalar_t, BM, BN>{gemm, maps, bias, out});
 #endif
+}
+
+// src[0] + src[split_stride] + ... (splits terms), added in split order: the same bits on every run. The terms
+// are read kSplitLoads at a time before they are added, so that a thread waits for memory once per kSplitLoads
+// splits, not once per split: a 32 x 64 x 56 x 56 weight gradient has 53 of them.
+constexpr int kSplitLoads = 8;
+__device__ __forceinline__ float sum_in_split_order(const float* __restrict__ src, int splits, int64_t split_stride) {
+  float sum = 0.0f;
+  int split = 0;
+  for (; split + kSplitLoads <= splits; split += kSplitLoads) {
+    float part[kSplitLoads];
+#pragma unroll
+    for (int u = 0; u < kSplitLoads; ++u) part[u] = src[(split + u) * split_stride];
+#pragma unroll
+    for (int u = 0; u < kSplitLoads; ++u) sum += part[u];
+  }
+  for (; split < splits; ++split) sum += src[split * split_stride];
+  return sum;
+}
+
+// Note [the weight gradient by taps]
+// grad_w[o, c, kh, kw] = sum over the batch's output pixels p of g[p, o] * x[p's input pixel at tap (kh, kw), c]:
+// for each tap, a GEMM of O x C outputs whose k is all N * Hout * Wout pixels. Both operands are channels_last
+// tensors read as they are (Note [MN-major operands], wgmma.cuh): a step is 64 pixels, g's rows of 64 filters
+// (a box of the (pixels, O) matrix) and x's im2col box of the same 64 pixels at the tap's reach, 64 channels,
+// the forward's map with a box of 64 pixels (TMA supplies the padding's zeros and reads past the batch as
+// zeros). No columns, no copies of a channels_last x or g (an NCHW one is transposed once, as the forward's
+// x is), and k is the pixels themselves, so small images waste nothing (the weight gradient as a convolution
+// packs k by 128 bytes of the batch: float16 at batch 32 fills half a row). A unit is (tap, BM filters, BN
+// channels, split of k); float16 and bfloat16 only (the instruction transposes no TF32). Each unit writes its
+// float32 sums to partial[split][tap][c][o] (runs of filters), and add_tap_splits_kernel adds the splits in
+// order (deterministic) into grad_w, whose runs are (c, kh, kw): a unit's tile, one tap, is strided there.
+struct TapWeightGradient {
+  TensorCoreGemm conv;  // the forward's problem: where a pixel's taps read x (origin_of, reach_of)
+  int taps, steps;      // steps of 64 pixels over the batch's output pixels
+  int splits = 1, steps_per_split = 0;
+  float* partial = nullptr;  // [split][tap][c][o]
+};
+
+template <typename scalar_t, int BM, int BN>
+struct TapWeightGradientTiles {
+  static constexpr int kStepK = kWgRowBytes / sizeof(scalar_t);  // pixels a step: 64 (2-byte types only)
+  static constexpr int kBoxBytes = kStepK * kWgRowBytes;          // a box: 64 pixels x 128 bytes
+  const TapWeightGradient& wg;
+  const TmaMaps& maps;  // x: im2col boxes of 64 pixels x 64 channels; w: g as (pixels, O), boxes of 64 x 64
+
+  struct Unit {
+    int o0, c0, tap, split, first, steps;
+    Reach reach;
+  };
+  __device__ int tiles_o() const { return (wg.conv.out_channels + BM - 1) / BM; }
+  __device__ int tiles_c() const { return (static_cast<int>(wg.conv.s.channels) + BN - 1) / BN; }
+  __device__ int units() const { return wg.taps * tiles_o() * tiles_c() * wg.splits; }
+  __device__ Unit unit(int u) const {  // the channels fastest, then the filters, the tap, the split
+    Unit r;
+    r.c0 = (u % tiles_c()) * BN;
+    u /= tiles_c();
+    r.o0 = (u % tiles_o()) * BM;
+    u /= tiles_o();
+    r.tap = u % wg.taps;
+    r.split = u / wg.taps;
+    r.first = r.split * wg.steps_per_split;
+    r.steps = min(wg.steps_per_split, wg.steps - r.first);
+    r.reach = reach_of(wg.conv, r.tap);
+    return r;
+  }
+  __device__ void load(const Unit& u, int i, unsigned char* stage, uint64_t* full) const {
+    const int j = (u.first + i) * kStepK;  // the step's first output pixel
+    const Origin origin = origin_of(wg.conv, j);
+#pragma unroll
+    for (int b = 0; b < BM / 64; ++b) tma_load_tile(stage + b * kBoxBytes, &maps.w, u.o0 + 64 * b, j, 0, full);
+#pragma unroll
+    for (int b = 0; b < BN / 64; ++b) {
+      tma_load_im2col(stage + BM * kWgRowBytes + b * kBoxBytes, &maps.x, u.c0 + 64 * b, origin.iw, origin.ih,
+                      origin.n, static_cast<uint16_t>(u.reach.dw), static_cast<uint16_t>(u.reach.dh), full);
+    }
+  }
+  __device__ void multiply(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
+    const uint64_t a = wgmma_descriptor_mn_major(stage + warpgroup * kBoxBytes, kBoxBytes);
+    const uint64_t b = wgmma_descriptor_mn_major(stage + BM * kWgRowBytes, kBoxBytes);
+#pragma unroll
+    for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+    wgmma_fence();
+#pragma unroll
+    for (int slice = 0; slice < kStepK / 16; ++slice) {  // k16 a slice: two 8-row atoms
+      wgmma<scalar_t, BN, true>(d, wgmma_advance(a, slice * 2048), wgmma_advance(b, slice * 2048), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+#pragma unroll
+    for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+  }
+  __device__ void write(const Unit& u, const float (&acc)[1][BN / 8][4], unsigned char*) const {
+    const int warp = threadIdx.x / 32, o_first = u.o0 + (warp / 4) * 64 + (warp % 4) * 16;
+    const int O = wg.conv.out_channels, C = static_cast<int>(wg.conv.s.channels);
+    float* sums = wg.partial + static_cast<int64_t>(u.split * wg.taps + u.tap) * C * O;
+    for_each_accumulator(acc, [&](int row) { return o_first + row < O; },
+                         [&](int row, int col, float value, int, int) {
+                           if (u.c0 + col < C) sums[static_cast<int64_t>(u.c0 + col) * O + o_first + row] = value;
+                         });
+  }
+  __device__ bool results_in_ring() const { return false; }
+};
+
+template <typename scalar_t, int BM, int BN, int kPerSM>
+__global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
+    wgmma_tma_weight_gradient_kernel(const TapWeightGradient wg, const __grid_constant__ TmaMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  run_tma_pipeline<BM, BN, kPerSM>(TapWeightGradientTiles<scalar_t, BM, BN>{wg, maps});
+#endif
+}
+
+// The weight gradient by taps, finished: grad_w (O, C, kH, kW) = beta * grad_w + scale * the sum of
+// partial[split][tap][c][o] over the splits, in split order. A block takes 32 filters x 4 channels and every
+// tap, and goes through shared memory both ways: it reads runs of 32 filters of partial (a warp's 128 bytes)
+// and writes runs of 4 * taps values of grad_w (a filter's (c, kh, kw) for its 4 channels); straight from one
+// to the other, one of the two would be a scatter. (Blocks of 8 channels were too few to keep the reads in
+// flight: 16 of them for the 64-channel layers, 15 us at 56 x 56, batch 32, H100.)
+constexpr int kTapSplitsFilters = 32, kTapSplitsChannels = 4;
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    add_tap_splits_kernel(const float* __restrict__ partial, int splits, int taps, int channels, int filters,
+                          float scale, float beta, scalar_t* __restrict__ grad_w) {
+  extern __shared__ float tile[];  // tile[o][c * taps + tap]
+  const int o0 = blockIdx.x * kTapSplitsFilters, c0 = blockIdx.y * kTapSplitsChannels;
+  const int run = kTapSplitsChannels * taps, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t split_stride = static_cast<int64_t>(taps) * channels * filters;
+  for (int pair = warp; pair < run; pair += kThreadsPerBlock / 32) {  // (tap, c), one per warp
+    const int tap = pair / kTapSplitsChannels, c = c0 + pair % kTapSplitsChannels, o = o0 + lane;
+    float sum = 0.0f;
+    if (c < channels && o < filters) {
+      sum = sum_in_split_order(partial + (static_cast<int64_t>(tap) * channels + c) * filters + o, splits,
+                               split_stride);
+    }
+    tile[lane * run + (pair % kTapSplitsChannels) * taps + tap] = sum;
+  }
+  __syncthreads();
+  const int valid_c = min(kTapSplitsChannels, channels - c0);
+  for (int i = threadIdx.x; i < kTapSplitsFilters * run; i += kThreadsPerBlock) {
+    const int o = o0 + i / run, r = i % run;  // r: (c, tap) of this block's run
+    if (o >= filters || r >= valid_c * taps) continue;
+    scalar_t* dst = grad_w + (static_cast<int64_t>(o) * channels + c0) * taps + r;
+    const float old = beta == 0.0f ? 0.0f : beta * static_cast<float>(*dst);
+    *dst = static_cast<scalar_t>(old + scale * tile[(i / run) * run + r]);
+  }
 }
 
 // col2im: a gather, one thread per image pixel summing the column entries
@@ -1405,10 +1603,8 @@ __global__ void __launch_bounds__(256)
 // split writes its float32 sums, and add_splits_kernel adds them in split order, so the result has the
 // same bits on every run. Where the output of the transposed problem has more pixels than the kernel
 // (a stride that does not divide evenly), the extra ones are computed and ignored.
-// Thread i: filter o = i % O (fastest, so that a warp reads a row of partial), tap (c, kh, kw). A weight's
-// splits are read kSplitLoads at a time before they are added (in split order), so that a thread waits for
-// memory once per kSplitLoads splits, not once per split: a 32 x 64 x 56 x 56 weight gradient has 53 of them.
-constexpr int kSplitLoads = 8;
+// Thread i: filter o = i % O (fastest, so that a warp reads a row of partial), tap (c, kh, kw); its splits
+// added by sum_in_split_order.
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     add_splits_kernel(const float* __restrict__ partial, int splits, int64_t columns, int64_t out_channels,
@@ -1419,16 +1615,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const int64_t o = i % out_channels, tap = i / out_channels;
     const int64_t c = tap / (kernel_h * kernel_w), kh = tap / kernel_w % kernel_h, kw = tap % kernel_w;
     const float* src = partial + (c * (columns / channels) + kh * out_w + kw) * out_channels + o;
-    float sum = 0.0f;
-    int split = 0;
-    for (; split + kSplitLoads <= splits; split += kSplitLoads) {
-      float part[kSplitLoads];
-#pragma unroll
-      for (int u = 0; u < kSplitLoads; ++u) part[u] = src[(split + u) * split_stride];
-#pragma unroll
-      for (int u = 0; u < kSplitLoads; ++u) sum += part[u];
-    }
-    for (; split < splits; ++split) sum += src[split * split_stride];
+    const float sum = sum_in_split_order(src, splits, split_stride);
     scalar_t* dst = grad_w + o * taps + tap;
     const double old = beta == 0.0 ? 0.0 : beta * static_cast<double>(*dst);
     *dst = static_cast<scalar_t>(old + scale * static_cast<double>(sum));
@@ -1698,6 +1885,119 @@ struct Conv2dMMLauncher {
     return true;
   }
 
+  // The weight gradient by taps (Note [the weight gradient by taps]) where it applies: float16 or bfloat16 on
+  // Hopper, C filling whole 128-byte rows (the im2col map), O a multiple of 8 (g's rows are a map's 16-byte
+  // strides). gw2 (O, C * kH * kW) = beta * gw2 + scale * the sum; bias_sum, when defined, gets g summed over
+  // (n, oh, ow). Returns whether it ran.
+  static bool backward_weight_by_taps(const conv2d_mm::Im2colShape& s, const at::Tensor& g4, const at::Tensor& x4,
+                                      const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
+    const at::ScalarType dtype = x4.scalar_type();
+    const int64_t O = g4.size(1), C = s.channels, pixels = s.batch * s.blocks(), taps = s.kernel_area();
+    constexpr int64_t k2To31 = int64_t(1) << 31;
+    if ((dtype != at::kHalf && dtype != at::kBFloat16) || !wgmma_available() ||
+        !TensorCorePlan::tma_takes(s, dtype) || O % 8 != 0 || pixels >= k2To31 || taps * O * C >= k2To31) {
+      return false;
+    }
+    // Where x and g are channels_last already, it reads them as they are, and it measured faster than the other
+    // paths at every ResNet-18 layer (H100, float16, fwd+bwd of cuDNN's speed, both channels_last, one run, batch
+    // 32 / 128: 56 x 56 0.88 -> 0.97 / 0.80 -> 0.83, 28 x 28 0.95 -> 1.34 / 0.98 -> 1.23, 14 x 14 0.59 -> 0.90 /
+    // 0.81 -> 1.03, 7 x 7 0.63 -> 0.65 / 0.67 -> 0.79). From NCHW tensors it copies both to channels_last first,
+    // as the convolution path does too, and there it won at 14 x 14 (1.04 -> 1.24 at batch 32, 0.99 -> 1.04 at
+    // 128), lost at 7 x 7 (1.13 -> 1.03 at batch 32) and at 56 x 56 (1.35 -> 1.15: 64 filters fill half its
+    // tiles of 128), tied at 28 x 28: from NCHW it runs where an image has 128 to 255 output pixels.
+    const auto channels_last_already = [](const at::Tensor& t) {
+      return t.is_contiguous(at::MemoryFormat::ChannelsLast) && !t.is_contiguous();
+    };
+    const int64_t image = s.blocks();
+    if (!(channels_last_already(x4) && channels_last_already(g4)) &&
+        (image < kMinPixelsWithTma || image >= kMinPixelsForWeightGradientAsConvolution)) {
+      return false;
+    }
+    const at::Tensor xc = channels_last(x4), gc = channels_last(g4);  // (N, H, W, C), (N, Hout, Wout, O) in memory
+    if (bias_sum.defined()) {  // g as a (pixels, O) matrix times ones: cuBLAS's gemv, the same bits every run
+      const at::Tensor g2 = gc.permute({0, 2, 3, 1}).reshape({pixels, O});
+      at::mv_out(const_cast<at::Tensor&>(bias_sum), g2.t(), at::ones({pixels}, gc.options()));
+    }
+    // Tiles of 128 filters x 128 channels (one a multiprocessor) or x 64 (two), and k split in up to 32: the
+    // choice that finishes first by a rough model, waves of units times a unit's steps, plus the float32 sums
+    // the splits write and add_splits_kernel reads (the constants are rough guesses for an H100, float16).
+    constexpr double kStepMicros = 0.47;    // one 128 x 128 tile's step of 64 pixels on a multiprocessor
+    constexpr double kBytesPerMicro = 3e6;  // memory bandwidth
+    const int64_t steps = ceil_div<int64_t>(pixels, 64), places = multiprocessor_count();
+    int best_bn = 0, best_per_sm = 0;
+    int64_t best_splits = 1;
+    double best = 0;
+    for (const int bn : {128, 64}) {
+      const int per_sm = bn == 128 ? 1 : 2;
+      const double step_micros = bn == 128 ? kStepMicros : kStepMicros / (2 * 0.88);  // two blocks share an SM
+      const int64_t tiles = taps * ceil_div<int64_t>(O, 128) * ceil_div<int64_t>(C, bn);
+      for (int64_t split = 1; split <= 32 && (split == 1 || steps / split >= 4); ++split) {
+        const int64_t waves = ceil_div<int64_t>(tiles * split, per_sm * places);
+        const double sums = 2.0 * split * taps * O * C * sizeof(float) / kBytesPerMicro;
+        const double cost = double(waves) * per_sm * ceil_div<int64_t>(steps, split) * step_micros + sums;
+        if (best_bn == 0 || cost < best) best_bn = bn, best_per_sm = per_sm, best_splits = split, best = cost;
+      }
+    }
+    TapWeightGradient wg{TensorCoreGemm(s, O), static_cast<int>(taps), static_cast<int>(steps)};
+    wg.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, best_splits));
+    wg.splits = static_cast<int>(ceil_div<int64_t>(steps, wg.steps_per_split));
+    const at::Tensor partial = at::empty({wg.splits, taps, C, O}, x4.options().dtype(at::kFloat));
+    wg.partial = partial.mutable_data_ptr<float>();
+    TmaMaps maps;
+    maps.x = x_im2col_map(s, xc, 64);
+    const cuuint64_t row = O * gc.element_size();  // g as a (pixels, O) matrix, boxes of 64 pixels x 64 filters
+    const cuuint64_t g_dims[3] = {static_cast<cuuint64_t>(O), static_cast<cuuint64_t>(pixels), 1};
+    const cuuint64_t g_strides[2] = {row, row * static_cast<cuuint64_t>(pixels)};
+    const cuuint32_t g_box[3] = {64, 64, 1};
+    maps.w = tiled_map(gc, g_dims, g_strides, g_box, "grad_output");
+    const int64_t units = taps * ceil_div<int64_t>(O, 128) * ceil_div<int64_t>(C, best_bn) * wg.splits;
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(units, int64_t(best_per_sm) * places));
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const dim3 finish(static_cast<unsigned>(ceil_div<int64_t>(O, kTapSplitsFilters)),
+                      static_cast<unsigned>(ceil_div<int64_t>(C, kTapSplitsChannels)));
+    const int finish_bytes = static_cast<int>(kTapSplitsFilters * kTapSplitsChannels * taps * sizeof(float));
+    AT_DISPATCH_SWITCH(dtype, "labops_conv2d_mm_weight_gradient_by_taps",
+        AT_DISPATCH_CASE(at::kHalf, [&] {
+          launch_by_taps<scalar_t>(best_bn, blocks, wg, maps, stream);
+          add_tap_splits<scalar_t>(finish, finish_bytes, wg, C, O, scale, beta, gw2, stream);
+        })
+        AT_DISPATCH_CASE(at::kBFloat16, [&] {
+          launch_by_taps<scalar_t>(best_bn, blocks, wg, maps, stream);
+          add_tap_splits<scalar_t>(finish, finish_bytes, wg, C, O, scale, beta, gw2, stream);
+        }));
+    return true;
+  }
+
+  template <typename scalar_t>
+  static void launch_by_taps(int bn, unsigned blocks, const TapWeightGradient& wg, const TmaMaps& maps,
+                             cudaStream_t stream) {
+    const auto launch = [&](auto bn_c, auto per_sm_c) {
+      constexpr int kBN = decltype(bn_c)::value, kPerSM = decltype(per_sm_c)::value;
+      constexpr int kBytes = wg_smem_bytes<128, kBN, kPerSM>();
+      const auto kernel = with_shared_memory<wgmma_tma_weight_gradient_kernel<scalar_t, 128, kBN, kPerSM>, kBytes>();
+      kernel<<<blocks, wg_consumers(128) + 32, kBytes, stream>>>(wg, maps);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (bn == 128) {
+      launch(std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
+    } else {
+      launch(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
+    }
+  }
+
+  template <typename scalar_t>
+  static void add_tap_splits(dim3 grid, int bytes, const TapWeightGradient& wg, int64_t C, int64_t O, double scale,
+                             double beta, const at::Tensor& gw2, cudaStream_t stream) {
+    const auto kernel = add_tap_splits_kernel<scalar_t>;
+    if (bytes > 48 * 1024) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    }
+    kernel<<<grid, kThreadsPerBlock, bytes, stream>>>(wg.partial, wg.splits, wg.taps, static_cast<int>(C),
+                                                      static_cast<int>(O), static_cast<float>(scale),
+                                                      static_cast<float>(beta), gw2.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
   // Note [the weight gradient as a convolution]: grad_w (O, C*kH*kW) = beta * grad_w + scale * the weight
   // gradient of g4 (N, O, Hout, Wout) and x4 (N, C, H, W), each NCHW or channels_last (batch_last), and
   // bias_sum (when defined) = the bias gradient at scale 1. Returns false, computing nothing, where
@@ -1898,21 +2198,32 @@ struct Conv2dMMLauncher {
   // memory (O, kH, kW, C)), as gemm.s and the plan's tile read them.
   static TmaMaps tma_maps(const TensorCorePlan& plan, const TensorCoreGemm& gemm, const at::Tensor& x,
                           const at::Tensor& w) {
-    static const auto encode_im2col = driver_function<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col");
-    static const auto encode_tiled = driver_function<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
-    const conv2d_mm::Im2colShape& s = gemm.s;
-    const CUtensorMapDataType type = x.scalar_type() == at::kHalf       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                     : x.scalar_type() == at::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-    const cuuint64_t bytes = x.element_size(), C = s.channels, pixel = C * bytes, taps = s.kernel_area();
-    const cuuint32_t row = kWgRowBytes / static_cast<cuuint32_t>(bytes);  // elements in 128 bytes of k
-    const auto check = [](CUresult r, const char* what) {
-      TORCH_CHECK(r == CUDA_SUCCESS, "labops.conv2d_mm: the driver refused the TMA map of ", what, " (CUresult ",
-                  static_cast<int>(r), ")");
-    };
+    const cuuint64_t bytes = x.element_size(), C = gemm.s.channels, pixel = C * bytes, taps = gemm.s.kernel_area();
     TmaMaps maps;
-    // x: dims and strides fastest first; the bounding box of the filter bases (TmaBox); the traversal steps by
-    // the conv stride; a box is the plan's bm consecutive output pixels x 128 bytes of channels.
+    maps.x = x_im2col_map(gemm.s, x, plan.bm);
+    // The weight as (C, taps, O), a box of 128 bytes of channels x one tap x BN filters.
+    const cuuint64_t w_dims[3] = {C, taps, static_cast<cuuint64_t>(gemm.out_channels)};
+    const cuuint64_t w_strides[2] = {pixel, pixel * taps};
+    const cuuint32_t box[3] = {kWgRowBytes / static_cast<cuuint32_t>(bytes), 1, static_cast<cuuint32_t>(plan.bn)};
+    maps.w = tiled_map(w, w_dims, w_strides, box, "the weight");
+    return maps;
+  }
+
+  static CUtensorMapDataType tma_type(const at::Tensor& t) {
+    return t.scalar_type() == at::kHalf       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+           : t.scalar_type() == at::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  }
+  static void check_map(CUresult r, const char* what) {
+    TORCH_CHECK(r == CUDA_SUCCESS, "labops.conv2d_mm: the driver refused the TMA map of ", what, " (CUresult ",
+                static_cast<int>(r), ")");
+  }
+
+  // x as im2col boxes of `pixels` consecutive output pixels x 128 bytes of channels: dims and strides fastest
+  // first; the bounding box of the filter bases (TmaBox); the traversal steps by the conv stride.
+  static CUtensorMap x_im2col_map(const conv2d_mm::Im2colShape& s, const at::Tensor& x, int pixels) {
+    static const auto encode_im2col = driver_function<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col");
+    const cuuint64_t bytes = x.element_size(), C = s.channels, pixel = C * bytes;
     const cuuint64_t x_dims[4] = {C, static_cast<cuuint64_t>(s.width), static_cast<cuuint64_t>(s.height),
                                   static_cast<cuuint64_t>(s.batch)};
     const cuuint64_t x_strides[3] = {pixel, pixel * s.width, pixel * s.width * s.height};
@@ -1920,20 +2231,26 @@ struct Conv2dMMLauncher {
     const int lower[2] = {static_cast<int>(bounds.lower_w), static_cast<int>(bounds.lower_h)};
     const int upper[2] = {static_cast<int>(bounds.upper_w), static_cast<int>(bounds.upper_h)};
     const cuuint32_t x_steps[4] = {1, static_cast<cuuint32_t>(s.stride_w), static_cast<cuuint32_t>(s.stride_h), 1};
-    check(encode_im2col(&maps.x, type, 4, const_cast<void*>(x.const_data_ptr()), x_dims, x_strides, lower, upper, row,
-                        static_cast<cuuint32_t>(plan.bm), x_steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-          "x");
-    // The weight as (C, taps, O), a box of 128 bytes of channels x one tap x BN filters.
-    const cuuint64_t w_dims[3] = {C, taps, static_cast<cuuint64_t>(gemm.out_channels)};
-    const cuuint64_t w_strides[2] = {pixel, pixel * taps};
-    const cuuint32_t box[3] = {row, 1, static_cast<cuuint32_t>(plan.bn)}, w_steps[3] = {1, 1, 1};
-    check(encode_tiled(&maps.w, type, 3, const_cast<void*>(w.const_data_ptr()), w_dims, w_strides, box, w_steps,
-                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-          "the weight");
-    return maps;
+    CUtensorMap map;
+    check_map(encode_im2col(&map, tma_type(x), 4, const_cast<void*>(x.const_data_ptr()), x_dims, x_strides, lower,
+                            upper, kWgRowBytes / static_cast<cuuint32_t>(bytes), static_cast<cuuint32_t>(pixels),
+                            x_steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              "x");
+    return map;
+  }
+
+  // A 3-d tiled map of t (dims and byte strides fastest first), boxes of `box`, 128-byte swizzled rows.
+  static CUtensorMap tiled_map(const at::Tensor& t, const cuuint64_t (&dims)[3], const cuuint64_t (&strides)[2],
+                               const cuuint32_t (&box)[3], const char* what) {
+    static const auto encode_tiled = driver_function<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
+    const cuuint32_t steps[3] = {1, 1, 1};
+    CUtensorMap map;
+    check_map(encode_tiled(&map, tma_type(t), 3, const_cast<void*>(t.const_data_ptr()), dims, strides, box, steps,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              what);
+    return map;
   }
 
   template <typename scalar_t>

@@ -682,6 +682,7 @@ struct Entry {
     const at::Tensor x_batch = x.dim() == 4 ? x : x.unsqueeze(0);
     if constexpr (Launcher::kImplicitGemm) {  // on CUDA, by the tensor cores: no columns, from either layout
       const at::Tensor g4 = grad_output.reshape({s.batch, O, s.out_h, s.out_w});
+      if (Launcher::backward_weight_by_taps(s, g4, x_batch, gw2, scale, beta, bias_sum)) return;
       if (Launcher::backward_weight_as_convolution(s, g4, x_batch, gw2, scale, beta, bias_sum)) return;
     }
     // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).

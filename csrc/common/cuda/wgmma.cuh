@@ -41,6 +41,21 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile) {
          | (uint64_t(1024 >> 4) << 32)      // stride byte offset: one 8-row atom to the next
          | (uint64_t(1) << 62);             // 128-byte swizzle
 }
+// Note [MN-major operands]
+// The weight gradient by taps (conv2d_mm, cuda.cu) reads channels_last tensors as they are: a step is 64 pixels
+// (k) of 64 filters or channels (M or N) a box, each pixel's 128 bytes one swizzled row, so M or N runs along
+// the row and k down the rows (CUTLASS's MN-major SW128, the instruction's transpose flags: float16 and
+// bfloat16 only). An 8-row atom (1024 bytes) holds 8 values of k, the next 8 the stride byte offset (1024)
+// further, the next 64 of M or N the leading byte offset further (the next box). One instruction reads k16,
+// two atoms, so the next one starts 2048 bytes on.
+__device__ __forceinline__ uint64_t wgmma_descriptor_mn_major(const void* tile, int next_64_bytes) {
+  const uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+  return ((address & 0x3FFFF) >> 4)                      // start address, in 16-byte units
+         | (uint64_t(next_64_bytes >> 4) << 16)           // leading byte offset: the next 64 of M or N
+         | (uint64_t(1024 >> 4) << 32)                    // stride byte offset: the next 8 of k
+         | (uint64_t(1) << 62);                           // 128-byte swizzle
+}
+
 // The descriptor of the same tile, `bytes` further along k (a multiple of 32: one k16 slice of 2-byte types).
 __device__ __forceinline__ uint64_t wgmma_advance(uint64_t descriptor, int bytes) { return descriptor + (bytes >> 4); }
 
@@ -71,6 +86,7 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
 #define LABOPS_WGMMA_DESC_A64 "%32"
 #define LABOPS_WGMMA_DESC_B64 "%33"
 #define LABOPS_WGMMA_SCALE_D64 "%34"
+#define LABOPS_WGMMA_TRANSPOSE64 "%35, %36"
 #define LABOPS_WGMMA_D128  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -82,6 +98,7 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
 #define LABOPS_WGMMA_DESC_A128 "%64"
 #define LABOPS_WGMMA_DESC_B128 "%65"
 #define LABOPS_WGMMA_SCALE_D128 "%66"
+#define LABOPS_WGMMA_TRANSPOSE128 "%67, %68"
 
 
 // float32 read as TF32: the instruction (m64nNk8) takes no transpose flags, and uses only the top 19 bits of each
@@ -93,20 +110,24 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
                : LABOPS_WGMMA_OUT##N(d)                                                                     \
                : "l"(a), "l"(b), "r"(accumulate))
 
-// d (64 x N, float32) = (accumulate ? d : 0) + A (64 x k) . B (k x N), A and B K-major in shared memory, k the
-// 32 bytes of one slice: 16 float16 or bfloat16 values, or 8 float32 read as TF32.
+// d (64 x N, float32) = (accumulate ? d : 0) + A (64 x k) . B (k x N), A and B in shared memory, K-major, or
+// with kMnMajor both MN-major (Note [MN-major operands]); k the 32 bytes of one slice: 16 float16 or bfloat16
+// values, or 8 float32 read as TF32.
 #define LABOPS_WGMMA_CALL(N, TYPE)                                                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " LABOPS_WGMMA_SCALE_D##N ", 0;\n"                         \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " LABOPS_WGMMA_D##N        \
-               ", " LABOPS_WGMMA_DESC_A##N ", " LABOPS_WGMMA_DESC_B##N ", p, 1, 1, 0, 0;\n}\n"              \
+               ", " LABOPS_WGMMA_DESC_A##N ", " LABOPS_WGMMA_DESC_B##N ", p, 1, 1, "                        \
+               LABOPS_WGMMA_TRANSPOSE##N ";\n}\n"                                                          \
                : LABOPS_WGMMA_OUT##N(d)                                                                     \
-               : "l"(a), "l"(b), "r"(accumulate))
+               : "l"(a), "l"(b), "r"(accumulate), "n"(kTranspose), "n"(kTranspose))
 
-template <typename scalar_t, int N>
+template <typename scalar_t, int N, bool kMnMajor = false>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
   static_assert(std::is_same_v<scalar_t, at::Half> || std::is_same_v<scalar_t, at::BFloat16> ||
                     std::is_same_v<scalar_t, float>,
                 "float16, bfloat16 or float32 (as TF32)");
+  static_assert(!kMnMajor || !std::is_same_v<scalar_t, float>, "the transpose flags take float16 and bfloat16 only");
+  constexpr int kTranspose = kMnMajor ? 1 : 0;
   static_assert(N == 64 || N == 128, "N = 64 or 128 (the instruction also takes up to 256; rung 5 needs no more)");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (std::is_same_v<scalar_t, float>) {

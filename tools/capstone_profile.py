@@ -53,7 +53,8 @@ def kernels_by_op(prof):
         top = e
         while top.cpu_parent is not None and not top.cpu_parent.name.startswith(("## ", "Torch-Compiled", "Optimizer")):
             top = top.cpu_parent
-        names = [k.name.split("(")[0].replace("void ", "")[:90] for k in e.kernels]
+        names = [k.name.replace("(anonymous namespace)::", "").split("(")[0].replace("void ", "")[:90]
+                 for k in e.kernels]
         if rows and rows[-1][0] == top.name and rows[-1][2] is top:
             rows[-1][1].extend(names)
         else:

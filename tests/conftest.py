@@ -86,6 +86,17 @@ def layer_attributes(name):
     return found
 
 
+def samples_for_each(op_samples, choices):
+    """A layer's every_op_sample(device) where its op_samples(choice, device) takes one of `choices` (a
+    reorg order, an upsampling mode): every op of the layer, in every choice."""
+
+    def every_op_sample(device):
+        for choice in choices:
+            yield from op_samples(choice, device)
+
+    return every_op_sample
+
+
 def layer_cases(name):
     """{layer: the list ``name`` of tests/test_<layer>.py} (layer_attributes); a list may be empty."""
     return {layer: list(cases) for layer, cases in layer_attributes(name).items()}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, t, tolerances
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, samples_for_each, t, tolerances
 
 import labops
 from labops import ladder, reference
@@ -173,10 +173,7 @@ def op_samples(name, approximate, device):
             yield torch.ops.labops.gelu_backward.default, (g, x.detach(), approximate)
 
 
-def every_op_sample(device):
-    """(op, args) for every op of the layer: each activation's op_samples."""
-    for name, approximate in OPS:
-        yield from op_samples(name, approximate, device)
+every_op_sample = samples_for_each(lambda op, device: op_samples(*op, device), OPS)
 
 
 @pytest.mark.parametrize("name,approximate", OPS, ids=OP_IDS)

@@ -351,7 +351,7 @@ def test_many_channels_and_a_single_value_per_plane(device):
 
 # ---- opcheck and torch.compile ----
 
-def op_samples(device):
+def every_op_sample(device):
     """(op, args) for every op over every sample input (float32): forward in training with running
     statistics and in evaluation (every other sample without affine), the three backward ops."""
     grads = Seeded(device, seed=1)
@@ -375,11 +375,8 @@ def op_samples(device):
         yield L.batch_norm_backward_parameters.default, (g, xd, mean, invstd)
 
 
-every_op_sample = op_samples  # every op of the layer, for tests/test_cuda_graphs.py
-
-
 def test_opcheck(device):
-    opcheck_every(op_samples(device))
+    opcheck_every(every_op_sample(device))
 
 
 def test_torch_compile_fullgraph(device):

@@ -832,7 +832,7 @@ def test_gradcheck_im2col_col2im_float64(device):
     assert torch.autograd.gradgradcheck(lambda t: labops.im2col(t, *args), (x,))
 
 
-def op_samples(device):
+def every_op_sample(device):
     """(op, args) for im2col, col2im, conv2d_mm, its backward_input, acc_grad_parameters and backward_weight, over every
     sample input (float32); every other sample without bias (and without a bias gradient)."""
     grads = Seeded(device, seed=1)
@@ -853,11 +853,8 @@ def op_samples(device):
         yield torch.ops.labops.conv2d_mm_backward_weight.default, (g, x.detach(), list(w.shape), s, p, d)
 
 
-every_op_sample = op_samples  # every op of the layer, for tests/test_cuda_graphs.py
-
-
 def test_opcheck(device):
-    opcheck_every(op_samples(device))
+    opcheck_every(every_op_sample(device))
 
 
 def test_dynamic_shapes_compile_the_backward_once():

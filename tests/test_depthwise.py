@@ -292,7 +292,7 @@ def test_gradcheck_float64(device, with_bias):
         assert torch.autograd.gradcheck(fn, inputs)
 
 
-def op_samples(device):
+def every_op_sample(device):
     """(op, args) for the forward and its three backward ops (input, weight, bias), over every sample
     input (float32; the samples without bias run the forward without one)."""
     grads = Seeded(device, seed=4)
@@ -309,11 +309,8 @@ def op_samples(device):
         yield L.depthwise_conv2d_acc_grad_parameters.default, (go, x.detach(), gw, gb, s, p, d, 0.5)
 
 
-every_op_sample = op_samples  # every op of the layer, for tests/test_cuda_graphs.py
-
-
 def test_opcheck(device):
-    opcheck_every(op_samples(device))
+    opcheck_every(every_op_sample(device))
 
 
 def test_dynamic_shapes_compile_the_backward_once():

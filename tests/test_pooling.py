@@ -117,7 +117,7 @@ def test_gradcheck_float64(device, shape):
     assert torch.autograd.gradgradcheck(labops.global_avg_pool2d, (x,))
 
 
-def op_samples(device):
+def every_op_sample(device):
     """(op, args) for the forward and the backward op, over every sample input (float32)."""
     grads = Seeded(device, seed=1)
     for _, x in sample_inputs(device):
@@ -127,11 +127,8 @@ def op_samples(device):
         yield torch.ops.labops.global_avg_pool2d_backward.default, (g, list(x.shape))
 
 
-every_op_sample = op_samples  # every op of the layer, for tests/test_cuda_graphs.py
-
-
 def test_opcheck(device):
-    opcheck_every(op_samples(device))
+    opcheck_every(every_op_sample(device))
 
 
 def test_torch_compile_fullgraph(device):

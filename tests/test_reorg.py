@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, t
+from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, samples_for_each, t
 
 import labops
 from labops import ladder, reference
@@ -228,15 +228,11 @@ def op_samples(order, device):
         yield torch.ops.labops.reorg_backward.default, (g, stride, order)
 
 
-def every_op_sample(device):
-    """(op, args) for every op of the layer, in every order."""
-    for order in ORDERS:
-        yield from op_samples(order, device)
+every_op_sample = samples_for_each(op_samples, ORDERS)
 
 
-@pytest.mark.parametrize("order", ORDERS)
-def test_opcheck(device, order):
-    opcheck_every(op_samples(order, device))
+def test_opcheck(device):
+    opcheck_every(every_op_sample(device))
 
 
 def test_torch_compile_fullgraph(device):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, t, tolerances
+from conftest import (Seeded, assert_compiled_matches_eager, opcheck_every, poison_allocator, samples_for_each, t,
+                      tolerances)
 
 import labops
 from labops import ladder, reference
@@ -321,15 +322,11 @@ def op_samples(mode, device):
                    (g, list(x.shape), mode, scale_h, scale_w, deterministic))
 
 
-def every_op_sample(device):
-    """(op, args) for every op of the layer, in every coordinate mode."""
-    for mode in MODES:
-        yield from op_samples(mode, device)
+every_op_sample = samples_for_each(op_samples, MODES)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_opcheck(device, mode):
-    opcheck_every(op_samples(mode, device))
+def test_opcheck(device):
+    opcheck_every(every_op_sample(device))
 
 
 def test_torch_compile_fullgraph(device):

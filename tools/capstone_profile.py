@@ -94,7 +94,8 @@ def profile_variant(name, batch, force_conv=None):
     rows = prof.key_averages()
     # The kernels, copies and memsets; not the ranges the profiler draws on the GPU's timeline for annotations
     # (Optimizer.step#SGD.step), which overlap them.
-    device_rows = [r for r in rows if r.device_type == DeviceType.CUDA and r.key not in annotations(prof)]
+    annotated = annotations(prof)
+    device_rows = [r for r in rows if r.device_type == DeviceType.CUDA and r.key not in annotated]
     host_rows = [r for r in rows if r.device_type == DeviceType.CPU]
     busy_us = per_step(sum(r.self_device_time_total for r in device_rows))
     launches = per_step(sum(r.count for r in device_rows))

@@ -1149,8 +1149,8 @@ struct TapWeightGradientTiles {
     }
   }
   __device__ void multiply(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
-    const uint64_t a = wgmma_descriptor_mn_major(stage + warpgroup * kBoxBytes, kBoxBytes);
-    const uint64_t b = wgmma_descriptor_mn_major(stage + BM * kWgRowBytes, kBoxBytes);
+    const uint64_t a = wgmma_descriptor(stage + warpgroup * kBoxBytes, kBoxBytes);  // MN-major: the next box
+    const uint64_t b = wgmma_descriptor(stage + BM * kWgRowBytes, kBoxBytes);
 #pragma unroll
     for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
     wgmma_fence();
@@ -1905,11 +1905,10 @@ struct Conv2dMMLauncher {
     // as the convolution path does too, and there it won at 14 x 14 (1.04 -> 1.24 at batch 32, 0.99 -> 1.04 at
     // 128), lost at 7 x 7 (1.13 -> 1.03 at batch 32) and at 56 x 56 (1.35 -> 1.15: 64 filters fill half its
     // tiles of 128), tied at 28 x 28: from NCHW it runs where an image has 128 to 255 output pixels.
-    const auto channels_last_already = [](const at::Tensor& t) {
-      return t.is_contiguous(at::MemoryFormat::ChannelsLast) && !t.is_contiguous();
-    };
     const int64_t image = s.blocks();
-    if (!(channels_last_already(x4) && channels_last_already(g4)) &&
+    const bool both_channels_last = conv2d_mm::output_format(x4) == at::MemoryFormat::ChannelsLast &&
+                                    conv2d_mm::output_format(g4) == at::MemoryFormat::ChannelsLast;
+    if (!both_channels_last &&
         (image < kMinPixelsWithTma || image >= kMinPixelsForWeightGradientAsConvolution)) {
       return false;
     }
@@ -1920,7 +1919,7 @@ struct Conv2dMMLauncher {
     }
     // Tiles of 128 filters x 128 channels (one a multiprocessor) or x 64 (two), and k split in up to 32: the
     // choice that finishes first by a rough model, waves of units times a unit's steps, plus the float32 sums
-    // the splits write and add_splits_kernel reads (the constants are rough guesses for an H100, float16).
+    // the units write and add_tap_splits_kernel reads (the constants are rough guesses for an H100, float16).
     constexpr double kStepMicros = 0.47;    // one 128 x 128 tile's step of 64 pixels on a multiprocessor
     constexpr double kBytesPerMicro = 3e6;  // memory bandwidth
     const int64_t steps = ceil_div<int64_t>(pixels, 64), places = multiprocessor_count();
@@ -1953,18 +1952,10 @@ struct Conv2dMMLauncher {
     const int64_t units = taps * ceil_div<int64_t>(O, 128) * ceil_div<int64_t>(C, best_bn) * wg.splits;
     const auto blocks = static_cast<unsigned>(std::min<int64_t>(units, int64_t(best_per_sm) * places));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const dim3 finish(static_cast<unsigned>(ceil_div<int64_t>(O, kTapSplitsFilters)),
-                      static_cast<unsigned>(ceil_div<int64_t>(C, kTapSplitsChannels)));
-    const int finish_bytes = static_cast<int>(kTapSplitsFilters * kTapSplitsChannels * taps * sizeof(float));
-    AT_DISPATCH_SWITCH(dtype, "labops_conv2d_mm_weight_gradient_by_taps",
-        AT_DISPATCH_CASE(at::kHalf, [&] {
-          launch_by_taps<scalar_t>(best_bn, blocks, wg, maps, stream);
-          add_tap_splits<scalar_t>(finish, finish_bytes, wg, C, O, scale, beta, gw2, stream);
-        })
-        AT_DISPATCH_CASE(at::kBFloat16, [&] {
-          launch_by_taps<scalar_t>(best_bn, blocks, wg, maps, stream);
-          add_tap_splits<scalar_t>(finish, finish_bytes, wg, C, O, scale, beta, gw2, stream);
-        }));
+    AT_DISPATCH_REDUCED_FLOATING_TYPES(dtype, "labops_conv2d_mm_weight_gradient_by_taps", [&] {
+      launch_by_taps<scalar_t>(best_bn, blocks, wg, maps, stream);
+      add_tap_splits<scalar_t>(wg, C, O, scale, beta, gw2, stream);
+    });
     return true;
   }
 
@@ -1986,8 +1977,11 @@ struct Conv2dMMLauncher {
   }
 
   template <typename scalar_t>
-  static void add_tap_splits(dim3 grid, int bytes, const TapWeightGradient& wg, int64_t C, int64_t O, double scale,
-                             double beta, const at::Tensor& gw2, cudaStream_t stream) {
+  static void add_tap_splits(const TapWeightGradient& wg, int64_t C, int64_t O, double scale, double beta,
+                             const at::Tensor& gw2, cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(O, kTapSplitsFilters)),
+                    static_cast<unsigned>(ceil_div<int64_t>(C, kTapSplitsChannels)));
+    const int bytes = static_cast<int>(kTapSplitsFilters * kTapSplitsChannels * wg.taps * sizeof(float));
     const auto kernel = add_tap_splits_kernel<scalar_t>;
     if (bytes > 48 * 1024) {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));

@@ -33,13 +33,14 @@
 
 namespace labops::cuda {
 
-// The descriptor of a K-major, 128-byte-swizzled tile starting at `tile` (shared memory, 1024-aligned).
-__device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile) {
+// The descriptor of a 128-byte-swizzled tile starting at `tile` (shared memory, 1024-aligned): K-major, whose
+// leading byte offset goes unused, or MN-major (Note [MN-major operands]), where it is the next 64 of M or N.
+__device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile, int leading_bytes = 16) {
   const uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
-  return ((address & 0x3FFFF) >> 4)        // start address, in 16-byte units
-         | (uint64_t(16 >> 4) << 16)        // leading byte offset: unused by swizzled K-major tiles
-         | (uint64_t(1024 >> 4) << 32)      // stride byte offset: one 8-row atom to the next
-         | (uint64_t(1) << 62);             // 128-byte swizzle
+  return ((address & 0x3FFFF) >> 4)                  // start address, in 16-byte units
+         | (uint64_t(leading_bytes >> 4) << 16)       // leading byte offset
+         | (uint64_t(1024 >> 4) << 32)                // stride byte offset: one 8-row atom to the next
+         | (uint64_t(1) << 62);                       // 128-byte swizzle
 }
 // Note [MN-major operands]
 // The weight gradient by taps (conv2d_mm, cuda.cu) reads channels_last tensors as they are: a step is 64 pixels
@@ -47,14 +48,7 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile) {
 // the row and k down the rows (CUTLASS's MN-major SW128, the instruction's transpose flags: float16 and
 // bfloat16 only). An 8-row atom (1024 bytes) holds 8 values of k, the next 8 the stride byte offset (1024)
 // further, the next 64 of M or N the leading byte offset further (the next box). One instruction reads k16,
-// two atoms, so the next one starts 2048 bytes on.
-__device__ __forceinline__ uint64_t wgmma_descriptor_mn_major(const void* tile, int next_64_bytes) {
-  const uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
-  return ((address & 0x3FFFF) >> 4)                      // start address, in 16-byte units
-         | (uint64_t(next_64_bytes >> 4) << 16)           // leading byte offset: the next 64 of M or N
-         | (uint64_t(1024 >> 4) << 32)                    // stride byte offset: the next 8 of k
-         | (uint64_t(1) << 62);                           // 128-byte swizzle
-}
+// two atoms, so the next one starts 2048 bytes on. wgmma_descriptor(tile, leading bytes) describes such a tile.
 
 // The descriptor of the same tile, `bytes` further along k (a multiple of 32: one k16 slice of 2-byte types).
 __device__ __forceinline__ uint64_t wgmma_advance(uint64_t descriptor, int bytes) { return descriptor + (bytes >> 4); }

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from .._checks import check_choice, check_floating, check_tensor
+from ._fake import register_contiguous_fake
 from ._launch import kernel
 
 __all__ = ["APPROXIMATIONS", "gelu"]
@@ -112,10 +113,7 @@ def _gelu(x: torch.Tensor, approximate: str) -> torch.Tensor:
     return _launch(x, None, approximate)
 
 
-@_gelu.register_fake
-def _(x, approximate):
-    _check(x, approximate)
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+register_contiguous_fake(_gelu, _check)
 
 
 @torch.library.custom_op("labops_triton::gelu_backward", mutates_args=())
@@ -124,10 +122,7 @@ def _gelu_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str) -> tor
     return _launch(x, grad, approximate)
 
 
-@_gelu_backward.register_fake
-def _(grad, x, approximate):
-    _check(x, approximate, grad)
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+register_contiguous_fake(_gelu_backward, lambda grad, x, approximate: _check(x, approximate, grad))
 
 
 def _setup_context(ctx, inputs, output):

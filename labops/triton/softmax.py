@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from .._checks import check_floating, check_tensor
+from ._fake import register_contiguous_fake
 from ._launch import kernel
 
 __all__ = ["softmax"]
@@ -110,10 +111,7 @@ def _softmax(x: torch.Tensor) -> torch.Tensor:
     return _launch(softmax_kernel, x, None)
 
 
-@_softmax.register_fake
-def _(x):
-    _check(x)
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+register_contiguous_fake(_softmax, _check)
 
 
 @torch.library.custom_op("labops_triton::softmax_backward", mutates_args=())
@@ -122,10 +120,7 @@ def _softmax_backward(grad: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return _launch(softmax_backward_kernel, grad, y)
 
 
-@_softmax_backward.register_fake
-def _(grad, y):
-    _check(grad, y)
-    return torch.empty_like(grad, memory_format=torch.contiguous_format)
+register_contiguous_fake(_softmax_backward, _check)
 
 
 def _setup_context(ctx, inputs, output):

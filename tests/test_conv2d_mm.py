@@ -479,20 +479,26 @@ WEIGHT_GRADIENT_BY_TAPS = [
     (2, 64, 12, 10, 64, (3, 2), (2, 1), (1, 0), (1, 2)),    # stride, dilation, an asymmetric kernel and padding
     (4, 128, 14, 14, 256, (1, 1), (1, 1), (0, 0), (1, 1)),  # 1 x 1
     (32, 64, 14, 14, 128, (3, 3), (1, 1), (1, 1), (1, 1)),  # 6272 pixels: the sum over them split
+    (16, 64, 28, 28, 32, (3, 3), (1, 1), (1, 1), (1, 1)),   # tiles of 64 filters x 128 columns: two taps a tile
+    (2, 512, 6, 6, 512, (3, 3), (1, 1), (1, 1), (1, 1)),    # tiles of 192 columns, some across two taps
 ]
+# The kernels (filters, columns, blocks a multiprocessor) that kTapTiles has, which the geometries above make the
+# time model pick on a GPU of 132 multiprocessors (H100 and H200 SXM).
+BY_TAPS_TILES = ("128, 128, 1>", "64, 128, 2>", "128, 192, 1>")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
 def test_weight_gradient_by_taps(device, dtype, layout):
     """Where C fills 128-byte rows, float16 and bfloat16 weight gradients on Hopper come from
-    wgmma_tma_weight_gradient_kernel, one GEMM a tap over all the batch's output pixels, when x and grad_output
-    are channels_last (from NCHW ones, only for images of 128 to 255 output pixels): backward_weight and
+    wgmma_tma_weight_gradient_kernel, one GEMM of O x (kH * kW * C) over all the batch's output pixels, when x and
+    grad_output are channels_last (from NCHW ones, for images of 128 output pixels or more): backward_weight and
     acc_grad_parameters (scale 0.5, into buffers that hold values) against float64 F.conv2d, the same bits twice,
-    and the kernel's name as the witness that the rule picked it, or not."""
+    the kernel's name as the witness that the rule picked it, or not, and every tile's kernel run."""
     if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("wgmma and TMA are Hopper (sm_90) features")
     randn = Seeded(device, dtype, 23).randn
+    ran = set()
     for n, c, h, w_, o, k, s, p, d in WEIGHT_GRADIENT_BY_TAPS:
         x = randn(n, c, h, w_).contiguous(memory_format=layout)
         weight, bias = conv_weight(x, (k, s, p, d), out_channels=o)
@@ -509,8 +515,10 @@ def test_weight_gradient_by_taps(device, dtype, layout):
 
         names = cuda_kernel_names(step)
         case = f"{n}x{c}x{h}x{w_} -> {o}, kernel {k}, stride {s}, padding {p}, dilation {d}"
-        by_taps = layout == torch.channels_last or 128 <= out_shape[2] * out_shape[3] < 256
-        assert any("wgmma_tma_weight_gradient_kernel<" in name for name in names) == by_taps, (case, sorted(names))
+        by_taps = layout == torch.channels_last or out_shape[2] * out_shape[3] >= 128
+        tiles = [name for name in names if "wgmma_tma_weight_gradient_kernel<" in name]
+        assert bool(tiles) == by_taps, (case, sorted(names))
+        ran.update(tile for tile in BY_TAPS_TILES for name in tiles if tile in name)
         assert_close_scaled(results["gw"], want_w, dtype, msg=f"weight gradient, {case}")
         assert_close_scaled(results["gb"], want_b, dtype, msg=f"bias gradient, {case}")
         again, _ = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(weight.shape), list(s), list(p), list(d))
@@ -520,6 +528,8 @@ def test_weight_gradient_by_taps(device, dtype, layout):
         torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, acc_w, acc_b, list(s), list(p), list(d), 0.5)
         assert_close_scaled(acc_w, held_w.double() + 0.5 * want_w, dtype, msg=f"acc_grad_parameters, {case}")
         assert_close_scaled(acc_b, held_b.double() + 0.5 * want_b, dtype, msg=f"acc_grad_parameters bias, {case}")
+    if layout == torch.channels_last and torch.cuda.get_device_properties(device).multi_processor_count == 132:
+        assert ran == set(BY_TAPS_TILES), f"tiles that never ran: {set(BY_TAPS_TILES) - ran}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)

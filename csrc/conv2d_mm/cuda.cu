@@ -1073,38 +1073,63 @@ __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
 #endif
 }
 
-// src[0] + src[split_stride] + ... (splits terms), added in split order: the same bits on every run. The terms
-// are read kSplitLoads at a time before they are added, so that a thread waits for memory once per kSplitLoads
-// splits, not once per split: a 32 x 64 x 56 x 56 weight gradient has 53 of them.
-constexpr int kSplitLoads = 8;
-__device__ __forceinline__ float sum_in_split_order(const float* __restrict__ src, int splits, int64_t split_stride) {
-  float sum = 0.0f;
+// For each i with offset[i] >= 0: sum[i] = the splits terms base[offset[i] + split * split_stride], added in
+// split order: the same bits on every run (sum[i] = 0 where offset[i] < 0). The terms are read kLoads splits of
+// all kSums sums at a time before they are added, so that a thread waits for memory once per kLoads splits, not
+// once per term: a 32 x 64 x 56 x 56 weight gradient has 51 splits, and the weight gradient by taps of a 7 x 7
+// layer one split of many sums.
+template <int kSums, int kLoads>
+__device__ __forceinline__ void sums_in_split_order(const float* __restrict__ base, const int64_t (&offset)[kSums],
+                                                    int splits, int64_t split_stride, float (&sum)[kSums]) {
+  const auto term = [&](int i, int split) { return offset[i] >= 0 ? base[offset[i] + split * split_stride] : 0.0f; };
+#pragma unroll
+  for (int i = 0; i < kSums; ++i) sum[i] = 0.0f;
   int split = 0;
-  for (; split + kSplitLoads <= splits; split += kSplitLoads) {
-    float part[kSplitLoads];
+  for (; split + kLoads <= splits; split += kLoads) {
+    float part[kSums][kLoads];
 #pragma unroll
-    for (int u = 0; u < kSplitLoads; ++u) part[u] = src[(split + u) * split_stride];
+    for (int i = 0; i < kSums; ++i) {
 #pragma unroll
-    for (int u = 0; u < kSplitLoads; ++u) sum += part[u];
+      for (int u = 0; u < kLoads; ++u) part[i][u] = term(i, split + u);
+    }
+#pragma unroll
+    for (int i = 0; i < kSums; ++i) {
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) sum[i] += part[i][u];
+    }
   }
-  for (; split < splits; ++split) sum += src[split * split_stride];
-  return sum;
+  for (; split < splits; ++split) {
+    float part[kSums];
+#pragma unroll
+    for (int i = 0; i < kSums; ++i) part[i] = term(i, split);
+#pragma unroll
+    for (int i = 0; i < kSums; ++i) sum[i] += part[i];
+  }
+}
+__device__ __forceinline__ float sum_in_split_order(const float* __restrict__ src, int splits, int64_t split_stride) {
+  const int64_t offset[1] = {0};
+  float sum[1];
+  sums_in_split_order<1, 8>(src, offset, splits, split_stride, sum);
+  return sum[0];
 }
 
 // Note [the weight gradient by taps]
 // grad_w[o, c, kh, kw] = sum over the batch's output pixels p of g[p, o] * x[p's input pixel at tap (kh, kw), c]:
-// for each tap, a GEMM of O x C outputs whose k is all N * Hout * Wout pixels. Both operands are channels_last
-// tensors read as they are (Note [MN-major operands], wgmma.cuh): a step is 64 pixels, g's rows of 64 filters
-// (a box of the (pixels, O) matrix) and x's im2col box of the same 64 pixels at the tap's reach, 64 channels,
-// the forward's map with a box of 64 pixels (TMA supplies the padding's zeros and reads past the batch as
-// zeros). No columns, no copies of a channels_last x or g (an NCHW one is transposed once, as the forward's
-// x is), and k is the pixels themselves, so small images waste nothing (the weight gradient as a convolution
-// packs k by 128 bytes of the batch: float16 at batch 32 fills half a row). A unit is (tap, BM filters, BN
-// channels, split of k); float16 and bfloat16 only (the instruction transposes no TF32). Each unit writes its
-// float32 sums to partial[split][tap][c][o] (runs of filters), and add_tap_splits_kernel adds the splits in
-// order (deterministic) into grad_w, whose runs are (c, kh, kw): a unit's tile, one tap, is strided there.
+// a GEMM of O rows by taps * C columns, column q = (tap, c) as the forward's k (tap * C + c), whose k is all
+// N * Hout * Wout pixels. Both operands are channels_last tensors read as they are (Note [MN-major operands],
+// wgmma.cuh): a step is 64 pixels, g's rows of 64 filters a box (of the (pixels, O) matrix) and, for each 64
+// columns, one im2col box of x: the same 64 pixels at that tap's reach, 64 of its channels (the forward's map
+// with a box of 64 pixels; TMA supplies the padding's zeros and reads past the batch as zeros). A tile's boxes
+// may be channels of one tap or, where C = 64, whole taps: the 56 x 56 layers' 3 x 3 taps of 64 channels are
+// three tiles of 192 columns, where one tap a tile would leave tiles of 128 filters half empty. No columns, no
+// copies of a channels_last x or g (an NCHW one is transposed once, as the forward's x is), and k is the pixels
+// themselves, so small images waste nothing (the weight gradient as a convolution packs k by 128 bytes of the
+// batch: float16 at batch 32 fills half a row). A unit is (BM filters, BN columns, split of k); float16 and
+// bfloat16 only (the instruction transposes no TF32). Each unit writes its float32 sums to partial[split][q][o]
+// (runs of filters), and add_tap_splits_kernel adds the splits in order (deterministic) into grad_w, whose runs
+// are (c, kh, kw): a tile's column q is strided there.
 struct TapWeightGradient {
-  TensorCoreGemm conv;  // the forward's problem: where a pixel's taps read x (origin_of, reach_of)
+  TensorCoreGemm conv;  // the forward's problem: where a pixel's taps read x (origin_of, reach_of), q's (tap, c)
   int taps, steps;      // steps of 64 pixels over the batch's output pixels
   int splits = 1, steps_per_split = 0;
   float* partial = nullptr;  // [split][tap][c][o]
@@ -1114,27 +1139,34 @@ template <typename scalar_t, int BM, int BN>
 struct TapWeightGradientTiles {
   static constexpr int kStepK = kWgRowBytes / sizeof(scalar_t);  // pixels a step: 64 (2-byte types only)
   static constexpr int kBoxBytes = kStepK * kWgRowBytes;          // a box: 64 pixels x 128 bytes
+  static constexpr int kBoxesX = BN / 64;
   const TapWeightGradient& wg;
   const TmaMaps& maps;  // x: im2col boxes of 64 pixels x 64 channels; w: g as (pixels, O), boxes of 64 x 64
 
   struct Unit {
-    int o0, c0, tap, split, first, steps;
-    Reach reach;
+    int o0, q0, split, first, steps;
+    int c[kBoxesX];  // each box of x: its first channel, and its tap's reach
+    Reach reach[kBoxesX];
   };
+  __device__ int columns() const { return wg.taps * static_cast<int>(wg.conv.s.channels); }
   __device__ int tiles_o() const { return (wg.conv.out_channels + BM - 1) / BM; }
-  __device__ int tiles_c() const { return (static_cast<int>(wg.conv.s.channels) + BN - 1) / BN; }
-  __device__ int units() const { return wg.taps * tiles_o() * tiles_c() * wg.splits; }
-  __device__ Unit unit(int u) const {  // the channels fastest, then the filters, the tap, the split
+  __device__ int tiles_q() const { return (columns() + BN - 1) / BN; }
+  __device__ int units() const { return tiles_q() * tiles_o() * wg.splits; }
+  __device__ Unit unit(int u) const {  // the columns fastest, then the filters, the split
     Unit r;
-    r.c0 = (u % tiles_c()) * BN;
-    u /= tiles_c();
+    r.q0 = (u % tiles_q()) * BN;
+    u /= tiles_q();
     r.o0 = (u % tiles_o()) * BM;
-    u /= tiles_o();
-    r.tap = u % wg.taps;
-    r.split = u / wg.taps;
+    r.split = u / tiles_o();
     r.first = r.split * wg.steps_per_split;
     r.steps = min(wg.steps_per_split, wg.steps - r.first);
-    r.reach = reach_of(wg.conv, r.tap);
+#pragma unroll
+    for (int b = 0; b < kBoxesX; ++b) {  // a box past the last column loads the last one's (its sums go unwritten)
+      const int q = min(r.q0 + 64 * b, columns() - 64);  // C is a multiple of 64, so a box is one tap's
+      const int tap = static_cast<int>(wg.conv.channels.div(static_cast<uint32_t>(q)));
+      r.c[b] = q - tap * static_cast<int>(wg.conv.channels.d);
+      r.reach[b] = reach_of(wg.conv, tap);
+    }
     return r;
   }
   __device__ void load(const Unit& u, int i, unsigned char* stage, uint64_t* full) const {
@@ -1143,9 +1175,9 @@ struct TapWeightGradientTiles {
 #pragma unroll
     for (int b = 0; b < BM / 64; ++b) tma_load_tile(stage + b * kBoxBytes, &maps.w, u.o0 + 64 * b, j, 0, full);
 #pragma unroll
-    for (int b = 0; b < BN / 64; ++b) {
-      tma_load_im2col(stage + BM * kWgRowBytes + b * kBoxBytes, &maps.x, u.c0 + 64 * b, origin.iw, origin.ih,
-                      origin.n, static_cast<uint16_t>(u.reach.dw), static_cast<uint16_t>(u.reach.dh), full);
+    for (int b = 0; b < kBoxesX; ++b) {
+      tma_load_im2col(stage + BM * kWgRowBytes + b * kBoxBytes, &maps.x, u.c[b], origin.iw, origin.ih, origin.n,
+                      static_cast<uint16_t>(u.reach[b].dw), static_cast<uint16_t>(u.reach[b].dh), full);
     }
   }
   __device__ void multiply(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
@@ -1165,11 +1197,11 @@ struct TapWeightGradientTiles {
   }
   __device__ void write(const Unit& u, const float (&acc)[1][BN / 8][4], unsigned char*) const {
     const int warp = threadIdx.x / 32, o_first = u.o0 + (warp / 4) * 64 + (warp % 4) * 16;
-    const int O = wg.conv.out_channels, C = static_cast<int>(wg.conv.s.channels);
-    float* sums = wg.partial + static_cast<int64_t>(u.split * wg.taps + u.tap) * C * O;
+    const int O = wg.conv.out_channels, Q = columns();
+    float* sums = wg.partial + static_cast<int64_t>(u.split) * Q * O;
     for_each_accumulator(acc, [&](int row) { return o_first + row < O; },
                          [&](int row, int col, float value, int, int) {
-                           if (u.c0 + col < C) sums[static_cast<int64_t>(u.c0 + col) * O + o_first + row] = value;
+                           if (u.q0 + col < Q) sums[static_cast<int64_t>(u.q0 + col) * O + o_first + row] = value;
                          });
   }
   __device__ bool results_in_ring() const { return false; }
@@ -1183,29 +1215,54 @@ __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
 #endif
 }
 
+// The tiles the weight gradient by taps runs in: BM filters x BN columns, per_sm blocks a multiprocessor, and
+// a guess of their efficiency, a multiprocessor's work a step against one 128 x 128 tile's (launch_by_taps has
+// one kernel for each). 64 filters (one consumer warpgroup) serve the 64-filter layers, which leave half of a
+// 128-filter tile empty; 192 columns (three boxes of x) make fewer tiles where 128 would need one more wave.
+// Measured on an H100, each tile forced (float16, both channels_last, the weight gradient's GPU time in a CUDA
+// graph, us, batch 32 / 128; docs/benchmarks/conv_goals/h100_session27_tiles.md): 56 x 56 128 x 128 62.0 /
+// 193.4, 64 x 128 50.9 / 125.6; 7 x 7 128 x 128 50.8 / 105.6, 128 x 192 41.3 / 81.6. Tiles of 128 x 64 (two a
+// multiprocessor) and 64 x 192 (two, three stages each) were never the fastest, and are not built.
+struct TapTile {
+  int bm, bn, per_sm;
+  double efficiency;
+};
+constexpr TapTile kTapTiles[] = {{128, 128, 1, 1.0}, {128, 192, 1, 1.0}, {64, 128, 2, 0.8}};
+
 // The weight gradient by taps, finished: grad_w (O, C, kH, kW) = beta * grad_w + scale * the sum of
 // partial[split][tap][c][o] over the splits, in split order. A block takes 32 filters x 4 channels and every
 // tap, and goes through shared memory both ways: it reads runs of 32 filters of partial (a warp's 128 bytes)
 // and writes runs of 4 * taps values of grad_w (a filter's (c, kh, kw) for its 4 channels); straight from one
-// to the other, one of the two would be a scatter. (Blocks of 8 channels were too few to keep the reads in
-// flight: 16 of them for the 64-channel layers, 15 us at 56 x 56, batch 32, H100.)
-constexpr int kTapSplitsFilters = 32, kTapSplitsChannels = 4;
+// to the other, one of the two would be a scatter. A warp sums kTapSplitsPairs (tap, channel) pairs at once,
+// 4 splits at a time (sums_in_split_order), so that it waits for memory once per 32 terms, not once per 8.
+// That did not make it faster (H100, float16, batch 32: 7 x 7, one split, 14.2 us in session 26 and 14.0 us
+// after; 56 x 56, 51 splits in 32 blocks, 13.7 us), so what bounds it is still to be found. (Blocks of 8 channels were too few to keep
+// the reads in flight: 16 of them for the 64-channel layers.)
+constexpr int kTapSplitsFilters = 32, kTapSplitsChannels = 4, kTapSplitsPairs = 8;
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     add_tap_splits_kernel(const float* __restrict__ partial, int splits, int taps, int channels, int filters,
                           float scale, float beta, scalar_t* __restrict__ grad_w) {
-  extern __shared__ float tile[];  // tile[o][c * taps + tap]
+  extern __shared__ float tile[];  // tile[o][c * taps + tap], rows `pitch` apart (odd: lanes' rows in all banks)
+  constexpr int kWarps = kThreadsPerBlock / 32;
   const int o0 = blockIdx.x * kTapSplitsFilters, c0 = blockIdx.y * kTapSplitsChannels;
-  const int run = kTapSplitsChannels * taps, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int run = kTapSplitsChannels * taps, pitch = run | 1, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t split_stride = static_cast<int64_t>(taps) * channels * filters;
-  for (int pair = warp; pair < run; pair += kThreadsPerBlock / 32) {  // (tap, c), one per warp
-    const int tap = pair / kTapSplitsChannels, c = c0 + pair % kTapSplitsChannels, o = o0 + lane;
-    float sum = 0.0f;
-    if (c < channels && o < filters) {
-      sum = sum_in_split_order(partial + (static_cast<int64_t>(tap) * channels + c) * filters + o, splits,
-                               split_stride);
+  for (int first = warp; first < run; first += kWarps * kTapSplitsPairs) {  // pairs (tap, c), a warp's in turn
+    int64_t offset[kTapSplitsPairs];
+    float sum[kTapSplitsPairs];
+#pragma unroll
+    for (int i = 0; i < kTapSplitsPairs; ++i) {
+      const int pair = first + i * kWarps, tap = pair / kTapSplitsChannels, c = c0 + pair % kTapSplitsChannels;
+      const bool inside = pair < run && c < channels && o0 + lane < filters;
+      offset[i] = inside ? (static_cast<int64_t>(tap) * channels + c) * filters + o0 + lane : -1;
     }
-    tile[lane * run + (pair % kTapSplitsChannels) * taps + tap] = sum;
+    sums_in_split_order<kTapSplitsPairs, 4>(partial, offset, splits, split_stride, sum);
+#pragma unroll
+    for (int i = 0; i < kTapSplitsPairs; ++i) {
+      const int pair = first + i * kWarps;
+      if (pair < run) tile[lane * pitch + (pair % kTapSplitsChannels) * taps + pair / kTapSplitsChannels] = sum[i];
+    }
   }
   __syncthreads();
   const int valid_c = min(kTapSplitsChannels, channels - c0);
@@ -1214,7 +1271,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     if (o >= filters || r >= valid_c * taps) continue;
     scalar_t* dst = grad_w + (static_cast<int64_t>(o) * channels + c0) * taps + r;
     const float old = beta == 0.0f ? 0.0f : beta * static_cast<float>(*dst);
-    *dst = static_cast<scalar_t>(old + scale * tile[(i / run) * run + r]);
+    *dst = static_cast<scalar_t>(old + scale * tile[(i / run) * pitch + r]);
   }
 }
 
@@ -1550,6 +1607,8 @@ __global__ void __launch_bounds__(256)
 // Output pixels an image needs before its weight gradient runs as a convolution (below), and the fewer it
 // needs where TMA loads that convolution (backward_weight_as_convolution says why).
 constexpr int64_t kMinPixelsForWeightGradientAsConvolution = 256, kMinPixelsWithTma = 128;
+// Output pixels an image needs before the weight gradient of NCHW tensors runs by taps (backward_weight_by_taps).
+constexpr int64_t kMinPixelsByTapsFromNchw = 128;
 
 // The forward with its sum over k split (TensorCorePlan::splits, Note [wgmma implicit GEMM]): out[n, o, p] =
 // bias[o] + the splits' float32 sums partial[split][n * L + p][o], added in split order, so the bits are the
@@ -1902,39 +1961,36 @@ struct Conv2dMMLauncher {
     // paths at every ResNet-18 layer (H100, float16, fwd+bwd of cuDNN's speed, both channels_last, one run, batch
     // 32 / 128: 56 x 56 0.88 -> 0.97 / 0.80 -> 0.83, 28 x 28 0.95 -> 1.34 / 0.98 -> 1.23, 14 x 14 0.59 -> 0.90 /
     // 0.81 -> 1.03, 7 x 7 0.63 -> 0.65 / 0.67 -> 0.79). From NCHW tensors it copies both to channels_last first,
-    // as the convolution path does too, and there it won at 14 x 14 (1.04 -> 1.24 at batch 32, 0.99 -> 1.04 at
-    // 128), lost at 7 x 7 (1.13 -> 1.03 at batch 32) and at 56 x 56 (1.35 -> 1.15: 64 filters fill half its
-    // tiles of 128), tied at 28 x 28: from NCHW it runs where an image has 128 to 255 output pixels.
-    const int64_t image = s.blocks();
+    // as the convolution path does too, and runs where an image has 128 output pixels or more. With the tiles of
+    // kTapTiles (H100, float16, the weight gradient's GPU time in a CUDA graph, us, batch 32 / 128, against the
+    // convolution path): 56 x 56 80.9 / 213.9 against 74.6 / 232.3, 28 x 28 53.1 / 130.3 against 58.3 / 136.9,
+    // and 7 x 7 47.4 / 99.2 against 42.5 / 118.2: below 128 pixels, it lost at batch 32.
     const bool both_channels_last = conv2d_mm::output_format(x4) == at::MemoryFormat::ChannelsLast &&
                                     conv2d_mm::output_format(g4) == at::MemoryFormat::ChannelsLast;
-    if (!both_channels_last &&
-        (image < kMinPixelsWithTma || image >= kMinPixelsForWeightGradientAsConvolution)) {
-      return false;
-    }
+    if (!both_channels_last && s.blocks() < kMinPixelsByTapsFromNchw) return false;
     const at::Tensor xc = channels_last(x4), gc = channels_last(g4);  // (N, H, W, C), (N, Hout, Wout, O) in memory
     if (bias_sum.defined()) {  // g as a (pixels, O) matrix times ones: cuBLAS's gemv, the same bits every run
       const at::Tensor g2 = gc.permute({0, 2, 3, 1}).reshape({pixels, O});
       at::mv_out(const_cast<at::Tensor&>(bias_sum), g2.t(), at::ones({pixels}, gc.options()));
     }
-    // Tiles of 128 filters x 128 channels (one a multiprocessor) or x 64 (two), and k split in up to 32: the
-    // choice that finishes first by a rough model, waves of units times a unit's steps, plus the float32 sums
-    // the units write and add_tap_splits_kernel reads (the constants are rough guesses for an H100, float16).
+    // The tile (filters x columns, and how many blocks share a multiprocessor) and the split of k that finish
+    // first by a rough model: waves of units times a unit's steps, plus the float32 sums the units write and
+    // add_tap_splits_kernel reads (the constants are rough guesses for an H100, float16; efficiency: a
+    // multiprocessor's work a step against one 128 x 128 tile's).
     constexpr double kStepMicros = 0.47;    // one 128 x 128 tile's step of 64 pixels on a multiprocessor
     constexpr double kBytesPerMicro = 3e6;  // memory bandwidth
     const int64_t steps = ceil_div<int64_t>(pixels, 64), places = multiprocessor_count();
-    int best_bn = 0, best_per_sm = 0;
+    TapTile best_tile{};
     int64_t best_splits = 1;
     double best = 0;
-    for (const int bn : {128, 64}) {
-      const int per_sm = bn == 128 ? 1 : 2;
-      const double step_micros = bn == 128 ? kStepMicros : kStepMicros / (2 * 0.88);  // two blocks share an SM
-      const int64_t tiles = taps * ceil_div<int64_t>(O, 128) * ceil_div<int64_t>(C, bn);
-      for (int64_t split = 1; split <= 32 && (split == 1 || steps / split >= 4); ++split) {
-        const int64_t waves = ceil_div<int64_t>(tiles * split, per_sm * places);
+    for (const TapTile& tile : kTapTiles) {
+      const int64_t tiles = ceil_div<int64_t>(O, tile.bm) * ceil_div<int64_t>(taps * C, tile.bn);
+      const double wave_step = kStepMicros * tile.per_sm * tile.bm * tile.bn / (128.0 * 128.0) / tile.efficiency;
+      for (int64_t split = 1; split <= 64 && (split == 1 || steps / split >= 4); ++split) {
+        const int64_t waves = ceil_div<int64_t>(tiles * split, tile.per_sm * places);
         const double sums = 2.0 * split * taps * O * C * sizeof(float) / kBytesPerMicro;
-        const double cost = double(waves) * per_sm * ceil_div<int64_t>(steps, split) * step_micros + sums;
-        if (best_bn == 0 || cost < best) best_bn = bn, best_per_sm = per_sm, best_splits = split, best = cost;
+        const double cost = double(waves) * ceil_div<int64_t>(steps, split) * wave_step + sums;
+        if (best_tile.bm == 0 || cost < best) best_tile = tile, best_splits = split, best = cost;
       }
     }
     TapWeightGradient wg{TensorCoreGemm(s, O), static_cast<int>(taps), static_cast<int>(steps)};
@@ -1949,31 +2005,34 @@ struct Conv2dMMLauncher {
     const cuuint64_t g_strides[2] = {row, row * static_cast<cuuint64_t>(pixels)};
     const cuuint32_t g_box[3] = {64, 64, 1};
     maps.w = tiled_map(gc, g_dims, g_strides, g_box, "grad_output");
-    const int64_t units = taps * ceil_div<int64_t>(O, 128) * ceil_div<int64_t>(C, best_bn) * wg.splits;
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>(units, int64_t(best_per_sm) * places));
+    const int64_t units = ceil_div<int64_t>(O, best_tile.bm) * ceil_div<int64_t>(taps * C, best_tile.bn) * wg.splits;
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(units, int64_t(best_tile.per_sm) * places));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_REDUCED_FLOATING_TYPES(dtype, "labops_conv2d_mm_weight_gradient_by_taps", [&] {
-      launch_by_taps<scalar_t>(best_bn, blocks, wg, maps, stream);
+      launch_by_taps<scalar_t>(best_tile, blocks, wg, maps, stream);
       add_tap_splits<scalar_t>(wg, C, O, scale, beta, gw2, stream);
     });
     return true;
   }
 
   template <typename scalar_t>
-  static void launch_by_taps(int bn, unsigned blocks, const TapWeightGradient& wg, const TmaMaps& maps,
+  static void launch_by_taps(const TapTile& tile, unsigned blocks, const TapWeightGradient& wg, const TmaMaps& maps,
                              cudaStream_t stream) {
-    const auto launch = [&](auto bn_c, auto per_sm_c) {
-      constexpr int kBN = decltype(bn_c)::value, kPerSM = decltype(per_sm_c)::value;
-      constexpr int kBytes = wg_smem_bytes<128, kBN, kPerSM>();
-      const auto kernel = with_shared_memory<wgmma_tma_weight_gradient_kernel<scalar_t, 128, kBN, kPerSM>, kBytes>();
-      kernel<<<blocks, wg_consumers(128) + 32, kBytes, stream>>>(wg, maps);
+    const auto launch = [&](auto bm_c, auto bn_c, auto per_sm_c) {
+      constexpr int kBM = decltype(bm_c)::value, kBN = decltype(bn_c)::value, kPerSM = decltype(per_sm_c)::value;
+      constexpr int kBytes = wg_smem_bytes<kBM, kBN, kPerSM>();
+      const auto kernel = with_shared_memory<wgmma_tma_weight_gradient_kernel<scalar_t, kBM, kBN, kPerSM>, kBytes>();
+      kernel<<<blocks, wg_consumers(kBM) + 32, kBytes, stream>>>(wg, maps);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
-    if (bn == 128) {
-      launch(std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
-    } else {
-      launch(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
-    }
+    using I = std::integral_constant<int, 1>;
+    using II = std::integral_constant<int, 2>;
+    using I64 = std::integral_constant<int, 64>;
+    using I128 = std::integral_constant<int, 128>;
+    using I192 = std::integral_constant<int, 192>;
+    if (tile.bm == 128 && tile.bn == 128) launch(I128{}, I128{}, I{});
+    if (tile.bm == 128 && tile.bn == 192) launch(I128{}, I192{}, I{});
+    if (tile.bm == 64 && tile.bn == 128) launch(I64{}, I128{}, II{});
   }
 
   template <typename scalar_t>
@@ -1981,7 +2040,7 @@ struct Conv2dMMLauncher {
                              const at::Tensor& gw2, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(O, kTapSplitsFilters)),
                     static_cast<unsigned>(ceil_div<int64_t>(C, kTapSplitsChannels)));
-    const int bytes = static_cast<int>(kTapSplitsFilters * kTapSplitsChannels * wg.taps * sizeof(float));
+    const int bytes = static_cast<int>(kTapSplitsFilters * ((kTapSplitsChannels * wg.taps) | 1) * sizeof(float));
     const auto kernel = add_tap_splits_kernel<scalar_t>;
     if (bytes > 48 * 1024) {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));

@@ -68,7 +68,7 @@ __device__ __forceinline__ void fence_shared_for_wgmma() { asm volatile("fence.p
 // Keep the compiler from moving accesses of an accumulator across the asynchronous wgmma that owns it.
 __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// The register lists of the two widths (N / 2 accumulators a thread).
+// The register lists of the three widths (N / 2 accumulators a thread).
 #define LABOPS_WGMMA_F8(d, i)                                                                                \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
@@ -93,6 +93,19 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
 #define LABOPS_WGMMA_DESC_B128 "%65"
 #define LABOPS_WGMMA_SCALE_D128 "%66"
 #define LABOPS_WGMMA_TRANSPOSE128 "%67, %68"
+#define LABOPS_WGMMA_D192  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+#define LABOPS_WGMMA_OUT192(d) LABOPS_WGMMA_OUT128(d), LABOPS_WGMMA_F8(d, 64), LABOPS_WGMMA_F8(d, 72), \
+  LABOPS_WGMMA_F8(d, 80), LABOPS_WGMMA_F8(d, 88)
+#define LABOPS_WGMMA_DESC_A192 "%96"
+#define LABOPS_WGMMA_DESC_B192 "%97"
+#define LABOPS_WGMMA_SCALE_D192 "%98"
+#define LABOPS_WGMMA_TRANSPOSE192 "%99, %100"
 
 
 // float32 read as TF32: the instruction (m64nNk8) takes no transpose flags, and uses only the top 19 bits of each
@@ -122,7 +135,8 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t a, uint64_t b,
                 "float16, bfloat16 or float32 (as TF32)");
   static_assert(!kMnMajor || !std::is_same_v<scalar_t, float>, "the transpose flags take float16 and bfloat16 only");
   constexpr int kTranspose = kMnMajor ? 1 : 0;
-  static_assert(N == 64 || N == 128, "N = 64 or 128 (the instruction also takes up to 256; rung 5 needs no more)");
+  static_assert(N == 64 || N == 128 || (N == 192 && kMnMajor),
+                "N = 64 or 128, and 192 MN-major (the weight gradient by taps); the instruction takes up to 256");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (std::is_same_v<scalar_t, float>) {
     if constexpr (N == 64) LABOPS_WGMMA_CALL_TF32(64);
@@ -130,9 +144,11 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t a, uint64_t b,
   } else if constexpr (std::is_same_v<scalar_t, at::Half>) {
     if constexpr (N == 64) LABOPS_WGMMA_CALL(64, "f16");
     if constexpr (N == 128) LABOPS_WGMMA_CALL(128, "f16");
+    if constexpr (N == 192) LABOPS_WGMMA_CALL(192, "f16");
   } else {
     if constexpr (N == 64) LABOPS_WGMMA_CALL(64, "bf16");
     if constexpr (N == 128) LABOPS_WGMMA_CALL(128, "bf16");
+    if constexpr (N == 192) LABOPS_WGMMA_CALL(192, "bf16");
   }
 #endif
 }

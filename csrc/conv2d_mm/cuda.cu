@@ -1235,9 +1235,9 @@ constexpr TapTile kTapTiles[] = {{128, 128, 1, 1.0}, {128, 192, 1, 1.0}, {64, 12
 // and writes runs of 4 * taps values of grad_w (a filter's (c, kh, kw) for its 4 channels); straight from one
 // to the other, one of the two would be a scatter. A warp sums kTapSplitsPairs (tap, channel) pairs at once,
 // 4 splits at a time (sums_in_split_order), so that it waits for memory once per 32 terms, not once per 8.
-// That did not make it faster (H100, float16, batch 32: 7 x 7, one split, 14.2 us in session 26 and 14.0 us
-// after; 56 x 56, 51 splits in 32 blocks, 13.7 us), so what bounds it is still to be found. (Blocks of 8 channels were too few to keep
-// the reads in flight: 16 of them for the 64-channel layers.)
+// That did not make it faster (H100, float16, batch 32: 7 x 7, one split, 14.2 us in session 26, 14.0 after;
+// 56 x 56, 51 splits in 32 blocks, 13.7 us); docs/benchmarks/profiles-2026-11-27/README.md says what bounds it.
+// (Blocks of 8 channels were too few to keep the reads in flight: 16 of them for the 64-channel layers.)
 constexpr int kTapSplitsFilters = 32, kTapSplitsChannels = 4, kTapSplitsPairs = 8;
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)

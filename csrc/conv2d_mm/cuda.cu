@@ -30,6 +30,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <ATen/Context.h>
 #include <ATen/Dispatch.h>
@@ -1980,17 +1981,18 @@ struct Conv2dMMLauncher {
     constexpr double kStepMicros = 0.47;    // one 128 x 128 tile's step of 64 pixels on a multiprocessor
     constexpr double kBytesPerMicro = 3e6;  // memory bandwidth
     const int64_t steps = ceil_div<int64_t>(pixels, 64), places = multiprocessor_count();
-    TapTile best_tile{};
+    size_t best_tile = 0;
     int64_t best_splits = 1;
     double best = 0;
-    for (const TapTile& tile : kTapTiles) {
+    for (size_t index = 0; index < std::size(kTapTiles); ++index) {
+      const TapTile& tile = kTapTiles[index];
       const int64_t tiles = ceil_div<int64_t>(O, tile.bm) * ceil_div<int64_t>(taps * C, tile.bn);
       const double wave_step = kStepMicros * tile.per_sm * tile.bm * tile.bn / (128.0 * 128.0) / tile.efficiency;
       for (int64_t split = 1; split <= 64 && (split == 1 || steps / split >= 4); ++split) {
         const int64_t waves = ceil_div<int64_t>(tiles * split, tile.per_sm * places);
         const double sums = 2.0 * split * taps * O * C * sizeof(float) / kBytesPerMicro;
         const double cost = double(waves) * ceil_div<int64_t>(steps, split) * wave_step + sums;
-        if (best_tile.bm == 0 || cost < best) best_tile = tile, best_splits = split, best = cost;
+        if (best == 0 || cost < best) best_tile = index, best_splits = split, best = cost;
       }
     }
     TapWeightGradient wg{TensorCoreGemm(s, O), static_cast<int>(taps), static_cast<int>(steps)};
@@ -2005,34 +2007,33 @@ struct Conv2dMMLauncher {
     const cuuint64_t g_strides[2] = {row, row * static_cast<cuuint64_t>(pixels)};
     const cuuint32_t g_box[3] = {64, 64, 1};
     maps.w = tiled_map(gc, g_dims, g_strides, g_box, "grad_output");
-    const int64_t units = ceil_div<int64_t>(O, best_tile.bm) * ceil_div<int64_t>(taps * C, best_tile.bn) * wg.splits;
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>(units, int64_t(best_tile.per_sm) * places));
+    const TapTile& tile = kTapTiles[best_tile];
+    const int64_t units = ceil_div<int64_t>(O, tile.bm) * ceil_div<int64_t>(taps * C, tile.bn) * wg.splits;
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(units, int64_t(tile.per_sm) * places));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_REDUCED_FLOATING_TYPES(dtype, "labops_conv2d_mm_weight_gradient_by_taps", [&] {
-      launch_by_taps<scalar_t>(best_tile, blocks, wg, maps, stream);
+      launch_by_taps<scalar_t>(best_tile, blocks, wg, maps, stream, std::make_index_sequence<std::size(kTapTiles)>());
       add_tap_splits<scalar_t>(wg, C, O, scale, beta, gw2, stream);
     });
     return true;
   }
 
-  template <typename scalar_t>
-  static void launch_by_taps(const TapTile& tile, unsigned blocks, const TapWeightGradient& wg, const TmaMaps& maps,
-                             cudaStream_t stream) {
-    const auto launch = [&](auto bm_c, auto bn_c, auto per_sm_c) {
-      constexpr int kBM = decltype(bm_c)::value, kBN = decltype(bn_c)::value, kPerSM = decltype(per_sm_c)::value;
-      constexpr int kBytes = wg_smem_bytes<kBM, kBN, kPerSM>();
-      const auto kernel = with_shared_memory<wgmma_tma_weight_gradient_kernel<scalar_t, kBM, kBN, kPerSM>, kBytes>();
-      kernel<<<blocks, wg_consumers(kBM) + 32, kBytes, stream>>>(wg, maps);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    };
-    using I = std::integral_constant<int, 1>;
-    using II = std::integral_constant<int, 2>;
-    using I64 = std::integral_constant<int, 64>;
-    using I128 = std::integral_constant<int, 128>;
-    using I192 = std::integral_constant<int, 192>;
-    if (tile.bm == 128 && tile.bn == 128) launch(I128{}, I128{}, I{});
-    if (tile.bm == 128 && tile.bn == 192) launch(I128{}, I192{}, I{});
-    if (tile.bm == 64 && tile.bn == 128) launch(I64{}, I128{}, II{});
+  // The kernel of kTapTiles[tile], one instantiation for each entry of the table.
+  template <typename scalar_t, size_t... kIndices>
+  static void launch_by_taps(size_t tile, unsigned blocks, const TapWeightGradient& wg, const TmaMaps& maps,
+                             cudaStream_t stream, std::index_sequence<kIndices...>) {
+    ((tile == kIndices ? launch_tile_by_taps<scalar_t, kTapTiles[kIndices].bm, kTapTiles[kIndices].bn,
+                                           kTapTiles[kIndices].per_sm>(blocks, wg, maps, stream)
+                     : void()),
+     ...);
+  }
+  template <typename scalar_t, int BM, int BN, int kPerSM>
+  static void launch_tile_by_taps(unsigned blocks, const TapWeightGradient& wg, const TmaMaps& maps,
+                                  cudaStream_t stream) {
+    constexpr int kBytes = wg_smem_bytes<BM, BN, kPerSM>();
+    const auto kernel = with_shared_memory<wgmma_tma_weight_gradient_kernel<scalar_t, BM, BN, kPerSM>, kBytes>();
+    kernel<<<blocks, wg_consumers(BM) + 32, kBytes, stream>>>(wg, maps);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
   template <typename scalar_t>

@@ -473,11 +473,18 @@ __device__ __forceinline__ Reach reach_of(const TensorCoreGemm& gemm, int tap) {
   return {conv::input_coord<int>(0, kh, 1, 0, static_cast<int>(gemm.s.dilation_h)),
           conv::input_coord<int>(0, kw, 1, 0, static_cast<int>(gemm.s.dilation_w))};
 }
-__device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
+// Column k of the GEMM (tap * C + c: a tap's channels in a row) as its tap and channel.
+struct TapChannel {
+  int tap, c;
+};
+__device__ __forceinline__ TapChannel tap_channel_of(const TensorCoreGemm& gemm, int k) {
   const int tap = static_cast<int>(gemm.channels.div(static_cast<uint32_t>(k)));
-  const int c = k - tap * static_cast<int>(gemm.channels.d);
-  const Reach reach = reach_of(gemm, tap);
-  return {k < gemm.K, reach.dh, reach.dw, conv2d_mm::channels_last_offset<int>(gemm.s, reach.dh, reach.dw, c)};
+  return {tap, k - tap * static_cast<int>(gemm.channels.d)};
+}
+__device__ __forceinline__ Tap tap_of(const TensorCoreGemm& gemm, int k) {
+  const TapChannel tc = tap_channel_of(gemm, k);
+  const Reach reach = reach_of(gemm, tc.tap);
+  return {k < gemm.K, reach.dh, reach.dw, conv2d_mm::channels_last_offset<int>(gemm.s, reach.dh, reach.dw, tc.c)};
 }
 
 // The origin of GEMM row j (output pixel j of the batch): its image n and the input pixel (ih, iw) its tap
@@ -823,17 +830,20 @@ struct TmaMaps {
 
 // One step of rung 5 for this warpgroup: its 64 rows of the stage's A tile times the stage's B tile, added to
 // d, one wgmma per 32 bytes of k. The batch is committed and left running; the call returns once the previous
-// step's batch is done (so that step's stage may be refilled).
-template <typename scalar_t, int BM, int BN>
+// step's batch is done (so that step's stage may be refilled). With kMnMajor (the weight gradient by taps, Note
+// [MN-major operands]) A and B are MN-major boxes of 64 rows of k: the next 64 of M or N a box (64 x 128 bytes)
+// further, a k16 slice two 8-row atoms (2048 bytes) further.
+template <typename scalar_t, int BM, int BN, bool kMnMajor = false>
 __device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) {
-  const uint64_t a = wgmma_descriptor(stage + warpgroup * 64 * kWgRowBytes);
-  const uint64_t b = wgmma_descriptor(stage + BM * kWgRowBytes);
+  constexpr int kBox = 64 * kWgRowBytes, kSliceBytes = kMnMajor ? 2048 : 32, kSlices = kWgRowBytes / 32;
+  const uint64_t a = wgmma_descriptor(stage + warpgroup * kBox, kMnMajor ? kBox : 16);
+  const uint64_t b = wgmma_descriptor(stage + BM * kWgRowBytes, kMnMajor ? kBox : 16);
 #pragma unroll
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
   wgmma_fence();
 #pragma unroll
-  for (int slice = 0; slice < kWgRowBytes / 32; ++slice) {
-    wgmma<scalar_t, BN>(d, wgmma_advance(a, slice * 32), wgmma_advance(b, slice * 32), 1);
+  for (int slice = 0; slice < kSlices; ++slice) {  // 4 either way: 128 bytes of k, or 64 rows of 2-byte types
+    wgmma<scalar_t, BN, kMnMajor>(d, wgmma_advance(a, slice * kSliceBytes), wgmma_advance(b, slice * kSliceBytes), 1);
   }
   wgmma_commit();
   wgmma_wait<1>();  // the previous step's batch is done; this one may still run
@@ -1121,14 +1131,14 @@ __device__ __forceinline__ float sum_in_split_order(const float* __restrict__ sr
 // wgmma.cuh): a step is 64 pixels, g's rows of 64 filters a box (of the (pixels, O) matrix) and, for each 64
 // columns, one im2col box of x: the same 64 pixels at that tap's reach, 64 of its channels (the forward's map
 // with a box of 64 pixels; TMA supplies the padding's zeros and reads past the batch as zeros). A tile's boxes
-// may be channels of one tap or, where C = 64, whole taps: the 56 x 56 layers' 3 x 3 taps of 64 channels are
-// three tiles of 192 columns, where one tap a tile would leave tiles of 128 filters half empty. No columns, no
-// copies of a channels_last x or g (an NCHW one is transposed once, as the forward's x is), and k is the pixels
-// themselves, so small images waste nothing (the weight gradient as a convolution packs k by 128 bytes of the
-// batch: float16 at batch 32 fills half a row). A unit is (BM filters, BN columns, split of k); float16 and
-// bfloat16 only (the instruction transposes no TF32). Each unit writes its float32 sums to partial[split][q][o]
-// (runs of filters), and add_tap_splits_kernel adds the splits in order (deterministic) into grad_w, whose runs
-// are (c, kh, kw): a tile's column q is strided there.
+// may be channels of one tap or, where C = 64, whole taps: the 56 x 56 layers' 64 filters and 3 x 3 taps of 64
+// channels run in tiles of 64 filters x 2 taps, where 128 filters x one tap would leave half of each empty. No
+// columns, no copies of a channels_last x or g (an NCHW one is transposed once, as the forward's x is), and k
+// is the pixels themselves, so small images waste nothing (the weight gradient as a convolution packs k by 128
+// bytes of the batch: float16 at batch 32 fills half a row). A unit is (BM filters, BN columns, split of k);
+// float16 and bfloat16 only (the instruction transposes no TF32). Each unit writes its float32 sums to
+// partial[split][q][o] (runs of filters), and add_tap_splits_kernel adds the splits in order (deterministic)
+// into grad_w, whose runs are (c, kh, kw): a tile's column q is strided there.
 struct TapWeightGradient {
   TensorCoreGemm conv;  // the forward's problem: where a pixel's taps read x (origin_of, reach_of), q's (tap, c)
   int taps, steps;      // steps of 64 pixels over the batch's output pixels
@@ -1163,10 +1173,10 @@ struct TapWeightGradientTiles {
     r.steps = min(wg.steps_per_split, wg.steps - r.first);
 #pragma unroll
     for (int b = 0; b < kBoxesX; ++b) {  // a box past the last column loads the last one's (its sums go unwritten)
-      const int q = min(r.q0 + 64 * b, columns() - 64);  // C is a multiple of 64, so a box is one tap's
-      const int tap = static_cast<int>(wg.conv.channels.div(static_cast<uint32_t>(q)));
-      r.c[b] = q - tap * static_cast<int>(wg.conv.channels.d);
-      r.reach[b] = reach_of(wg.conv, tap);
+      // C is a multiple of 64, so a box is one tap's
+      const TapChannel tc = tap_channel_of(wg.conv, min(r.q0 + 64 * b, columns() - 64));
+      r.c[b] = tc.c;
+      r.reach[b] = reach_of(wg.conv, tc.tap);
     }
     return r;
   }
@@ -1182,19 +1192,7 @@ struct TapWeightGradientTiles {
     }
   }
   __device__ void multiply(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
-    const uint64_t a = wgmma_descriptor(stage + warpgroup * kBoxBytes, kBoxBytes);  // MN-major: the next box
-    const uint64_t b = wgmma_descriptor(stage + BM * kWgRowBytes, kBoxBytes);
-#pragma unroll
-    for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
-    wgmma_fence();
-#pragma unroll
-    for (int slice = 0; slice < kStepK / 16; ++slice) {  // k16 a slice: two 8-row atoms
-      wgmma<scalar_t, BN, true>(d, wgmma_advance(a, slice * 2048), wgmma_advance(b, slice * 2048), 1);
-    }
-    wgmma_commit();
-    wgmma_wait<1>();
-#pragma unroll
-    for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+    multiply_stage<scalar_t, BM, BN, true>(d, stage, warpgroup);
   }
   __device__ void write(const Unit& u, const float (&acc)[1][BN / 8][4], unsigned char*) const {
     const int warp = threadIdx.x / 32, o_first = u.o0 + (warp / 4) * 64 + (warp % 4) * 16;
@@ -1981,12 +1979,15 @@ struct Conv2dMMLauncher {
     constexpr double kStepMicros = 0.47;    // one 128 x 128 tile's step of 64 pixels on a multiprocessor
     constexpr double kBytesPerMicro = 3e6;  // memory bandwidth
     const int64_t steps = ceil_div<int64_t>(pixels, 64), places = multiprocessor_count();
+    const auto tiles_of = [&](const TapTile& tile) {
+      return ceil_div<int64_t>(O, tile.bm) * ceil_div<int64_t>(taps * C, tile.bn);
+    };
     size_t best_tile = 0;
     int64_t best_splits = 1;
     double best = 0;
     for (size_t index = 0; index < std::size(kTapTiles); ++index) {
       const TapTile& tile = kTapTiles[index];
-      const int64_t tiles = ceil_div<int64_t>(O, tile.bm) * ceil_div<int64_t>(taps * C, tile.bn);
+      const int64_t tiles = tiles_of(tile);
       const double wave_step = kStepMicros * tile.per_sm * tile.bm * tile.bn / (128.0 * 128.0) / tile.efficiency;
       for (int64_t split = 1; split <= 64 && (split == 1 || steps / split >= 4); ++split) {
         const int64_t waves = ceil_div<int64_t>(tiles * split, tile.per_sm * places);
@@ -2008,7 +2009,7 @@ struct Conv2dMMLauncher {
     const cuuint32_t g_box[3] = {64, 64, 1};
     maps.w = tiled_map(gc, g_dims, g_strides, g_box, "grad_output");
     const TapTile& tile = kTapTiles[best_tile];
-    const int64_t units = ceil_div<int64_t>(O, tile.bm) * ceil_div<int64_t>(taps * C, tile.bn) * wg.splits;
+    const int64_t units = tiles_of(tile) * wg.splits;
     const auto blocks = static_cast<unsigned>(std::min<int64_t>(units, int64_t(tile.per_sm) * places));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_REDUCED_FLOATING_TYPES(dtype, "labops_conv2d_mm_weight_gradient_by_taps", [&] {

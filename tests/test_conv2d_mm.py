@@ -212,7 +212,7 @@ def test_channels_last_in_channels_last_out(device, dtype):
     """A channels_last x gives a channels_last output, and a channels_last grad_output a channels_last input
     gradient, as cuDNN's and oneDNN's F.conv2d do (rungs 4 and 5 write them so; the others write NCHW, then
     copy), with the values of the NCHW tensors' (a CPU GEMM may block an aligned copy differently: not always
-    the same bits). The weight gradient is contiguous either way."""
+    the same bits). The weight gradient follows x, as cuDNN's does: channels_last from a channels_last x."""
     randn = Seeded(device, dtype, seed=9).randn
     cl = torch.channels_last
     x, w, b = randn(3, 16, 9, 10), randn(24, 16, 3, 3) / 12, randn(24)
@@ -227,10 +227,12 @@ def test_channels_last_in_channels_last_out(device, dtype):
                                                            [1, 1], [1, 1], [1, 1])
     assert grad_in.is_contiguous() and grad_in_cl.is_contiguous(memory_format=cl) and not grad_in_cl.is_contiguous()
     torch.testing.assert_close(grad_in_cl, grad_in, rtol=rtol, atol=atol)
-    grad_w, _ = torch.ops.labops.conv2d_mm_backward_weight(g.contiguous(memory_format=cl),
-                                                           x.contiguous(memory_format=cl), list(w.shape),
-                                                           [1, 1], [1, 1], [1, 1])
-    assert grad_w.is_contiguous()
+    grad_w, _ = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(w.shape), [1, 1], [1, 1], [1, 1])
+    grad_w_cl, _ = torch.ops.labops.conv2d_mm_backward_weight(g.contiguous(memory_format=cl),
+                                                              x.contiguous(memory_format=cl), list(w.shape),
+                                                              [1, 1], [1, 1], [1, 1])
+    assert grad_w.is_contiguous() and grad_w_cl.is_contiguous(memory_format=cl) and not grad_w_cl.is_contiguous()
+    assert_close_scaled(grad_w_cl, grad_w.double(), dtype, msg="the channels_last weight gradient")
 
 
 
@@ -481,7 +483,11 @@ WEIGHT_GRADIENT_BY_TAPS = [
     (32, 64, 14, 14, 128, (3, 3), (1, 1), (1, 1), (1, 1)),  # 6272 pixels: the sum over them split
     (16, 64, 28, 28, 32, (3, 3), (1, 1), (1, 1), (1, 1)),   # tiles of 64 filters x 128 columns: two taps a tile
     (2, 512, 6, 6, 512, (3, 3), (1, 1), (1, 1), (1, 1)),    # tiles of 192 columns, some across two taps
+    (2, 2048, 4, 4, 40, (3, 3), (1, 1), (1, 1), (1, 1)),    # 144 tiles of 64 filters, 40 of them, k whole
 ]
+# Below 8 steps of 64 output pixels the sum over them is never split (Note [the weight gradient by taps]): the
+# kernel writes grad_w itself, and add_tap_splits_kernel must not run.
+WHOLE_K_PIXELS = 7 * 64
 # The kernels (filters, columns, blocks a multiprocessor) that kTapTiles has, which the geometries above make the
 # time model pick on a GPU of 132 multiprocessors (H100 and H200 SXM).
 BY_TAPS_TILES = ("128, 128, 1>", "64, 128, 2>", "128, 192, 1>")
@@ -494,7 +500,8 @@ def test_weight_gradient_by_taps(device, dtype, layout):
     wgmma_tma_weight_gradient_kernel, one GEMM of O x (kH * kW * C) over all the batch's output pixels, when x and
     grad_output are channels_last (from NCHW ones, for images of 128 output pixels or more): backward_weight and
     acc_grad_parameters (scale 0.5, into buffers that hold values) against float64 F.conv2d, the same bits twice,
-    the kernel's name as the witness that the rule picked it, or not, and every tile's kernel run."""
+    the kernel's name as the witness that the rule picked it, or not, every tile's kernel run, and no finisher
+    where k is too short to split."""
     if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("wgmma and TMA are Hopper (sm_90) features")
     randn = Seeded(device, dtype, 23).randn
@@ -518,12 +525,15 @@ def test_weight_gradient_by_taps(device, dtype, layout):
         by_taps = layout == torch.channels_last or out_shape[2] * out_shape[3] >= 128
         tiles = [name for name in names if "wgmma_tma_weight_gradient_kernel<" in name]
         assert bool(tiles) == by_taps, (case, sorted(names))
+        if by_taps and n * out_shape[2] * out_shape[3] <= WHOLE_K_PIXELS:
+            assert not any("add_tap_splits_kernel" in name for name in names), (case, sorted(names))
         ran.update(tile for tile in BY_TAPS_TILES for name in tiles if tile in name)
+        assert results["gw"].is_contiguous(memory_format=layout), f"grad_weight follows x's layout, {case}"
         assert_close_scaled(results["gw"], want_w, dtype, msg=f"weight gradient, {case}")
         assert_close_scaled(results["gb"], want_b, dtype, msg=f"bias gradient, {case}")
         again, _ = torch.ops.labops.conv2d_mm_backward_weight(g, x, list(weight.shape), list(s), list(p), list(d))
         assert torch.equal(results["gw"], again), f"the same bits on every run, {case}"
-        held_w, held_b = randn(*weight.shape), randn(o)
+        held_w, held_b = randn(*weight.shape).contiguous(memory_format=layout), randn(o)
         acc_w, acc_b = held_w.clone(), held_b.clone()
         torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, acc_w, acc_b, list(s), list(p), list(d), 0.5)
         assert_close_scaled(acc_w, held_w.double() + 0.5 * want_w, dtype, msg=f"acc_grad_parameters, {case}")

@@ -785,20 +785,16 @@ constexpr int wg_smem_bytes() {
   return wg_stages<BM, BN, kPerSM>() * (BM + BN) * kWgRowBytes + 1024;  // + 1024: to align the ring to 1024 bytes
 }
 
-// Rung 5's epilogue where its block writes a channels_last out (no split of k): the block's BM x BN results,
-// plus the bias, go through shared memory (the ring, free once every warpgroup's last wgmma is done), so that
-// a warp stores a pixel's run of 32 consecutive filters; from the accumulators (write_results) it stores 8
-// pixels x 16 bytes. The tile is pixel-major, its rows 8 elements longer, so that the
-// accumulators' writes fall in different banks. Measured on an H100 (float16, batch 32, forward, of cuDNN's
-// speed, both channels_last, two runs: docs/benchmarks/conv_goals/h100_epilogue_ab/): 56 x 56 0.85 -> 1.09,
-// 28 x 28 0.77 -> 0.82, 14 x 14 0.88-0.98 -> 0.96, 7 x 7 0.67 -> 0.69. For NCHW outputs the same staging was
-// slower (56 x 56 1.27 -> 1.16, 28 x 28 1.09-1.12 -> 1.01-1.02), so those are stored from the accumulators.
-template <typename scalar_t, int BM, int BN>
-__device__ __forceinline__ void write_results_through_shared(const TensorCoreGemm& gemm, const float (&acc)[1][BN / 8][4],
-                                                             int j0, int o0, const scalar_t* __restrict__ bias,
-                                                             scalar_t* __restrict__ out, unsigned char* ring) {
+// A block's BM x BN results (rows 64 a warpgroup, as the accumulators hold them) through shared memory (the
+// ring, free once every warpgroup's last wgmma is done): value(accumulator, column) is staged as a Staged, and
+// then store(row, column, staged) runs for the tile's first `rows` rows and `cols` columns, consecutive threads
+// on consecutive columns. The tile is row-major, its rows 8 elements longer, so that the accumulators' writes
+// fall in different banks.
+template <typename Staged, int BM, int BN, typename Value, typename Store>
+__device__ __forceinline__ void store_through_shared(const float (&acc)[1][BN / 8][4], unsigned char* ring,
+                                                     int rows, int cols, Value&& value, Store&& store) {
   constexpr int kPitch = BN + 8;
-  scalar_t* tile = reinterpret_cast<scalar_t*>(ring);  // tile[pixel][filter]
+  Staged* tile = reinterpret_cast<Staged*>(ring);
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   const int row0 = (warp / 4) * 64 + (warp % 4) * 16 + lane / 4, q2 = 2 * (lane % 4);
   consumer_barrier<BM>();  // every warpgroup's wgmma has finished reading the ring
@@ -806,20 +802,39 @@ __device__ __forceinline__ void write_results_through_shared(const TensorCoreGem
   for (int ni = 0; ni < BN / 8; ++ni) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int col = ni * 8 + q2 + e, o = o0 + col;
-      const float b = bias != nullptr && o < gemm.out_channels ? static_cast<float>(bias[o]) : 0.0f;
+      const int col = ni * 8 + q2 + e;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) tile[(row0 + 8 * h) * kPitch + col] = static_cast<scalar_t>(acc[0][ni][2 * h + e] + b);
+      for (int h = 0; h < 2; ++h) {
+        tile[(row0 + 8 * h) * kPitch + col] = static_cast<Staged>(value(acc[0][ni][2 * h + e], col));
+      }
     }
   }
   consumer_barrier<BM>();
   for (int i = t; i < BM * BN; i += wg_consumers(BM)) {
-    const int row = i / BN, col = i % BN;  // BN: a power of 2
-    const int j = j0 + row, o = o0 + col;
-    if (j < gemm.columns && o < gemm.out_channels) {
-      out[static_cast<int64_t>(j) * gemm.out_channels + o] = tile[row * kPitch + col];
-    }
+    const int row = i / BN, col = i % BN;
+    if (row < rows && col < cols) store(row, col, tile[row * kPitch + col]);
   }
+}
+
+// Rung 5's epilogue where its block writes a channels_last out (no split of k): the block's BM x BN results,
+// plus the bias, go through shared memory (store_through_shared, pixel-major), so that a warp stores a pixel's
+// run of 32 consecutive filters; from the accumulators (write_results) it stores 8 pixels x 16 bytes. Measured
+// on an H100 (float16, batch 32, forward, of cuDNN's speed, both channels_last, two runs:
+// docs/benchmarks/conv_goals/h100_epilogue_ab/): 56 x 56 0.85 -> 1.09, 28 x 28 0.77 -> 0.82, 14 x 14 0.88-0.98
+// -> 0.96, 7 x 7 0.67 -> 0.69. For NCHW outputs the same staging was slower (56 x 56 1.27 -> 1.16, 28 x 28
+// 1.09-1.12 -> 1.01-1.02), so those are stored from the accumulators.
+template <typename scalar_t, int BM, int BN>
+__device__ __forceinline__ void write_results_through_shared(const TensorCoreGemm& gemm, const float (&acc)[1][BN / 8][4],
+                                                             int j0, int o0, const scalar_t* __restrict__ bias,
+                                                             scalar_t* __restrict__ out, unsigned char* ring) {
+  const auto with_bias = [&](float value, int col) {
+    const int o = o0 + col;
+    return value + (bias != nullptr && o < gemm.out_channels ? static_cast<float>(bias[o]) : 0.0f);
+  };
+  store_through_shared<scalar_t, BM, BN>(acc, ring, gemm.columns - j0, gemm.out_channels - o0, with_bias,
+                                         [&](int row, int col, scalar_t value) {
+                                           out[static_cast<int64_t>(j0 + row) * gemm.out_channels + o0 + col] = value;
+                                         });
 }
 
 // The tensor maps of rung 5's TMA loads (Note [TMA tiles], tma.cuh): x as im2col boxes of BM pixels x 128
@@ -1136,14 +1151,23 @@ __device__ __forceinline__ float sum_in_split_order(const float* __restrict__ sr
 // columns, no copies of a channels_last x or g (an NCHW one is transposed once, as the forward's x is), and k
 // is the pixels themselves, so small images waste nothing (the weight gradient as a convolution packs k by 128
 // bytes of the batch: float16 at batch 32 fills half a row). A unit is (BM filters, BN columns, split of k);
-// float16 and bfloat16 only (the instruction transposes no TF32). Each unit writes its float32 sums to
-// partial[split][q][o] (runs of filters), and add_tap_splits_kernel adds the splits in order (deterministic)
-// into grad_w, whose runs are (c, kh, kw): a tile's column q is strided there.
+// float16 and bfloat16 only (the instruction transposes no TF32). A channels_last grad_w (memory (O, kH, kW, C),
+// as F.conv2d gives for a channels_last x) has the GEMM's columns in order, so with k whole a unit writes it
+// itself, through shared memory (store_through_shared: a warp stores a run of 32 columns). Else each unit
+// writes its float32 sums to partial[split][q][o] (runs of filters) and add_tap_splits_kernel adds the splits
+// in order (deterministic) into grad_w. Measured on an H100 (float16, batch 32, 7 x 7, one split): 23.4 us
+// for the kernel writing grad_w against 19.3 + 14.0 with the finisher; stored from the accumulators instead
+// (8 filters x 16 bytes a store), 28.9. (Into a contiguous grad_w, whose runs are (c, kh, kw), a tile's rows
+// were a scatter of 2-byte stores, tap by tap: 49.7. A tile's last unit, counted by an atomic ticket, adding
+// the splits itself was tried too: reading a tile a split with enough loads in flight took more registers than
+// the kernel has, and ptxas spilled, so it was not timed.)
 struct TapWeightGradient {
   TensorCoreGemm conv;  // the forward's problem: where a pixel's taps read x (origin_of, reach_of), q's (tap, c)
   int taps, steps;      // steps of 64 pixels over the batch's output pixels
   int splits = 1, steps_per_split = 0;
-  float* partial = nullptr;  // [split][tap][c][o]
+  float* partial = nullptr;  // [split][tap][c][o]; null: the units write grad_w (channels_last, k whole)
+  void* grad_w = nullptr;    // (O, C, kH, kW) of the kernel's scalar_t, = beta * grad_w + scale * the sum
+  float scale = 1.0f, beta = 0.0f;
 };
 
 template <typename scalar_t, int BM, int BN>
@@ -1194,21 +1218,33 @@ struct TapWeightGradientTiles {
   __device__ void multiply(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
     multiply_stage<scalar_t, BM, BN, true>(d, stage, warpgroup);
   }
-  __device__ void write(const Unit& u, const float (&acc)[1][BN / 8][4], unsigned char*) const {
+  __device__ void write(const Unit& u, const float (&acc)[1][BN / 8][4], unsigned char* ring) const {
     const int warp = threadIdx.x / 32, o_first = u.o0 + (warp / 4) * 64 + (warp % 4) * 16;
-    const int O = wg.conv.out_channels, Q = columns();
-    float* sums = wg.partial + static_cast<int64_t>(u.split) * Q * O;
-    for_each_accumulator(acc, [&](int row) { return o_first + row < O; },
-                         [&](int row, int col, float value, int, int) {
-                           if (u.q0 + col < Q) sums[static_cast<int64_t>(u.q0 + col) * O + o_first + row] = value;
-                         });
+    const int O = wg.conv.out_channels, Q = columns();  // O * Q < 2^31 (the host checks)
+    if (wg.partial != nullptr) {
+      float* sums = wg.partial + static_cast<int64_t>(u.split) * Q * O;
+      const auto row_inside = [&](int row) { return o_first + row < O; };
+      for_each_accumulator(acc, row_inside, [&](int row, int col, float value, int, int) {
+        if (u.q0 + col < Q) sums[(u.q0 + col) * O + o_first + row] = value;
+      });
+      return;
+    }
+    scalar_t* grad_w = static_cast<scalar_t*>(wg.grad_w);  // (O, Q): filter o's columns q in order
+    store_through_shared<float, BM, BN>(acc, ring, O - u.o0, Q - u.q0, [](float sum, int) { return sum; },
+                                        [&](int row, int col, float sum) {
+                                          scalar_t* dst = grad_w + (u.o0 + row) * Q + u.q0 + col;
+                                          const float old = wg.beta == 0.0f ? 0.0f : wg.beta * static_cast<float>(*dst);
+                                          *dst = static_cast<scalar_t>(old + wg.scale * sum);
+                                        });
   }
-  __device__ bool results_in_ring() const { return false; }
+  __device__ bool results_in_ring() const { return wg.partial == nullptr; }
 };
 
 template <typename scalar_t, int BM, int BN, int kPerSM>
 __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
     wgmma_tma_weight_gradient_kernel(const TapWeightGradient wg, const __grid_constant__ TmaMaps maps) {
+  static_assert(BM * (BN + 8) * sizeof(float) <= wg_stages<BM, BN, kPerSM>() * (BM + BN) * kWgRowBytes,
+                "the ring holds a tile of float32 results (store_through_shared)");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   run_tma_pipeline<BM, BN, kPerSM>(TapWeightGradientTiles<scalar_t, BM, BN>{wg, maps});
 #endif
@@ -1228,47 +1264,57 @@ struct TapTile {
 };
 constexpr TapTile kTapTiles[] = {{128, 128, 1, 1.0}, {128, 192, 1, 1.0}, {64, 128, 2, 0.8}};
 
-// The weight gradient by taps, finished: grad_w (O, C, kH, kW) = beta * grad_w + scale * the sum of
-// partial[split][tap][c][o] over the splits, in split order. A block takes 32 filters x 4 channels and every
-// tap, and goes through shared memory both ways: it reads runs of 32 filters of partial (a warp's 128 bytes)
-// and writes runs of 4 * taps values of grad_w (a filter's (c, kh, kw) for its 4 channels); straight from one
-// to the other, one of the two would be a scatter. A warp sums kTapSplitsPairs (tap, channel) pairs at once,
-// 4 splits at a time (sums_in_split_order), so that it waits for memory once per 32 terms, not once per 8.
-// That did not make it faster (H100, float16, batch 32: 7 x 7, one split, 14.2 us in session 26, 14.0 after;
-// 56 x 56, 51 splits in 32 blocks, 13.7 us); docs/benchmarks/profiles-2026-11-27/README.md says what bounds it.
+// The weight gradient by taps, finished: grad_w (O, C, kH, kW), contiguous or channels_last, = beta * grad_w +
+// scale * the sum of partial[split][tap][c][o] over the splits, in split order. A block takes 32 filters x 4
+// channels and every tap, and goes through shared memory both ways: it reads runs of 32 filters of partial (a
+// warp's 128 bytes) and writes runs of grad_w (contiguous: a filter's (c, kh, kw) for its 4 channels, 4 * taps
+// values; channels_last: 4 channels a tap); straight from one to the other, one of the two would be a scatter.
+// A warp sums kTapSplitsPairs (tap, channel) pairs at once, 4 splits at a time (sums_in_split_order), so that
+// it waits for memory once per 32 terms, not once per 8. That did not make it faster (H100, float16, batch 32:
+// 7 x 7, one split, 14.2 us in session 26, 14.0 after; 56 x 56, 51 splits in 32 blocks, 13.7 us);
+// docs/benchmarks/profiles-2026-11-27/README.md says what bounds it.
 // (Blocks of 8 channels were too few to keep the reads in flight: 16 of them for the 64-channel layers.)
 constexpr int kTapSplitsFilters = 32, kTapSplitsChannels = 4, kTapSplitsPairs = 8;
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     add_tap_splits_kernel(const float* __restrict__ partial, int splits, int taps, int channels, int filters,
-                          float scale, float beta, scalar_t* __restrict__ grad_w) {
-  extern __shared__ float tile[];  // tile[o][c * taps + tap], rows `pitch` apart (odd: lanes' rows in all banks)
+                          float scale, float beta, bool channels_last, scalar_t* __restrict__ grad_w) {
+  extern __shared__ float tile[];  // tile[o][r]: the block's run of grad_w's row o, rows `pitch` apart (odd)
   constexpr int kWarps = kThreadsPerBlock / 32;
   const int o0 = blockIdx.x * kTapSplitsFilters, c0 = blockIdx.y * kTapSplitsChannels;
   const int run = kTapSplitsChannels * taps, pitch = run | 1, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t split_stride = static_cast<int64_t>(taps) * channels * filters;
-  for (int first = warp; first < run; first += kWarps * kTapSplitsPairs) {  // pairs (tap, c), a warp's in turn
+  const int run0 = blockIdx.y * run, columns = taps * channels;  // the run: grad_w's columns [run0, run0 + run)
+  const int valid = channels_last ? min(run, columns - run0) : min(kTapSplitsChannels, channels - c0) * taps;
+  // Pair p of the run: the column q = (tap, c) of partial it sums, and its place r in the run. Contiguous, the
+  // run is channels c0 .. c0 + 3, each one's taps; channels_last, it is the columns themselves.
+  const auto place = [&](int p) {
+    return channels_last ? p : (p % kTapSplitsChannels) * taps + p / kTapSplitsChannels;
+  };
+  const auto column_of = [&](int p) {
+    return channels_last ? run0 + p : (p / kTapSplitsChannels) * channels + c0 + p % kTapSplitsChannels;
+  };
+  const int64_t split_stride = static_cast<int64_t>(columns) * filters;
+  for (int first = warp; first < run; first += kWarps * kTapSplitsPairs) {  // pairs, a warp's in turn
     int64_t offset[kTapSplitsPairs];
     float sum[kTapSplitsPairs];
 #pragma unroll
     for (int i = 0; i < kTapSplitsPairs; ++i) {
-      const int pair = first + i * kWarps, tap = pair / kTapSplitsChannels, c = c0 + pair % kTapSplitsChannels;
-      const bool inside = pair < run && c < channels && o0 + lane < filters;
-      offset[i] = inside ? (static_cast<int64_t>(tap) * channels + c) * filters + o0 + lane : -1;
+      const int pair = first + i * kWarps;
+      const bool inside = pair < run && place(pair) < valid && o0 + lane < filters;
+      offset[i] = inside ? static_cast<int64_t>(column_of(pair)) * filters + o0 + lane : -1;
     }
     sums_in_split_order<kTapSplitsPairs, 4>(partial, offset, splits, split_stride, sum);
 #pragma unroll
     for (int i = 0; i < kTapSplitsPairs; ++i) {
       const int pair = first + i * kWarps;
-      if (pair < run) tile[lane * pitch + (pair % kTapSplitsChannels) * taps + pair / kTapSplitsChannels] = sum[i];
+      if (pair < run) tile[lane * pitch + place(pair)] = sum[i];
     }
   }
   __syncthreads();
-  const int valid_c = min(kTapSplitsChannels, channels - c0);
   for (int i = threadIdx.x; i < kTapSplitsFilters * run; i += kThreadsPerBlock) {
-    const int o = o0 + i / run, r = i % run;  // r: (c, tap) of this block's run
-    if (o >= filters || r >= valid_c * taps) continue;
-    scalar_t* dst = grad_w + (static_cast<int64_t>(o) * channels + c0) * taps + r;
+    const int o = o0 + i / run, r = i % run;
+    if (o >= filters || r >= valid) continue;
+    scalar_t* dst = grad_w + static_cast<int64_t>(o) * columns + run0 + r;
     const float old = beta == 0.0f ? 0.0f : beta * static_cast<float>(*dst);
     *dst = static_cast<scalar_t>(old + scale * tile[(i / run) * pitch + r]);
   }
@@ -1945,10 +1991,10 @@ struct Conv2dMMLauncher {
 
   // The weight gradient by taps (Note [the weight gradient by taps]) where it applies: float16 or bfloat16 on
   // Hopper, C filling whole 128-byte rows (the im2col map), O a multiple of 8 (g's rows are a map's 16-byte
-  // strides). gw2 (O, C * kH * kW) = beta * gw2 + scale * the sum; bias_sum, when defined, gets g summed over
-  // (n, oh, ow). Returns whether it ran.
+  // strides). gw4 (O, C, kH, kW), contiguous or channels_last, = beta * gw4 + scale * the sum; bias_sum, when
+  // defined, gets g summed over (n, oh, ow). Returns whether it ran.
   static bool backward_weight_by_taps(const conv2d_mm::Im2colShape& s, const at::Tensor& g4, const at::Tensor& x4,
-                                      const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
+                                      const at::Tensor& gw4, double scale, double beta, const at::Tensor& bias_sum) {
     const at::ScalarType dtype = x4.scalar_type();
     const int64_t O = g4.size(1), C = s.channels, pixels = s.batch * s.blocks(), taps = s.kernel_area();
     constexpr int64_t k2To31 = int64_t(1) << 31;
@@ -1973,11 +2019,14 @@ struct Conv2dMMLauncher {
       at::mv_out(const_cast<at::Tensor&>(bias_sum), g2.t(), at::ones({pixels}, gc.options()));
     }
     // The tile (filters x columns, and how many blocks share a multiprocessor) and the split of k that finish
-    // first by a rough model: waves of units times a unit's steps, plus the float32 sums the units write and
-    // add_tap_splits_kernel reads (the constants are rough guesses for an H100, float16; efficiency: a
-    // multiprocessor's work a step against one 128 x 128 tile's).
-    constexpr double kStepMicros = 0.47;    // one 128 x 128 tile's step of 64 pixels on a multiprocessor
-    constexpr double kBytesPerMicro = 3e6;  // memory bandwidth
+    // first by a rough model: waves of units times a unit's steps, plus, unless the units write a channels_last
+    // grad_w themselves, the float32 sums they write and add_tap_splits_kernel reads, and its launch (the
+    // constants are rough guesses for an H100, float16; efficiency: a multiprocessor's work a step against one
+    // 128 x 128 tile's).
+    const bool channels_last_gw = !gw4.is_contiguous();  // the caller's: contiguous or channels_last
+    constexpr double kStepMicros = 0.47;     // one 128 x 128 tile's step of 64 pixels on a multiprocessor
+    constexpr double kBytesPerMicro = 3e6;   // memory bandwidth
+    constexpr double kFinisherMicros = 2.0;  // add_tap_splits_kernel's launch and last wave
     const int64_t steps = ceil_div<int64_t>(pixels, 64), places = multiprocessor_count();
     const auto tiles_of = [&](const TapTile& tile) {
       return ceil_div<int64_t>(O, tile.bm) * ceil_div<int64_t>(taps * C, tile.bn);
@@ -1991,7 +2040,9 @@ struct Conv2dMMLauncher {
       const double wave_step = kStepMicros * tile.per_sm * tile.bm * tile.bn / (128.0 * 128.0) / tile.efficiency;
       for (int64_t split = 1; split <= 64 && (split == 1 || steps / split >= 4); ++split) {
         const int64_t waves = ceil_div<int64_t>(tiles * split, tile.per_sm * places);
-        const double sums = 2.0 * split * taps * O * C * sizeof(float) / kBytesPerMicro;
+        const bool units_write = split == 1 && channels_last_gw;
+        const double sums =
+            units_write ? 0.0 : 2.0 * split * taps * O * C * sizeof(float) / kBytesPerMicro + kFinisherMicros;
         const double cost = double(waves) * ceil_div<int64_t>(steps, split) * wave_step + sums;
         if (best == 0 || cost < best) best_tile = index, best_splits = split, best = cost;
       }
@@ -1999,8 +2050,15 @@ struct Conv2dMMLauncher {
     TapWeightGradient wg{TensorCoreGemm(s, O), static_cast<int>(taps), static_cast<int>(steps)};
     wg.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, best_splits));
     wg.splits = static_cast<int>(ceil_div<int64_t>(steps, wg.steps_per_split));
-    const at::Tensor partial = at::empty({wg.splits, taps, C, O}, x4.options().dtype(at::kFloat));
-    wg.partial = partial.mutable_data_ptr<float>();
+    wg.grad_w = gw4.data_ptr();
+    wg.scale = static_cast<float>(scale);
+    wg.beta = static_cast<float>(beta);
+    at::Tensor partial;  // kept until the kernels have run (the caching allocator follows the stream)
+    const bool units_write = wg.splits == 1 && channels_last_gw;
+    if (!units_write) {
+      partial = at::empty({wg.splits, taps, C, O}, x4.options().dtype(at::kFloat));
+      wg.partial = partial.mutable_data_ptr<float>();
+    }
     TmaMaps maps;
     maps.x = x_im2col_map(s, xc, 64);
     const cuuint64_t row = O * gc.element_size();  // g as a (pixels, O) matrix, boxes of 64 pixels x 64 filters
@@ -2014,7 +2072,7 @@ struct Conv2dMMLauncher {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_REDUCED_FLOATING_TYPES(dtype, "labops_conv2d_mm_weight_gradient_by_taps", [&] {
       launch_by_taps<scalar_t>(best_tile, blocks, wg, maps, stream, std::make_index_sequence<std::size(kTapTiles)>());
-      add_tap_splits<scalar_t>(wg, C, O, scale, beta, gw2, stream);
+      if (!units_write) add_tap_splits<scalar_t>(wg, C, O, channels_last_gw, stream);
     });
     return true;
   }
@@ -2038,8 +2096,8 @@ struct Conv2dMMLauncher {
   }
 
   template <typename scalar_t>
-  static void add_tap_splits(const TapWeightGradient& wg, int64_t C, int64_t O, double scale, double beta,
-                             const at::Tensor& gw2, cudaStream_t stream) {
+  static void add_tap_splits(const TapWeightGradient& wg, int64_t C, int64_t O, bool channels_last,
+                             cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(O, kTapSplitsFilters)),
                     static_cast<unsigned>(ceil_div<int64_t>(C, kTapSplitsChannels)));
     const int bytes = static_cast<int>(kTapSplitsFilters * ((kTapSplitsChannels * wg.taps) | 1) * sizeof(float));
@@ -2048,8 +2106,8 @@ struct Conv2dMMLauncher {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     }
     kernel<<<grid, kThreadsPerBlock, bytes, stream>>>(wg.partial, wg.splits, wg.taps, static_cast<int>(C),
-                                                      static_cast<int>(O), static_cast<float>(scale),
-                                                      static_cast<float>(beta), gw2.mutable_data_ptr<scalar_t>());
+                                                      static_cast<int>(O), wg.scale, wg.beta, channels_last,
+                                                      static_cast<scalar_t*>(wg.grad_w));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 

@@ -26,6 +26,8 @@
 //   static bool backward_input_as_convolution(const Im2colShape&, g4, weight, grad_input);  // false: not taken
 //   static bool backward_weight_as_convolution(const Im2colShape&, g4, x4, gw2, scale, beta, bias_sum);  // false:
 //       not taken; g4 and x4 NCHW or channels_last, bias_sum (when defined) gets the bias gradient at scale 1
+//   static bool backward_weight_by_taps(const Im2colShape&, g4, x4, gw4, scale, beta, bias_sum);  // the same,
+//       into gw4 (O, C, kH, kW) contiguous or channels_last
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (tools/host_time.py).
@@ -282,9 +284,9 @@ inline void check_conv2d_mm_backward_weight(const at::Tensor& grad_output, const
   check_grad_output(grad_output, conv_output_shape(x.sym_sizes(), weight_size[0], out_hw), op);
 }
 
-// The memory format of conv2d_mm's output, and of the input gradient: F.conv2d's, channels_last where the
-// tensor it follows (x; grad_output) is a channels_last batch of images, else contiguous. The Meta kernels
-// ask it too, so a fake tensor has the strides of the real one.
+// The memory format of conv2d_mm's output, of the input gradient and of the weight gradient: F.conv2d's,
+// channels_last where the tensor it follows (x; grad_output; x) is a channels_last batch of images, else
+// contiguous. The Meta kernels ask it too, so a fake tensor has the strides of the real one.
 inline at::MemoryFormat output_format(const at::Tensor& follows) {
   return follows.dim() == 4 ? follows.suggest_memory_format() : at::MemoryFormat::Contiguous;
 }
@@ -328,7 +330,7 @@ struct Meta {
                                                                       at::IntArrayRef stride, at::IntArrayRef padding,
                                                                       at::IntArrayRef dilation) {
     check_conv2d_mm_backward_weight(grad_output, x, weight_size, stride, padding, dilation);
-    return {at::empty_symint(weight_size, grad_output.options()),
+    return {at::empty_symint(weight_size, grad_output.options(), output_format(x)),
             at::empty_symint(c10::SymIntArrayRef(weight_size[0]), grad_output.options())};
   }
 };
@@ -630,13 +632,13 @@ struct Entry {
       }
       return;
     }
-    // Accumulate in place when grad_weight is one dense (O, rows) matrix, else through a temporary.
-    const bool in_place = grad_weight.is_contiguous();
-    at::Tensor gw2 = in_place ? grad_weight.view({O, rows}) : at::empty({O, rows}, grad_weight.options());
+    // Accumulate in place when grad_weight is dense, contiguous or channels_last, else through a temporary.
+    const bool in_place = grad_weight.is_contiguous() || grad_weight.is_contiguous(at::MemoryFormat::ChannelsLast);
+    at::Tensor gw4 = in_place ? grad_weight : at::empty(grad_weight.sizes(), grad_weight.options());
     // The bias gradient is summed as backward_weight sums it, so both give the same bits.
     at::Tensor bias_sum = grad_bias.has_value() ? at::empty({O}, grad_bias->options()) : at::Tensor();
-    weight_gradient(s, grad_output, x, gw2, scale, in_place ? 1.0 : 0.0, bias_sum);
-    if (!in_place) grad_weight.add_(gw2.view(grad_weight.sizes()));
+    weight_gradient(s, grad_output, x, gw4, scale, in_place ? 1.0 : 0.0, bias_sum);
+    if (!in_place) grad_weight.add_(gw4);
     if (grad_bias.has_value()) grad_bias->add_(bias_sum, scale);
   }
 
@@ -655,19 +657,37 @@ struct Entry {
     const int64_t O = weight_size[0];
     c10::OptionalDeviceGuard guard(x.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
-    at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
+    at::Tensor grad_weight = at::empty(weight_size, grad_output.options(), output_format(x));
     at::Tensor grad_bias = at::empty({O}, grad_output.options());
     if (s.batch * L == 0) return {grad_weight.zero_(), grad_bias.zero_()};  // sums over nothing
     if (grad_weight.numel() == 0) {
       sum_into(grad_bias, grad_output.contiguous().view({s.batch, O, L}), {0, 2});
       return {grad_weight, grad_bias};
     }
-    weight_gradient(s, grad_output, x, grad_weight.view({O, rows}), 1.0, 0.0, grad_bias);
+    weight_gradient(s, grad_output, x, grad_weight, 1.0, 0.0, grad_bias);
     return {grad_weight, grad_bias};
   }
 
  private:
-  // The weight gradient both accGradParameters and backward_weight compute:
+  // The weight gradient both accGradParameters and backward_weight compute: gw4 (O, C, kH, kW), contiguous or
+  // channels_last, = beta * gw4 + scale * the gradient, with beta 1 (accumulate) or 0 (gw4 is new: nothing
+  // reads it). The weight gradient by taps writes either layout; the other paths write an (O, rows) matrix,
+  // so a channels_last gw4 gets theirs through a contiguous temporary.
+  static void weight_gradient(const Im2colShape& s, const at::Tensor& grad_output, const at::Tensor& x,
+                              const at::Tensor& gw4, double scale, double beta, const at::Tensor& bias_sum) {
+    if constexpr (Launcher::kImplicitGemm) {  // on CUDA, by the tensor cores: no columns, from either layout
+      const at::Tensor g4 = grad_output.reshape({s.batch, gw4.size(0), s.out_h, s.out_w});
+      const at::Tensor x4 = x.dim() == 4 ? x : x.unsqueeze(0);
+      if (Launcher::backward_weight_by_taps(s, g4, x4, gw4, scale, beta, bias_sum)) return;
+    }
+    const int64_t O = gw4.size(0), rows = gw4.numel() / O;
+    if (gw4.is_contiguous()) return weight_gradient_rows(s, grad_output, x, gw4.view({O, rows}), scale, beta, bias_sum);
+    const at::Tensor gw2 = at::empty({O, rows}, gw4.options());
+    weight_gradient_rows(s, grad_output, x, gw2, scale, 0.0, bias_sum);
+    if (beta == 0.0) gw4.copy_(gw2.view(gw4.sizes()));
+    else gw4.add_(gw2.view(gw4.sizes()));
+  }
+
   // gw2 (O, rows) = beta * gw2 + scale * sum_n grad_output[n] . columns[n]^T, with beta 1 (accumulate) or 0
   // (gw2 is new: the first GEMM writes it, nothing reads it). The columns of a chunk are written as one
   // (C*kH*kW) x (nb*Lc) matrix, so the sum over images is the inner dimension of a single GEMM; grad_output's
@@ -676,13 +696,12 @@ struct Entry {
   // When bias_sum is defined it gets the bias gradient at scale 1 (grad_output summed over n, oh, ow):
   // from gather_rows as it lays grad_output out, where the launcher does that (the GPU, whose chunks run
   // in order), else from one ATen sum.
-  static void weight_gradient(const Im2colShape& s, const at::Tensor& grad_output, const at::Tensor& x,
-                              const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
+  static void weight_gradient_rows(const Im2colShape& s, const at::Tensor& grad_output, const at::Tensor& x,
+                                   const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
     const int64_t O = gw2.size(0), rows = gw2.size(1), L = s.blocks();
     const at::Tensor x_batch = x.dim() == 4 ? x : x.unsqueeze(0);
-    if constexpr (Launcher::kImplicitGemm) {  // on CUDA, by the tensor cores: no columns, from either layout
+    if constexpr (Launcher::kImplicitGemm) {
       const at::Tensor g4 = grad_output.reshape({s.batch, O, s.out_h, s.out_w});
-      if (Launcher::backward_weight_by_taps(s, g4, x_batch, gw2, scale, beta, bias_sum)) return;
       if (Launcher::backward_weight_as_convolution(s, g4, x_batch, gw2, scale, beta, bias_sum)) return;
     }
     // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).

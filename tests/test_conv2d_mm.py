@@ -484,6 +484,7 @@ WEIGHT_GRADIENT_BY_TAPS = [
     (16, 64, 28, 28, 32, (3, 3), (1, 1), (1, 1), (1, 1)),   # tiles of 64 filters x 128 columns: two taps a tile
     (2, 512, 6, 6, 512, (3, 3), (1, 1), (1, 1), (1, 1)),    # tiles of 192 columns, some across two taps
     (2, 2048, 4, 4, 40, (3, 3), (1, 1), (1, 1), (1, 1)),    # 144 tiles of 64 filters, 40 of them, k whole
+    (64, 512, 7, 7, 512, (3, 3), (1, 1), (1, 1), (1, 1)),   # units of 49 steps: the bias by cuBLAS's gemv
 ]
 # Below 8 steps of 64 output pixels the sum over them is never split (Note [the weight gradient by taps]): the
 # kernel writes grad_w itself, and add_tap_splits_kernel must not run.

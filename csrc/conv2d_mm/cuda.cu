@@ -915,7 +915,7 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
 
   // What this thread loads, every step: chunk `chunk` of rows row0 + i * kRowsPerPass of both tiles, all of
   // whose rows are row0 modulo 8, so one swizzled offset serves them all.
-  const int chunk = t % 8, row0 = t / 8, swizzled = row0 * kWgRowBytes + ((chunk ^ (row0 % 8)) * 16);
+  const int chunk = t % 8, row0 = t / 8, swizzled = swizzled_offset(row0, chunk * 16);
   const PixelRows<scalar_t, kRowsA> rows(gemm, x, j0 + row0, kRowsPerPass);
   const auto load_step = [&](int stage, int k0) {
     const int k = k0 + chunk * kChunk;
@@ -981,8 +981,10 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
 //   units()                                   its work units, all blocks together;
 //   unit(u) -> Unit                           where unit u is, and its `steps`;
 //   load(unit, i, stage, full)                the producer: step i's tiles into the stage, on mbarrier `full`;
-//   multiply(d, stage, warpgroup)             a consumer warpgroup: one stage into its accumulators;
-//   write(unit, acc, ring)                    the consumers: a unit's results;
+//   Carry                                     what a consumer thread carries from step to step of a unit
+//                                             besides its accumulators (value-initialized each unit);
+//   multiply(unit, carry, d, stage, warpgroup)  a consumer warpgroup: one stage into its accumulators;
+//   write(unit, carry, acc, ring)             the consumers: a unit's results;
 //   results_in_ring()                         whether write uses the ring (the producer then waits for it).
 template <int BM, int BN, int kPerSM, typename Work>
 __device__ __forceinline__ void run_tma_pipeline(const Work& work) {
@@ -1024,6 +1026,7 @@ __device__ __forceinline__ void run_tma_pipeline(const Work& work) {
   int step = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const typename Work::Unit u = work.unit(unit);
+    typename Work::Carry carry{};
     float acc[1][BN / 8][4];
     float(&d)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(acc);
 #pragma unroll
@@ -1031,14 +1034,14 @@ __device__ __forceinline__ void run_tma_pipeline(const Work& work) {
     for (int i = 0; i < u.steps; ++i, ++step) {
       const int stage = step % kStages;
       mbarrier_wait(&full[stage], (step / kStages) % 2);
-      work.multiply(d, ring + stage * kStageBytes, t / 128);
+      work.multiply(u, carry, d, ring + stage * kStageBytes, t / 128);
       if (i > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // step - 1's batch is done
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
     if (u.steps > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // the unit's last step
-    work.write(u, acc, ring);
+    work.write(u, carry, acc, ring);
     if (work.results_in_ring()) {
       consumer_barrier<BM>();  // every consumer is done reading the staged tile ...
       if (t % 32 == 0) mbarrier_arrive(&drained);  // ... so the producer may fill the ring again
@@ -1081,10 +1084,11 @@ struct ImplicitGemmTiles {
                     static_cast<uint16_t>(reach.dh), full);
     tma_load_tile(stage + BM * kWgRowBytes, &maps.w, c0, tap, u.o0, full);
   }
-  __device__ void multiply(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
+  struct Carry {};
+  __device__ void multiply(const Unit&, Carry&, float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
     multiply_stage<scalar_t, BM, BN>(d, stage, warpgroup);
   }
-  __device__ void write(const Unit& u, const float (&acc)[1][BN / 8][4], unsigned char* ring) const {
+  __device__ void write(const Unit& u, const Carry&, const float (&acc)[1][BN / 8][4], unsigned char* ring) const {
     write_block_results<scalar_t, BM, BN>(gemm, acc, u.j0, u.o0, bias, out, ring, u.split);
   }
   __device__ bool results_in_ring() const { return stages_results_in_ring(gemm); }
@@ -1161,12 +1165,22 @@ __device__ __forceinline__ float sum_in_split_order(const float* __restrict__ sr
 // were a scatter of 2-byte stores, tap by tap: 49.7. A tile's last unit, counted by an atomic ticket, adding
 // the splits itself was tried too: reading a tile a split with enough loads in flight took more registers than
 // the kernel has, and ptxas spilled, so it was not timed.)
+// The bias gradient (g summed over the pixels) comes with it where that is faster (kernel_sums_bias): the units
+// of the first column tile also add up their g boxes in shared memory, each consumer thread 8 filters over 4 of
+// a step's 64 pixels, while the step's wgmma batch runs, and write the sums as grad_w's: straight, or as row Q
+// of partial[split]. Those units then run longer than the others, and the kernel waits for them: on an
+// H100 (float16, both channels_last, us, kernel time with / without, and cuBLAS's gemv that it saves), batch 32
+// 56 x 56 (31 steps a unit) 23.7 / 19.7 against 8.7, 28 x 28 (28) 19.5 / 17.1 against 6.9, 14 x 14 (33) 21.6 /
+// 18.6 against 6.0, 7 x 7 (25) 27.0 / 23.4 against 4.3; batch 128 56 x 56 (121) 82.7 / 71.3 against 29.2, 28 x
+// 28 (112) 64.9 / 54.1 against 13.7, but 14 x 14 (79) 60.1 / 46.9 against 7.4 and 7 x 7 (98) 79.5 / 59.9 against
+// 6.5. kernel_sums_bias weighs the two, by constants fitted to these eight measurements.
 struct TapWeightGradient {
   TensorCoreGemm conv;  // the forward's problem: where a pixel's taps read x (origin_of, reach_of), q's (tap, c)
   int taps, steps;      // steps of 64 pixels over the batch's output pixels
   int splits = 1, steps_per_split = 0;
-  float* partial = nullptr;  // [split][tap][c][o]; null: the units write grad_w (channels_last, k whole)
+  float* partial = nullptr;  // [split][Q + 1][O]: row q = (tap, c), row Q the bias; null: the units write
   void* grad_w = nullptr;    // (O, C, kH, kW) of the kernel's scalar_t, = beta * grad_w + scale * the sum
+  void* bias_sum = nullptr;  // (O) of scalar_t, g summed over the pixels (scale 1), where asked
   float scale = 1.0f, beta = 0.0f;
 };
 
@@ -1215,14 +1229,35 @@ struct TapWeightGradientTiles {
                       static_cast<uint16_t>(u.reach[b].dw), static_cast<uint16_t>(u.reach[b].dh), full);
     }
   }
-  __device__ void multiply(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
+  // A consumer thread's part of the bias: filters 8c .. 8c + 7 of the tile (c = t % kBiasChunks), summed over
+  // rows (pixels) r, r + 16, r + 32 and r + 48 of each step (r = t / kBiasChunks): one 16-byte load a row.
+  static constexpr int kBiasChunks = BM / 8, kBiasRowGroups = wg_consumers(BM) / kBiasChunks;  // 16 either way
+  struct Carry {
+    float bias[8] = {};
+  };
+  __device__ bool sums_bias(const Unit& u) const { return wg.bias_sum != nullptr && u.q0 == 0; }
+  __device__ void multiply(const Unit& u, Carry& carry, float (&d)[BN / 2], const unsigned char* stage,
+                           int warpgroup) const {
     multiply_stage<scalar_t, BM, BN, true>(d, stage, warpgroup);
+    if (!sums_bias(u)) return;
+    // The stage's g boxes (64 pixels x 64 filters, a pixel's filters one swizzled row), read while the wgmma
+    // batch runs: the stage stays until this warp hands it back, a step later.
+    const int c = threadIdx.x % kBiasChunks, first = threadIdx.x / kBiasChunks;
+    const unsigned char* box = stage + (c / 8) * kBoxBytes;
+#pragma unroll
+    for (int row = first; row < 64; row += kBiasRowGroups) {
+      const Pack<scalar_t, 8> g = *reinterpret_cast<const Pack<scalar_t, 8>*>(box + swizzled_offset(row, (c % 8) * 16));
+#pragma unroll
+      for (int i = 0; i < 8; ++i) carry.bias[i] += static_cast<float>(g.val[i]);
+    }
   }
-  __device__ void write(const Unit& u, const float (&acc)[1][BN / 8][4], unsigned char* ring) const {
+  __device__ void write(const Unit& u, const Carry& carry, const float (&acc)[1][BN / 8][4],
+                        unsigned char* ring) const {
     const int warp = threadIdx.x / 32, o_first = u.o0 + (warp / 4) * 64 + (warp % 4) * 16;
-    const int O = wg.conv.out_channels, Q = columns();  // O * Q < 2^31 (the host checks)
+    const int O = wg.conv.out_channels, Q = columns();  // O * (Q + 1) < 2^31 (the host checks)
+    if (sums_bias(u)) write_bias(u, carry, O, Q);
     if (wg.partial != nullptr) {
-      float* sums = wg.partial + static_cast<int64_t>(u.split) * Q * O;
+      float* sums = wg.partial + static_cast<int64_t>(u.split) * (Q + 1) * O;
       const auto row_inside = [&](int row) { return o_first + row < O; };
       for_each_accumulator(acc, row_inside, [&](int row, int col, float value, int, int) {
         if (u.q0 + col < Q) sums[(u.q0 + col) * O + o_first + row] = value;
@@ -1236,6 +1271,26 @@ struct TapWeightGradientTiles {
                                           const float old = wg.beta == 0.0f ? 0.0f : wg.beta * static_cast<float>(*dst);
                                           *dst = static_cast<scalar_t>(old + wg.scale * sum);
                                         });
+  }
+  // The row groups' sums of each filter added in order (the same bits every run), into bias_sum or row Q of
+  // partial[split].
+  __device__ void write_bias(const Unit& u, const Carry& carry, int O, int Q) const {
+    __shared__ float parts[kBiasRowGroups][BM];
+    const int t = threadIdx.x, c = t % kBiasChunks;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) parts[t / kBiasChunks][8 * c + i] = carry.bias[i];
+    consumer_barrier<BM>();
+    if (t < BM && u.o0 + t < O) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int group = 0; group < kBiasRowGroups; ++group) sum += parts[group][t];
+      if (wg.partial == nullptr) {
+        static_cast<scalar_t*>(wg.bias_sum)[u.o0 + t] = static_cast<scalar_t>(sum);
+      } else {
+        wg.partial[(static_cast<int64_t>(u.split) * (Q + 1) + Q) * O + u.o0 + t] = sum;
+      }
+    }
+    consumer_barrier<BM>();  // parts are read before the next unit's write_bias fills them
   }
   __device__ bool results_in_ring() const { return wg.partial == nullptr; }
 };
@@ -1265,7 +1320,8 @@ struct TapTile {
 constexpr TapTile kTapTiles[] = {{128, 128, 1, 1.0}, {128, 192, 1, 1.0}, {64, 128, 2, 0.8}};
 
 // The weight gradient by taps, finished: grad_w (O, C, kH, kW), contiguous or channels_last, = beta * grad_w +
-// scale * the sum of partial[split][tap][c][o] over the splits, in split order. A block takes 32 filters x 4
+// scale * the sum of partial[split][q][o] over the splits, in split order, and bias_sum (when not null) the sum
+// of row Q's. A block takes 32 filters x 4
 // channels and every tap, and goes through shared memory both ways: it reads runs of 32 filters of partial (a
 // warp's 128 bytes) and writes runs of grad_w (contiguous: a filter's (c, kh, kw) for its 4 channels, 4 * taps
 // values; channels_last: 4 channels a tap); straight from one to the other, one of the two would be a scatter.
@@ -1278,7 +1334,8 @@ constexpr int kTapSplitsFilters = 32, kTapSplitsChannels = 4, kTapSplitsPairs = 
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     add_tap_splits_kernel(const float* __restrict__ partial, int splits, int taps, int channels, int filters,
-                          float scale, float beta, bool channels_last, scalar_t* __restrict__ grad_w) {
+                          float scale, float beta, bool channels_last, scalar_t* __restrict__ grad_w,
+                          scalar_t* __restrict__ bias_sum) {
   extern __shared__ float tile[];  // tile[o][r]: the block's run of grad_w's row o, rows `pitch` apart (odd)
   constexpr int kWarps = kThreadsPerBlock / 32;
   const int o0 = blockIdx.x * kTapSplitsFilters, c0 = blockIdx.y * kTapSplitsChannels;
@@ -1293,7 +1350,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const auto column_of = [&](int p) {
     return channels_last ? run0 + p : (p / kTapSplitsChannels) * channels + c0 + p % kTapSplitsChannels;
   };
-  const int64_t split_stride = static_cast<int64_t>(columns) * filters;
+  const int64_t split_stride = static_cast<int64_t>(columns + 1) * filters;  // row `columns`: the bias
+  if (bias_sum != nullptr && blockIdx.y == 0 && warp == 0 && o0 + lane < filters) {
+    bias_sum[o0 + lane] = static_cast<scalar_t>(
+        sum_in_split_order(partial + static_cast<int64_t>(columns) * filters + o0 + lane, splits, split_stride));
+  }
   for (int first = warp; first < run; first += kWarps * kTapSplitsPairs) {  // pairs, a warp's in turn
     int64_t offset[kTapSplitsPairs];
     float sum[kTapSplitsPairs];
@@ -1999,7 +2060,7 @@ struct Conv2dMMLauncher {
     const int64_t O = g4.size(1), C = s.channels, pixels = s.batch * s.blocks(), taps = s.kernel_area();
     constexpr int64_t k2To31 = int64_t(1) << 31;
     if ((dtype != at::kHalf && dtype != at::kBFloat16) || !wgmma_available() ||
-        !TensorCorePlan::tma_takes(s, dtype) || O % 8 != 0 || pixels >= k2To31 || taps * O * C >= k2To31) {
+        !TensorCorePlan::tma_takes(s, dtype) || O % 8 != 0 || pixels >= k2To31 || (taps * C + 1) * O >= k2To31) {
       return false;
     }
     // Where x and g are channels_last already, it reads them as they are, and it measured faster than the other
@@ -2014,10 +2075,6 @@ struct Conv2dMMLauncher {
                                     conv2d_mm::output_format(g4) == at::MemoryFormat::ChannelsLast;
     if (!both_channels_last && s.blocks() < kMinPixelsByTapsFromNchw) return false;
     const at::Tensor xc = channels_last(x4), gc = channels_last(g4);  // (N, H, W, C), (N, Hout, Wout, O) in memory
-    if (bias_sum.defined()) {  // g as a (pixels, O) matrix times ones: cuBLAS's gemv, the same bits every run
-      const at::Tensor g2 = gc.permute({0, 2, 3, 1}).reshape({pixels, O});
-      at::mv_out(const_cast<at::Tensor&>(bias_sum), g2.t(), at::ones({pixels}, gc.options()));
-    }
     // The tile (filters x columns, and how many blocks share a multiprocessor) and the split of k that finish
     // first by a rough model: waves of units times a unit's steps, plus, unless the units write a channels_last
     // grad_w themselves, the float32 sums they write and add_tap_splits_kernel reads, and its launch (the
@@ -2051,12 +2108,19 @@ struct Conv2dMMLauncher {
     wg.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, best_splits));
     wg.splits = static_cast<int>(ceil_div<int64_t>(steps, wg.steps_per_split));
     wg.grad_w = gw4.data_ptr();
+    if (bias_sum.defined() && kernel_sums_bias(wg.steps_per_split, pixels * O * gc.element_size())) {
+      TORCH_INTERNAL_ASSERT(bias_sum.scalar_type() == dtype && bias_sum.is_contiguous());
+      wg.bias_sum = bias_sum.data_ptr();
+    } else if (bias_sum.defined()) {  // g as a (pixels, O) matrix times ones: cuBLAS's gemv, the same bits every run
+      const at::Tensor g2 = gc.permute({0, 2, 3, 1}).reshape({pixels, O});
+      at::mv_out(const_cast<at::Tensor&>(bias_sum), g2.t(), at::ones({pixels}, gc.options()));
+    }
     wg.scale = static_cast<float>(scale);
     wg.beta = static_cast<float>(beta);
     at::Tensor partial;  // kept until the kernels have run (the caching allocator follows the stream)
     const bool units_write = wg.splits == 1 && channels_last_gw;
     if (!units_write) {
-      partial = at::empty({wg.splits, taps, C, O}, x4.options().dtype(at::kFloat));
+      partial = at::empty({wg.splits, taps * C + 1, O}, x4.options().dtype(at::kFloat));
       wg.partial = partial.mutable_data_ptr<float>();
     }
     TmaMaps maps;
@@ -2075,6 +2139,14 @@ struct Conv2dMMLauncher {
       if (!units_write) add_tap_splits<scalar_t>(wg, C, O, channels_last_gw, stream);
     });
     return true;
+  }
+
+  // Whether the weight gradient by taps sums the bias too (Note [the weight gradient by taps]): its units of the
+  // first column tile, each `steps` steps long, then take about kBiasStepMicros a step longer (the time of the
+  // kernel), against cuBLAS's gemv over g's `bytes` (two kernels). Fitted to H100 measurements, float16.
+  static bool kernel_sums_bias(int64_t steps, int64_t bytes) {
+    constexpr double kBiasStepMicros = 0.14, kGemvMicros = 3.0, kGemvBytesPerMicro = 1.8e6;
+    return steps * kBiasStepMicros < kGemvMicros + bytes / kGemvBytesPerMicro;
   }
 
   // The kernel of kTapTiles[tile], one instantiation for each entry of the table.
@@ -2107,7 +2179,8 @@ struct Conv2dMMLauncher {
     }
     kernel<<<grid, kThreadsPerBlock, bytes, stream>>>(wg.partial, wg.splits, wg.taps, static_cast<int>(C),
                                                       static_cast<int>(O), wg.scale, wg.beta, channels_last,
-                                                      static_cast<scalar_t*>(wg.grad_w));
+                                                      static_cast<scalar_t*>(wg.grad_w),
+                                                      static_cast<scalar_t*>(wg.bias_sum));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 

@@ -33,6 +33,11 @@
 
 namespace labops::cuda {
 
+// Where byte `byte` (0-127) of row `row` of a 128-byte-swizzled tile lies, from the tile's start.
+__device__ __forceinline__ int swizzled_offset(int row, int byte) {
+  return row * 128 + (((byte / 16) ^ (row % 8)) * 16) + byte % 16;
+}
+
 // The descriptor of a 128-byte-swizzled tile starting at `tile` (shared memory, 1024-aligned): K-major, whose
 // leading byte offset goes unused, or MN-major (Note [MN-major operands]), where it is the next 64 of M or N.
 __device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile, int leading_bytes = 16) {

@@ -1891,10 +1891,15 @@ struct TensorCorePlan {
         consider(kWgBM, 128, 1, 1.0, split, 1.0);
         consider(kWgBM, 64, 2, 0.88, split, 0.8);
       }
-      // Three warpgroups, 192 pixels (TMA loads only): considered after 128 x 128, so it wins only where it
-      // needs fewer waves, where a last wave of 128-pixel tiles would leave multiprocessors idle (the 28 x 28
-      // layer at batch 32: 196 tiles of 128 for 132 multiprocessors, two waves; 131 of 192, one).
-      if (tma) consider(192, 128, 1, 1.0);
+      // Three warpgroups, 192 pixels (TMA loads only): it wins where it needs fewer waves, where a last wave of
+      // 128-pixel tiles would leave multiprocessors idle (the 28 x 28 layer at batch 32: 196 tiles of 128 for
+      // 132 multiprocessors, two waves; 131 of 192, one), and, in 2-byte types, where it needs as many waves
+      // of proportionally more work: three warpgroups share each step's filter tile, so a multiprocessor's step
+      // does more work for the bytes it reads. Measured on an H100 (float16, both channels_last, each tile
+      // forced, of cuDNN's speed, forward / input gradient; docs/benchmarks/conv_goals/h100_session28_tiles.md):
+      // batch 128, 28 x 28 1.08 / 0.64 against 0.96-0.98 / 0.55-0.58 in 128-pixel tiles, 14 x 14 1.02 / 0.69
+      // against 0.83-0.86 / 0.57-0.62. (TF32 was not measured so: 1.0, as before.)
+      if (tma) consider(192, 128, 1, c10::elementSize(dtype) == 2 ? 1.1 : 1.0);
     } else {
       consider(128, 128, tc_blocks_per_sm<128, 128>(), 1.0);
       consider(128, 64, tc_blocks_per_sm<128, 64>(), 0.75);

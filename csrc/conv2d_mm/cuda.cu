@@ -1106,8 +1106,7 @@ __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
 // For each i with offset[i] >= 0: sum[i] = the splits terms base[offset[i] + split * split_stride], added in
 // split order: the same bits on every run (sum[i] = 0 where offset[i] < 0). The terms are read kLoads splits of
 // all kSums sums at a time before they are added, so that a thread waits for memory once per kLoads splits, not
-// once per term: a 32 x 64 x 56 x 56 weight gradient has 51 splits, and the weight gradient by taps of a 7 x 7
-// layer one split of many sums.
+// once per term: a 32 x 64 x 56 x 56 weight gradient has 51 splits.
 template <int kSums, int kLoads>
 __device__ __forceinline__ void sums_in_split_order(const float* __restrict__ base, const int64_t (&offset)[kSums],
                                                     int splits, int64_t split_stride, float (&sum)[kSums]) {
@@ -1141,6 +1140,13 @@ __device__ __forceinline__ float sum_in_split_order(const float* __restrict__ sr
   float sum[1];
   sums_in_split_order<1, 8>(src, offset, splits, split_stride, sum);
   return sum[0];
+}
+
+// *dst = beta * *dst + scale * sum, rounded once; beta 0 does not read *dst (it may be uninitialized memory).
+template <typename scalar_t>
+__device__ __forceinline__ void scale_into(scalar_t* dst, float sum, float scale, float beta) {
+  const float old = beta == 0.0f ? 0.0f : beta * static_cast<float>(*dst);
+  *dst = static_cast<scalar_t>(old + scale * sum);
 }
 
 // Note [the weight gradient by taps]
@@ -1246,7 +1252,7 @@ struct TapWeightGradientTiles {
     const unsigned char* box = stage + (c / 8) * kBoxBytes;
 #pragma unroll
     for (int row = first; row < 64; row += kBiasRowGroups) {
-      const Pack<scalar_t, 8> g = *reinterpret_cast<const Pack<scalar_t, 8>*>(box + swizzled_offset(row, (c % 8) * 16));
+      const auto g = load_pack<8>(reinterpret_cast<const scalar_t*>(box + swizzled_offset(row, (c % 8) * 16)));
 #pragma unroll
       for (int i = 0; i < 8; ++i) carry.bias[i] += static_cast<float>(g.val[i]);
     }
@@ -1267,9 +1273,7 @@ struct TapWeightGradientTiles {
     scalar_t* grad_w = static_cast<scalar_t*>(wg.grad_w);  // (O, Q): filter o's columns q in order
     store_through_shared<float, BM, BN>(acc, ring, O - u.o0, Q - u.q0, [](float sum, int) { return sum; },
                                         [&](int row, int col, float sum) {
-                                          scalar_t* dst = grad_w + (u.o0 + row) * Q + u.q0 + col;
-                                          const float old = wg.beta == 0.0f ? 0.0f : wg.beta * static_cast<float>(*dst);
-                                          *dst = static_cast<scalar_t>(old + wg.scale * sum);
+                                          scale_into(grad_w + (u.o0 + row) * Q + u.q0 + col, sum, wg.scale, wg.beta);
                                         });
   }
   // The row groups' sums of each filter added in order (the same bits every run), into bias_sum or row Q of
@@ -1321,10 +1325,10 @@ constexpr TapTile kTapTiles[] = {{128, 128, 1, 1.0}, {128, 192, 1, 1.0}, {64, 12
 
 // The weight gradient by taps, finished: grad_w (O, C, kH, kW), contiguous or channels_last, = beta * grad_w +
 // scale * the sum of partial[split][q][o] over the splits, in split order, and bias_sum (when not null) the sum
-// of row Q's. A block takes 32 filters x 4
-// channels and every tap, and goes through shared memory both ways: it reads runs of 32 filters of partial (a
-// warp's 128 bytes) and writes runs of grad_w (contiguous: a filter's (c, kh, kw) for its 4 channels, 4 * taps
-// values; channels_last: 4 channels a tap); straight from one to the other, one of the two would be a scatter.
+// of row Q's. A block takes 32 filters x a run of 4 * taps of grad_w's columns (contiguous: a filter's (c, kh,
+// kw) for 4 channels; channels_last: 4 * taps consecutive (kh, kw, c)), and goes through shared memory both
+// ways: it reads runs of 32 filters of partial (a warp's 128 bytes) and writes the runs of grad_w; straight from
+// one to the other, one of the two would be a scatter.
 // A warp sums kTapSplitsPairs (tap, channel) pairs at once, 4 splits at a time (sums_in_split_order), so that
 // it waits for memory once per 32 terms, not once per 8. That did not make it faster (H100, float16, batch 32:
 // 7 x 7, one split, 14.2 us in session 26, 14.0 after; 56 x 56, 51 splits in 32 blocks, 13.7 us);
@@ -1375,9 +1379,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   for (int i = threadIdx.x; i < kTapSplitsFilters * run; i += kThreadsPerBlock) {
     const int o = o0 + i / run, r = i % run;
     if (o >= filters || r >= valid) continue;
-    scalar_t* dst = grad_w + static_cast<int64_t>(o) * columns + run0 + r;
-    const float old = beta == 0.0f ? 0.0f : beta * static_cast<float>(*dst);
-    *dst = static_cast<scalar_t>(old + scale * tile[(i / run) * pitch + r]);
+    scale_into(grad_w + static_cast<int64_t>(o) * columns + run0 + r, tile[(i / run) * pitch + r], scale, beta);
   }
 }
 

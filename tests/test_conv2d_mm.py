@@ -462,7 +462,7 @@ def test_wgmma_tma_tiles_of_192_pixels(device, dtype, layout):
 
     with ladder.use("conv2d_mm", "wgmma"), tf32_convolutions():
         names = cuda_kernel_names(step)
-    tiles_of_192 = [n for n in names if "wgmma_tma_gemm_kernel<" in n and ", 192, 128, 1>" in n]
+    tiles_of_192 = [n for n in names if "wgmma_tma_gemm_kernel<" in n and ", 192, 128, 1," in n]
     assert tiles_of_192, sorted(names)
     x64, w64 = x.detach().double().requires_grad_(True), w.detach().double().requires_grad_(True)
     expected = F.conv2d(x64, w64, b.double(), 1, 1)
@@ -471,6 +471,61 @@ def test_wgmma_tma_tiles_of_192_pixels(device, dtype, layout):
     assert_close_scaled(results["out"], expected, compare, msg="forward")
     assert_close_scaled(results["grads"][0], gx, compare, msg="input gradient")
     assert_close_scaled(results["grads"][1], gw, compare, msg="weight gradient")
+
+
+# (N, C, H, W, O, kernel, padding, dilation), stride 1: the input gradient as a convolution (Note [the input
+# gradient as a convolution]) whose B is the forward's weight, read as it lies, each tap flipped.
+INPUT_GRADIENT_FORWARD_WEIGHT = [
+    (2, 72, 9, 11, 64, (3, 3), (1, 1), (1, 1)),     # C = 72: the second box of 64 channels mostly past C
+    (2, 128, 10, 9, 128, (3, 2), (2, 0), (1, 2)),   # an asymmetric kernel (its flip), padding and dilation
+    (3, 256, 7, 7, 512, (3, 3), (1, 1), (1, 1)),    # 8 steps of filters a tap
+    (2, 64, 12, 12, 64, (1, 1), (0, 0), (1, 1)),    # one tap: nothing to flip
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("weight_layout", [torch.contiguous_format, torch.channels_last], ids=["w-nchw", "w-cl"])
+@pytest.mark.parametrize("n, c, h, w, o, kernel, padding, dilation", INPUT_GRADIENT_FORWARD_WEIGHT,
+                         ids=["partial-box", "asymmetric", "7x7", "1x1"])
+def test_wgmma_tma_input_gradient_reads_forward_weight(device, dtype, weight_layout, n, c, h, w, o, kernel,
+                                                       padding, dilation):
+    """In float16 and bfloat16 rung 5's input gradient reads the forward's channels_last weight as its B
+    (MN-major, each tap's plane flipped): no flipped transpose of the weight runs, and none at all when every
+    tensor is channels_last. TF32 (no transposing instruction) keeps the flipped transpose. Against float64
+    F.conv2d's input gradient, the same bits twice."""
+    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("wgmma and TMA are Hopper (sm_90) features")
+    from labops import ladder
+
+    randn = Seeded(device, dtype, 23).randn
+    params = (kernel, (1, 1), padding, dilation)
+    x = randn(n, c, h, w).contiguous(memory_format=torch.channels_last)
+    wt = conv_weight(x, params, out_channels=o)[0].contiguous(memory_format=weight_layout)
+    expected_out = F.conv2d(x.double(), wt.double(), None, 1, padding, dilation)
+    g = randn(*expected_out.shape).contiguous(memory_format=torch.channels_last)
+    results = []
+
+    def step():
+        results.append(torch.ops.labops.conv2d_mm_backward_input(g, wt, list(x.shape), [1, 1], list(padding),
+                                                                 list(dilation)))
+
+    with ladder.use("conv2d_mm", "wgmma"), tf32_convolutions():
+        names = cuda_kernel_names(step)
+        step()
+    gemm = [name for name in names if "wgmma_tma_gemm_kernel<" in name]
+    transposes = [name for name in names if "transpose" in name]
+    if dtype == torch.float32:
+        assert gemm and all(", false>" in name for name in gemm), sorted(names)
+    else:
+        assert gemm and all(", true>" in name for name in gemm), sorted(names)
+        assert not any("transpose_kernel<true" in name for name in transposes), sorted(names)
+        if weight_layout == torch.channels_last:
+            assert not transposes, sorted(names)
+    x64 = x.double().requires_grad_(True)
+    expected = torch.autograd.grad(F.conv2d(x64, wt.double(), None, 1, padding, dilation), x64, g.double())[0]
+    compare = torch.float16 if dtype == torch.float32 else dtype  # TF32 keeps float16's 10 mantissa bits
+    assert_close_scaled(results[0], expected, compare, msg="input gradient")
+    assert torch.equal(results[0], results[1]), "the same bits on every run"
 
 
 # (N, C, H, W, O, kernel, stride, padding, dilation): the weight gradient by taps (Note [the weight gradient by

@@ -1,6 +1,6 @@
 """Where a convolution's GPU time goes, kernel by kernel: torch.profiler over CUDA-graph-free eager calls of
 labops.conv2d_mm and F.conv2d (cuDNN) on ResNet-18's 3x3 layers, forward and fwd+bwd, NCHW inputs (or,
-with --channels-last, x and grad_output channels_last).
+with --channels-last, x, the weight and grad_output channels_last, as a model moved to channels_last has them).
 
     python tools/conv_kernel_times.py [--batch 32] [--dtype float16] [--channels-last]
 
@@ -38,7 +38,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--dtype", default="float16")
-    ap.add_argument("--channels-last", action="store_true", help="x and grad_output channels_last")
+    ap.add_argument("--channels-last", action="store_true", help="x, the weight and grad_output channels_last")
     args = ap.parse_args()
     layout = torch.channels_last if args.channels_last else torch.contiguous_format
     torch.backends.cudnn.benchmark = True
@@ -46,7 +46,8 @@ def main():
     for channels, hw in RESNET:
         x = torch.randn(args.batch, channels, hw, hw, device="cuda", dtype=dtype)
         x = x.contiguous(memory_format=layout).requires_grad_()
-        w = (torch.randn(channels, channels, 3, 3, device="cuda", dtype=dtype) / (channels * 9) ** 0.5).requires_grad_()
+        w = torch.randn(channels, channels, 3, 3, device="cuda", dtype=dtype) / (channels * 9) ** 0.5
+        w = w.contiguous(memory_format=layout).requires_grad_()
         b = torch.randn(channels, device="cuda", dtype=dtype, requires_grad=True)
         g = torch.randn(args.batch, channels, hw, hw, device="cuda", dtype=dtype).contiguous(memory_format=layout)
         for name, conv in (("labops", lambda: labops.conv2d_mm(x, w, b, 1, 1, 1)),

@@ -441,6 +441,8 @@ struct TensorCoreGemm {
   float* partial = nullptr;
   bool channels_last_out = false;  // out (N, O, Hout, Wout) in memory as (N, Hout, Wout, O): GEMM row j at j * O
   int steps_per_tap = 0;           // rung 5 with TMA: steps of k in one tap's channels (C * element size / 128)
+  bool forward_weight = false;     // B is the forward's channels_last weight itself, each tap flipped (the input
+                                   // gradient in 2-byte types: Note [the input gradient as a convolution])
 
   TensorCoreGemm(const conv2d_mm::Im2colShape& shape, int64_t filters)
       : s(shape),
@@ -845,20 +847,22 @@ struct TmaMaps {
 
 // One step of rung 5 for this warpgroup: its 64 rows of the stage's A tile times the stage's B tile, added to
 // d, one wgmma per 32 bytes of k. The batch is committed and left running; the call returns once the previous
-// step's batch is done (so that step's stage may be refilled). With kMnMajor (the weight gradient by taps, Note
-// [MN-major operands]) A and B are MN-major boxes of 64 rows of k: the next 64 of M or N a box (64 x 128 bytes)
-// further, a k16 slice two 8-row atoms (2048 bytes) further.
-template <typename scalar_t, int BM, int BN, bool kMnMajor = false>
+// step's batch is done (so that step's stage may be refilled). An MN-major A or B (the weight gradient by taps
+// both, the input gradient's B: Note [MN-major operands]) is boxes of 64 rows of k: the next 64 of M or N a box
+// (64 x 128 bytes) further, a k16 slice two 8-row atoms (2048 bytes) further.
+template <typename scalar_t, int BM, int BN, bool kMnMajorA = false, bool kMnMajorB = kMnMajorA>
 __device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) {
-  constexpr int kBox = 64 * kWgRowBytes, kSliceBytes = kMnMajor ? 2048 : 32, kSlices = kWgRowBytes / 32;
-  const uint64_t a = wgmma_descriptor(stage + warpgroup * kBox, kMnMajor ? kBox : 16);
-  const uint64_t b = wgmma_descriptor(stage + BM * kWgRowBytes, kMnMajor ? kBox : 16);
+  constexpr int kBox = 64 * kWgRowBytes, kSlices = kWgRowBytes / 32;
+  constexpr int kSliceA = kMnMajorA ? 2048 : 32, kSliceB = kMnMajorB ? 2048 : 32;
+  const uint64_t a = wgmma_descriptor(stage + warpgroup * kBox, kMnMajorA ? kBox : 16);
+  const uint64_t b = wgmma_descriptor(stage + BM * kWgRowBytes, kMnMajorB ? kBox : 16);
 #pragma unroll
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
   wgmma_fence();
 #pragma unroll
   for (int slice = 0; slice < kSlices; ++slice) {  // 4 either way: 128 bytes of k, or 64 rows of 2-byte types
-    wgmma<scalar_t, BN, kMnMajor>(d, wgmma_advance(a, slice * kSliceBytes), wgmma_advance(b, slice * kSliceBytes), 1);
+    wgmma<scalar_t, BN, kMnMajorA, kMnMajorB>(d, wgmma_advance(a, slice * kSliceA), wgmma_advance(b, slice * kSliceB),
+                                              1);
   }
   wgmma_commit();
   wgmma_wait<1>();  // the previous step's batch is done; this one may still run
@@ -1051,10 +1055,12 @@ __device__ __forceinline__ void run_tma_pipeline(const Work& work) {
 
 // The forward's work on the pipeline (and the input gradient's, and the weight gradient's as a convolution):
 // units (tile, split) of BM pixels x BN filters, a step (tap, 128 bytes of its channels), an im2col box of x
-// and a box of the weight.
-template <typename scalar_t, int BM, int BN>
+// and a box of the weight. With kForwardWeight (gemm.forward_weight) the weight is the forward's, read as it
+// lies: BN / 64 MN-major boxes of 64 of its channels (this GEMM's filters) x 64 of its filters (this k), from
+// the flipped tap's plane.
+template <typename scalar_t, int BM, int BN, bool kForwardWeight>
 struct ImplicitGemmTiles {
-  static constexpr int kStepK = kWgRowBytes / sizeof(scalar_t);
+  static constexpr int kStepK = kWgRowBytes / sizeof(scalar_t), kBoxBytes = 64 * kWgRowBytes;
   const TensorCoreGemm& gemm;
   const TmaMaps& maps;
   const scalar_t* bias;
@@ -1082,11 +1088,19 @@ struct ImplicitGemmTiles {
     const Reach reach = reach_of(gemm, tap);
     tma_load_im2col(stage, &maps.x, c0, u.origin.iw, u.origin.ih, u.origin.n, static_cast<uint16_t>(reach.dw),
                     static_cast<uint16_t>(reach.dh), full);
-    tma_load_tile(stage + BM * kWgRowBytes, &maps.w, c0, tap, u.o0, full);
+    if constexpr (kForwardWeight) {
+      const int flipped = static_cast<int>(gemm.s.kernel_h * gemm.s.kernel_w) - 1 - tap;
+#pragma unroll
+      for (int b = 0; b < BN / 64; ++b) {
+        tma_load_tile(stage + BM * kWgRowBytes + b * kBoxBytes, &maps.w, u.o0 + 64 * b, flipped, c0, full);
+      }
+    } else {
+      tma_load_tile(stage + BM * kWgRowBytes, &maps.w, c0, tap, u.o0, full);
+    }
   }
   struct Carry {};
   __device__ void multiply(const Unit&, Carry&, float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
-    multiply_stage<scalar_t, BM, BN>(d, stage, warpgroup);
+    multiply_stage<scalar_t, BM, BN, false, kForwardWeight>(d, stage, warpgroup);
   }
   __device__ void write(const Unit& u, const Carry&, const float (&acc)[1][BN / 8][4], unsigned char* ring) const {
     write_block_results<scalar_t, BM, BN>(gemm, acc, u.j0, u.o0, bias, out, ring, u.split);
@@ -1094,12 +1108,12 @@ struct ImplicitGemmTiles {
   __device__ bool results_in_ring() const { return stages_results_in_ring(gemm); }
 };
 
-template <typename scalar_t, int BM, int BN, int kPerSM>
+template <typename scalar_t, int BM, int BN, int kPerSM, bool kForwardWeight>
 __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
     wgmma_tma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                           const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  run_tma_pipeline<BM, BN, kPerSM>(ImplicitGemmTiles<scalar_t, BM, BN>{gemm, maps, bias, out});
+  run_tma_pipeline<BM, BN, kPerSM>(ImplicitGemmTiles<scalar_t, BM, BN, kForwardWeight>{gemm, maps, bias, out});
 #endif
 }
 
@@ -1872,7 +1886,11 @@ struct TensorCorePlan {
     // split forced) splitting still lost: 7 x 7 at batch 32 0.83 / 0.76 / 0.77 split in 2 / 3 / 4 against
     // 0.92-1.01 unsplit, at batch 128 0.55-0.68 against 0.95; 14 x 14 0.55-0.66 against 1.14. Nor did a deeper
     // ring help where 128 x 64 tiles run one a multiprocessor anyway (session 23, 6 stages instead of 4: 7 x 7
-    // at batch 32 1.11 against 1.16, forward, float16). (128 x 256 tiles
+    // at batch 32 1.11 against 1.16, forward, float16; session 29, warp-specialized, 8 stages: 0.67-0.68
+    // against 0.66-0.67). Nor did pairs of blocks (clusters of two) that share each step's x tile by TMA
+    // multicast, so that L2 serves it once (session 29, forward, float16, both channels_last, one run each:
+    // batch 32 7 x 7 0.73 against 0.75, 14 x 14 0.92 against 0.97): L2's bandwidth does not limit these
+    // tiles. (128 x 256 tiles
     // never finish first by this model: a wave of them takes as long as two of 128 x 128, and they come in half
     // as many.)
     const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency, int split = 1,
@@ -1994,15 +2012,18 @@ struct Conv2dMMLauncher {
   // rounding in the kernel / in the copies: 0.58 / 0.96 at 7 x 7, 0.80 / 1.06 at 28 x 28 (batch 32). So an x
   // that is channels_last already is copied too, rounded (round_to_tf32_copy), where another dtype is read in
   // place.
+  // With forward_weight (the input gradient, Note [the input gradient as a convolution]) `weight` is the
+  // forward's, (C, O, kH, kW) channels_last, read as it lies, each tap flipped.
   static void forward_on_plan(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x4,
                               const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& out,
-                              bool weight_in_tf32 = false) {
-    const int64_t O = weight.size(0);
+                              bool weight_in_tf32 = false, bool forward_weight = false) {
+    const int64_t O = weight.size(forward_weight ? 1 : 0);
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
     const bool tf32 = x4.scalar_type() == at::kFloat;
     const at::Tensor xc = channels_last(x4, tf32);      // (N, H, W, C) in memory
-    const at::Tensor wk = channels_last(weight, tf32 && !weight_in_tf32);  // (O, kH, kW, C) in memory
+    const at::Tensor wk = forward_weight ? weight : channels_last(weight, tf32 && !weight_in_tf32);  // (O, kH, kW, C)
     TensorCoreGemm gemm(s, O);
+    gemm.forward_weight = forward_weight;
     gemm.channels_last_out = !out.is_contiguous();  // else contiguous (output_format, entry.h)
     at::Tensor partial;  // the splits' sums, where the plan splits k
     if (plan.splits > 1) {
@@ -2047,9 +2068,20 @@ struct Conv2dMMLauncher {
     if (t.out_h != s.height || t.out_w != s.width) return false;
     const TensorCorePlan plan = TensorCorePlan::fastest(t, s.channels, g4.scalar_type());
     if (!plan.why_not.empty()) return false;
-    // The flipped, transposed weight w'[c, o, kh, kw] = w[o, c, kH-1-kh, kW-1-kw], made channels_last
-    // (memory (C, kH, kW, O)): one transpose of the (O, C*kH*kW) matrix that reads each run of kH*kW taps
-    // backwards, which is the flip.
+    // The flipped, transposed weight w'[c, o, kh, kw] = w[o, c, kH-1-kh, kW-1-kw]. In float16 and bfloat16 with
+    // TMA loads, the kernel reads it from w itself: w channels_last (memory (O, kH, kW, C)) holds, for each
+    // tap, an O x C plane with c fastest, which is w' for the flipped tap with c <-> o, a B tile that is
+    // MN-major (Note [MN-major operands]); an NCHW w is made channels_last first. For a channels_last w that
+    // saves a copy of it to NCHW and the flipped transpose (H100, float16, batch 32, 7 x 7: 6.5 + 4.7 us); fwd+bwd
+    // with x, w and g channels_last, of cuDNN's speed, before -> after (one run each, same machine, session 29):
+    // batch 32 7 x 7 0.77 -> 0.88, 14 x 14 0.95 -> 1.01, 28 x 28 1.52 -> 1.60 (float16).
+    const at::ScalarType dtype = weight.scalar_type();
+    if (plan.tma && (dtype == at::kHalf || dtype == at::kBFloat16)) {
+      forward_on_plan(plan, t, g4, channels_last(weight), at::Tensor(), grad_input, false, true);
+      return true;
+    }
+    // Else (TF32: its instruction transposes nothing) w' is made channels_last (memory (C, kH, kW, O)): one
+    // transpose of the (O, C*kH*kW) matrix that reads each run of kH*kW taps backwards, which is the flip.
     at::Tensor memory = at::empty({s.channels, s.kernel_h, s.kernel_w, O}, weight.options());
     const bool tf32 = weight.scalar_type() == at::kFloat;
     transpose(weight.contiguous(), 1, O, s.channels * s.kernel_area(), memory, s.kernel_area(), tf32);
@@ -2394,10 +2426,17 @@ struct Conv2dMMLauncher {
     const cuuint64_t bytes = x.element_size(), C = gemm.s.channels, pixel = C * bytes, taps = gemm.s.kernel_area();
     TmaMaps maps;
     maps.x = x_im2col_map(gemm.s, x, plan.bm);
+    const auto row = kWgRowBytes / static_cast<cuuint32_t>(bytes);
+    if (gemm.forward_weight) {  // the forward's weight (C, O, kH, kW) here, memory (C, taps, O): boxes of 64 x 64
+      const cuuint64_t O = gemm.out_channels, w_dims[3] = {O, taps, C}, w_strides[2] = {O * bytes, O * bytes * taps};
+      const cuuint32_t box[3] = {row, 1, row};
+      maps.w = tiled_map(w, w_dims, w_strides, box, "the weight");
+      return maps;
+    }
     // The weight as (C, taps, O), a box of 128 bytes of channels x one tap x BN filters.
     const cuuint64_t w_dims[3] = {C, taps, static_cast<cuuint64_t>(gemm.out_channels)};
     const cuuint64_t w_strides[2] = {pixel, pixel * taps};
-    const cuuint32_t box[3] = {kWgRowBytes / static_cast<cuuint32_t>(bytes), 1, static_cast<cuuint32_t>(plan.bn)};
+    const cuuint32_t box[3] = {row, 1, static_cast<cuuint32_t>(plan.bn)};
     maps.w = tiled_map(w, w_dims, w_strides, box, "the weight");
     return maps;
   }
@@ -2468,10 +2507,19 @@ struct Conv2dMMLauncher {
           // Persistent (Note [warp-specialized TMA pipeline]): as many blocks as run at once, or fewer units.
           const int64_t units = plan.blocks * gemm.splits;
           const int64_t blocks = std::min<int64_t>(units, int64_t(kPerSM) * multiprocessor_count());
-          const auto kernel = with_shared_memory<wgmma_tma_gemm_kernel<scalar_t, kBM, kBN, kPerSM>, kBytes>();
-          kernel<<<static_cast<unsigned>(blocks), wg_consumers(kBM) + 32, kBytes, stream>>>(
-              gemm, bias_data, out_data, tma_maps(plan, gemm, x, w));
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
+          const auto launch_tma = [&](auto kernel) {
+            kernel<<<static_cast<unsigned>(blocks), wg_consumers(kBM) + 32, kBytes, stream>>>(
+                gemm, bias_data, out_data, tma_maps(plan, gemm, x, w));
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          };
+          if constexpr (sizeof(scalar_t) == 2) {  // the transposed B that forward_weight needs: 2-byte types
+            if (gemm.forward_weight) {
+              launch_tma(with_shared_memory<wgmma_tma_gemm_kernel<scalar_t, kBM, kBN, kPerSM, true>, kBytes>());
+              return;
+            }
+          }
+          TORCH_INTERNAL_ASSERT(!gemm.forward_weight, "conv2d_mm: the forward's weight as B needs 2-byte types");
+          launch_tma(with_shared_memory<wgmma_tma_gemm_kernel<scalar_t, kBM, kBN, kPerSM, false>, kBytes>());
         } else if constexpr (kBM == kWgBM) {
           launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, kBN, kPerSM>, kBytes>(), wg_consumers(kBM), kBytes);
         } else {

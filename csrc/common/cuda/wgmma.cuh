@@ -48,7 +48,8 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile, int leadi
          | (uint64_t(1) << 62);                       // 128-byte swizzle
 }
 // Note [MN-major operands]
-// The weight gradient by taps (conv2d_mm, cuda.cu) reads channels_last tensors as they are: a step is 64 pixels
+// The weight gradient by taps (conv2d_mm, cuda.cu) reads channels_last tensors as they are (and the input
+// gradient its B, the forward's channels_last weight, Note [the input gradient as a convolution]): a step is 64 pixels
 // (k) of 64 filters or channels (M or N) a box, each pixel's 128 bytes one swizzled row, so M or N runs along
 // the row and k down the rows (CUTLASS's MN-major SW128, the instruction's transpose flags: float16 and
 // bfloat16 only). An 8-row atom (1024 bytes) holds 8 values of k, the next 8 the stride byte offset (1024)
@@ -123,24 +124,25 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
                : "l"(a), "l"(b), "r"(accumulate))
 
 // d (64 x N, float32) = (accumulate ? d : 0) + A (64 x k) . B (k x N), A and B in shared memory, K-major, or
-// with kMnMajor both MN-major (Note [MN-major operands]); k the 32 bytes of one slice: 16 float16 or bfloat16
-// values, or 8 float32 read as TF32.
+// with kMnMajorA / kMnMajorB MN-major (Note [MN-major operands]); k the 32 bytes of one slice: 16 float16 or
+// bfloat16 values, or 8 float32 read as TF32.
 #define LABOPS_WGMMA_CALL(N, TYPE)                                                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " LABOPS_WGMMA_SCALE_D##N ", 0;\n"                         \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " LABOPS_WGMMA_D##N        \
                ", " LABOPS_WGMMA_DESC_A##N ", " LABOPS_WGMMA_DESC_B##N ", p, 1, 1, "                        \
                LABOPS_WGMMA_TRANSPOSE##N ";\n}\n"                                                          \
                : LABOPS_WGMMA_OUT##N(d)                                                                     \
-               : "l"(a), "l"(b), "r"(accumulate), "n"(kTranspose), "n"(kTranspose))
+               : "l"(a), "l"(b), "r"(accumulate), "n"(kTransposeA), "n"(kTransposeB))
 
-template <typename scalar_t, int N, bool kMnMajor = false>
+template <typename scalar_t, int N, bool kMnMajorA = false, bool kMnMajorB = kMnMajorA>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
   static_assert(std::is_same_v<scalar_t, at::Half> || std::is_same_v<scalar_t, at::BFloat16> ||
                     std::is_same_v<scalar_t, float>,
                 "float16, bfloat16 or float32 (as TF32)");
-  static_assert(!kMnMajor || !std::is_same_v<scalar_t, float>, "the transpose flags take float16 and bfloat16 only");
-  constexpr int kTranspose = kMnMajor ? 1 : 0;
-  static_assert(N == 64 || N == 128 || (N == 192 && kMnMajor),
+  static_assert(!(kMnMajorA || kMnMajorB) || !std::is_same_v<scalar_t, float>,
+                "the transpose flags take float16 and bfloat16 only");
+  constexpr int kTransposeA = kMnMajorA ? 1 : 0, kTransposeB = kMnMajorB ? 1 : 0;
+  static_assert(N == 64 || N == 128 || (N == 192 && kMnMajorB),
                 "N = 64 or 128, and 192 MN-major (the weight gradient by taps); the instruction takes up to 256");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (std::is_same_v<scalar_t, float>) {

@@ -473,6 +473,41 @@ def test_wgmma_tma_tiles_of_192_pixels(device, dtype, layout):
     assert_close_scaled(results["grads"][1], gw, compare, msg="weight gradient")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
+def test_wgmma_tma_tiles_of_64_pixels(device, dtype, layout):
+    """Where 64 x 128 tiles fill one wave two to a multiprocessor and 128 x 128 tiles one wave one each, rung 5
+    runs blocks of one consumer warpgroup, two a multiprocessor (TensorCorePlan, 2-byte types). 2 x 56 x 56
+    output pixels and 256 filters are 196 tiles of 64 x 128, the last pixel tile partial; with the gradients,
+    against float64 F.conv2d, the kernel's name as the witness."""
+    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("wgmma and TMA are Hopper (sm_90) features")
+    from labops import ladder
+
+    randn = Seeded(device, dtype, 29).randn
+    x = randn(2, 128, 55, 57).contiguous(memory_format=layout).requires_grad_(True)
+    w, b = conv_weight(x, ((3, 3), (1, 1), (1, 1), (1, 1)), out_channels=256)
+    w = w.contiguous(memory_format=layout).requires_grad_(True)
+    g = randn(2, 256, 55, 57).contiguous(memory_format=layout)
+    results = {}
+
+    def step():
+        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+        results["out"] = out
+        results["grads"] = torch.autograd.grad(out, (x, w), g)
+
+    with ladder.use("conv2d_mm", "wgmma"):
+        names = cuda_kernel_names(step)
+    tiles_of_64 = [n for n in names if "wgmma_tma_gemm_kernel<" in n and ", 64, 128, 2," in n]
+    assert tiles_of_64, sorted(names)
+    x64, w64 = x.detach().double().requires_grad_(True), w.detach().double().requires_grad_(True)
+    expected = F.conv2d(x64, w64, b.double(), 1, 1)
+    gx, gw = torch.autograd.grad(expected, (x64, w64), g.double())
+    assert_close_scaled(results["out"], expected, dtype, msg="forward")
+    assert_close_scaled(results["grads"][0], gx, dtype, msg="input gradient")
+    assert_close_scaled(results["grads"][1], gw, dtype, msg="weight gradient")
+
+
 # (N, C, H, W, O, kernel, padding, dilation), stride 1: the input gradient as a convolution (Note [the input
 # gradient as a convolution]) whose B is the forward's weight, read as it lies, each tap flipped.
 INPUT_GRADIENT_FORWARD_WEIGHT = [

@@ -1832,7 +1832,8 @@ struct TmaBox {
 // GEMM]) in tiles of 128 x 128, 128 x 64 or 64 x 64 pixels x filters, 4 warps each (a 64 x 128 tile, cuDNN's
 // pick for the 28 x 28 layers, measured slower than 128 x 128 there: 0.62 against 0.72 of cuDNN's speed), or
 // with `wgmma` wgmma_gemm_kernel (rung 5, Note [wgmma implicit GEMM]) in tiles of 128 x 64 (two blocks a
-// multiprocessor) or 128 x 128 (one), with TMA loads also 192 x 128 (one, three consumer warpgroups), its sum
+// multiprocessor) or 128 x 128 (one), with TMA loads also 192 x 128 (one, three consumer warpgroups) and, in
+// 2-byte types, 64 x 128 (two, one consumer warpgroup each), its sum
 // over k split in up to 4 where the tiles are few. why_not: why the kernel cannot take the convolution (""
 // when it can).
 struct TensorCorePlan {
@@ -1920,6 +1921,14 @@ struct TensorCorePlan {
       // batch 128, 28 x 28 1.08 / 0.64 against 0.96-0.98 / 0.55-0.58 in 128-pixel tiles, 14 x 14 1.02 / 0.69
       // against 0.83-0.86 / 0.57-0.62. (TF32 was not measured so: 1.0, as before.)
       if (tma) consider(192, 128, 1, c10::elementSize(dtype) == 2 ? 1.1 : 1.0);
+      // One warpgroup, 64 pixels x 128 filters, two blocks a multiprocessor (TMA loads, 2-byte types): where
+      // they fill one wave two to a multiprocessor and 128 x 128 tiles one wave one each, two blocks' warpgroups
+      // keep the tensor cores busier than one block's two. Measured on an H100 (float16, both channels_last,
+      // forced for every layer, of cuDNN's speed, fwd / fwd+bwd, one run, session 29): batch 32 14 x 14 1.05 /
+      // 1.06 against 0.99 / 1.01 in the model's pick; alone on a multiprocessor (one block each) 0.67 / 0.78;
+      // at batch 128 and the other layers slower than the pick (14 x 14 0.87 against 1.04, 7 x 7 at batch 32 0.80
+      // against 0.78).
+      if (tma && c10::elementSize(dtype) == 2) consider(64, 128, 2, 1.06, 1, 0.8);
     } else {
       consider(128, 128, tc_blocks_per_sm<128, 128>(), 1.0);
       consider(128, 64, tc_blocks_per_sm<128, 64>(), 0.75);
@@ -2533,6 +2542,7 @@ struct Conv2dMMLauncher {
       tile(std::integral_constant<int, kWgBM>{}, std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
       tile(std::integral_constant<int, kWgBM>{}, std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
       tile(std::integral_constant<int, 192>{}, std::integral_constant<int, 128>{}, std::integral_constant<int, 1>{});
+      tile(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{}, std::integral_constant<int, 2>{});
       return;
     }
     constexpr int kWarps4 = 128;

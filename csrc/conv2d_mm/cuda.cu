@@ -2323,7 +2323,7 @@ struct Conv2dMMLauncher {
   // A copy of the float32 t (dense, in its own layout), rounded to TF32. Rounding in rung 5's kernel instead
   // (a pass over each stage in shared memory, and a barrier) made its GEMM about twice as long: on an H100,
   // TF32, batch 32, channels_last x, 7 x 7 114 us against 52.5 us with NCHW x rounded by its transpose, 28 x
-  // 28 48.6 against 29.3 (docs/benchmarks/conv_goals/h100_kernel_times.md).
+  // 28 48.6 against 29.3 (docs/benchmarks/conv_goals/h100_kernel_times_session25.md).
   static at::Tensor round_to_tf32_copy(const at::Tensor& t) {
     TORCH_INTERNAL_ASSERT(t.scalar_type() == at::kFloat && t.is_non_overlapping_and_dense());
     at::Tensor out = at::empty_like(t);

@@ -437,22 +437,35 @@ def cuda_kernel_names(step):
     return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+# Rung 5's tiles other than 128 pixels, each where TensorCorePlan picks it: (its template arguments in the
+# kernel's name, x's shape, O, the dtypes that take it).
+TILES_BEYOND_128 = {
+    # 2 x 100 x 100 output pixels are 157 tiles of 128 (two waves on an H100's 132 multiprocessors) or 105 of
+    # 192 (one), the last one partial: three consumer warpgroups on 192 x 128 tiles, forward and input gradient.
+    "192x128": (", 192, 128, 1,", (2, 128, 100, 100), 128, (torch.float16, torch.bfloat16, torch.float32)),
+    # 2 x 55 x 57 output pixels and 256 filters are 196 tiles of 64 x 128 (one wave, two a multiprocessor) or
+    # 98 of 128 x 128 (one wave, one each): one consumer warpgroup a block, two blocks a multiprocessor.
+    "64x128": (", 64, 128, 2,", (2, 128, 55, 57), 256, (torch.float16, torch.bfloat16)),
+}
+
+
+@pytest.mark.parametrize("tile, dtype", [(t, d) for t, case in TILES_BEYOND_128.items() for d in case[3]], ids=str)
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
-def test_wgmma_tma_tiles_of_192_pixels(device, dtype, layout):
-    """Where 128-pixel tiles need one wave more than 192-pixel ones, rung 5 runs three consumer warpgroups on
-    tiles of 192 pixels x 128 filters (TensorCorePlan). 2 x 100 x 100 output pixels are 157 tiles of 128 (two
-    waves on an H100's 132 multiprocessors) or 105 of 192 (one), the last one partial; both the forward and the
-    input gradient (C = O = 128) take them. Against float64 F.conv2d, with the kernel's name as the witness."""
+def test_wgmma_tma_tiles_beyond_128_pixels(device, tile, dtype, layout):
+    """Rung 5 runs tiles of 192 x 128 (three consumer warpgroups) where 128-pixel tiles need a wave more, and, in
+    2-byte types, of 64 x 128 (one warpgroup, two blocks a multiprocessor) where those fill one wave two to a
+    multiprocessor (TensorCorePlan). Forward and both gradients against float64 F.conv2d, with the kernel's
+    name as the witness."""
     if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("wgmma and TMA are Hopper (sm_90) features")
     from labops import ladder
 
+    witness, shape, filters, _ = TILES_BEYOND_128[tile]
     randn = Seeded(device, dtype, 17).randn
-    x = randn(2, 128, 100, 100).contiguous(memory_format=layout).requires_grad_(True)
-    w, b = conv_weight(x, ((3, 3), (1, 1), (1, 1), (1, 1)), out_channels=128)
-    w.requires_grad_(True)
-    g = randn(2, 128, 100, 100).contiguous(memory_format=layout)
+    x = randn(*shape).contiguous(memory_format=layout).requires_grad_(True)
+    w, b = conv_weight(x, ((3, 3), (1, 1), (1, 1), (1, 1)), out_channels=filters)
+    w = w.contiguous(memory_format=layout).requires_grad_(True)
+    g = randn(shape[0], filters, *shape[2:]).contiguous(memory_format=layout)
     results = {}
 
     def step():
@@ -462,8 +475,7 @@ def test_wgmma_tma_tiles_of_192_pixels(device, dtype, layout):
 
     with ladder.use("conv2d_mm", "wgmma"), tf32_convolutions():
         names = cuda_kernel_names(step)
-    tiles_of_192 = [n for n in names if "wgmma_tma_gemm_kernel<" in n and ", 192, 128, 1," in n]
-    assert tiles_of_192, sorted(names)
+    assert [n for n in names if "wgmma_tma_gemm_kernel<" in n and witness in n], sorted(names)
     x64, w64 = x.detach().double().requires_grad_(True), w.detach().double().requires_grad_(True)
     expected = F.conv2d(x64, w64, b.double(), 1, 1)
     gx, gw = torch.autograd.grad(expected, (x64, w64), g.double())
@@ -471,41 +483,6 @@ def test_wgmma_tma_tiles_of_192_pixels(device, dtype, layout):
     assert_close_scaled(results["out"], expected, compare, msg="forward")
     assert_close_scaled(results["grads"][0], gx, compare, msg="input gradient")
     assert_close_scaled(results["grads"][1], gw, compare, msg="weight gradient")
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
-def test_wgmma_tma_tiles_of_64_pixels(device, dtype, layout):
-    """Where 64 x 128 tiles fill one wave two to a multiprocessor and 128 x 128 tiles one wave one each, rung 5
-    runs blocks of one consumer warpgroup, two a multiprocessor (TensorCorePlan, 2-byte types). 2 x 56 x 56
-    output pixels and 256 filters are 196 tiles of 64 x 128, the last pixel tile partial; with the gradients,
-    against float64 F.conv2d, the kernel's name as the witness."""
-    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
-        pytest.skip("wgmma and TMA are Hopper (sm_90) features")
-    from labops import ladder
-
-    randn = Seeded(device, dtype, 29).randn
-    x = randn(2, 128, 55, 57).contiguous(memory_format=layout).requires_grad_(True)
-    w, b = conv_weight(x, ((3, 3), (1, 1), (1, 1), (1, 1)), out_channels=256)
-    w = w.contiguous(memory_format=layout).requires_grad_(True)
-    g = randn(2, 256, 55, 57).contiguous(memory_format=layout)
-    results = {}
-
-    def step():
-        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
-        results["out"] = out
-        results["grads"] = torch.autograd.grad(out, (x, w), g)
-
-    with ladder.use("conv2d_mm", "wgmma"):
-        names = cuda_kernel_names(step)
-    tiles_of_64 = [n for n in names if "wgmma_tma_gemm_kernel<" in n and ", 64, 128, 2," in n]
-    assert tiles_of_64, sorted(names)
-    x64, w64 = x.detach().double().requires_grad_(True), w.detach().double().requires_grad_(True)
-    expected = F.conv2d(x64, w64, b.double(), 1, 1)
-    gx, gw = torch.autograd.grad(expected, (x64, w64), g.double())
-    assert_close_scaled(results["out"], expected, dtype, msg="forward")
-    assert_close_scaled(results["grads"][0], gx, dtype, msg="input gradient")
-    assert_close_scaled(results["grads"][1], gw, dtype, msg="weight gradient")
 
 
 # (N, C, H, W, O, kernel, padding, dilation), stride 1: the input gradient as a convolution (Note [the input

@@ -1891,7 +1891,9 @@ struct TensorCorePlan {
     // against 0.66-0.67). Nor did pairs of blocks (clusters of two) that share each step's x tile by TMA
     // multicast, so that L2 serves it once (session 29, forward, float16, both channels_last, one run each:
     // batch 32 7 x 7 0.73 against 0.75, 14 x 14 0.92 against 0.97): L2's bandwidth does not limit these
-    // tiles. (128 x 256 tiles
+    // tiles. Nor did k split in two within such a cluster, the halves added through distributed shared memory
+    // instead of float32 sums in global memory (7 x 7 at batch 32, 64 x 128 tiles: 0.76 either way, against
+    // 0.85 unsplit in 128 x 64). (128 x 256 tiles
     // never finish first by this model: a wave of them takes as long as two of 128 x 128, and they come in half
     // as many.)
     const auto consider = [&](int m, int n, int blocks_per_sm, double efficiency, int split = 1,

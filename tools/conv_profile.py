@@ -1,7 +1,8 @@
 """Nsight Compute's view of conv2d_mm's default CUDA forward and of cuDNN's on one layer, issue #33's
-"where the time goes": run under ncu with --profile-from-start off (tools/conv_profile.sh).
+"where the time goes": run under ncu with --profile-from-start off (tools/conv_profile.sh). labops gets NCHW
+tensors, or with a fifth argument `channels_last` the channels_last ones cuDNN gets.
 
-    python tools/conv_profile.py 32 128 28 float16
+    python tools/conv_profile.py 32 128 28 float16 [channels_last]
 """
 
 import sys
@@ -16,6 +17,8 @@ x = torch.randn(batch, channels, hw, hw, device="cuda", dtype=dtype)
 w = torch.randn(channels, channels, 3, 3, device="cuda", dtype=dtype) / (9 * channels) ** 0.5
 b = torch.randn(channels, device="cuda", dtype=dtype)
 xl, wl = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
+if sys.argv[5:] == ["channels_last"]:
+    x, w = xl, wl
 torch.backends.cudnn.benchmark = True
 for _ in range(3):  # warm up: the build, cuDNN's algorithm search
     labops.conv2d_mm(x, w, b, 1, 1, 1)

@@ -107,3 +107,18 @@ def check_choice(value, choices, op: str, arg: str) -> None:
     if value not in choices:
         options = ", ".join(repr(c) for c in choices)
         raise ValueError(f"labops.{op}: {arg} must be one of {options}, got {value!r}")
+
+
+def check_module_choice(value, choices, module: str, arg: str) -> None:
+    """A ``labops.nn`` module's constructor argument is one of ``choices``: checked when the module is built,
+    so a bad one fails there rather than at its first forward. The message names the module and prints
+    the tuple, as the modules always have.
+
+    Example:
+        >>> check_module_choice("erf", ("none", "tanh"), "GELU", "approximate")
+        Traceback (most recent call last):
+        ...
+        ValueError: GELU: approximate must be one of ('none', 'tanh'), got 'erf'
+    """
+    if value not in choices:
+        raise ValueError(f"{module}: {arg} must be one of {choices}, got {value!r}")

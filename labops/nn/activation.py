@@ -1,6 +1,7 @@
 import torch
 
 from labops import ops
+from labops._checks import check_module_choice
 
 __all__ = ["GELU", "Tanh"]
 
@@ -30,8 +31,7 @@ class GELU(torch.nn.Module):
 
     def __init__(self, approximate: str = "none"):
         super().__init__()
-        if approximate not in ops.GELU_APPROXIMATIONS:
-            raise ValueError(f"GELU: approximate must be one of {ops.GELU_APPROXIMATIONS}, got {approximate!r}")
+        check_module_choice(approximate, ops.GELU_APPROXIMATIONS, "GELU", "approximate")
         self.approximate = approximate
 
     def forward(self, x):

@@ -1,6 +1,7 @@
 import torch
 
 from labops import ops
+from labops._checks import check_module_choice
 
 __all__ = ["Reorg"]
 
@@ -20,8 +21,7 @@ class Reorg(torch.nn.Module):
         super().__init__()
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise ValueError(f"Reorg: stride must be an int >= 1, got {stride!r}")
-        if order not in ops.REORG_ORDERS:
-            raise ValueError(f"Reorg: order must be one of {ops.REORG_ORDERS}, got {order!r}")
+        check_module_choice(order, ops.REORG_ORDERS, "Reorg", "order")
         self.stride = stride
         self.order = order
 

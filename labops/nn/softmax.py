@@ -1,6 +1,7 @@
 import torch
 
 from labops import ops
+from labops._checks import check_module_choice
 
 __all__ = ["CrossEntropyLoss", "Softmax"]
 
@@ -43,9 +44,7 @@ class CrossEntropyLoss(torch.nn.Module):
 
     def __init__(self, reduction: str = "mean"):
         super().__init__()
-        if reduction not in ops.CROSS_ENTROPY_REDUCTIONS:
-            raise ValueError(f"CrossEntropyLoss: reduction must be one of {ops.CROSS_ENTROPY_REDUCTIONS}, "
-                             f"got {reduction!r}")
+        check_module_choice(reduction, ops.CROSS_ENTROPY_REDUCTIONS, "CrossEntropyLoss", "reduction")
         self.reduction = reduction
 
     def forward(self, logits, target):

@@ -372,7 +372,8 @@ def test_tensor_core_rungs_every_tile_size(device, dtype, rung, shape, out_chann
 # Rung 5 loads its tiles by TMA where a tap's channels fill whole 128-byte rows (Note [TMA tiles],
 # csrc/common/cuda/tma.cuh): the im2col map then finds each pixel from the padding, stride and dilation.
 TMA_GEOMETRIES = [
-    ((2, 9, 11), (3, 3), (1, 1), (1, 1), (1, 1), 72),  # 198 pixels: a partial tile; 72 filters: a partial one
+    ((2, 9, 11), (3, 3), (1, 1), (1, 1), (1, 1), 70),  # 198 pixels: a partial tile; 70 filters: a partial one,
+                                                        # whose channels_last rows are not 16-byte aligned
     ((3, 13, 8), (3, 2), (2, 1), (2, 1), (1, 2), 64),  # every field differs between height and width
     ((2, 12, 12), (1, 1), (1, 1), (0, 0), (1, 1), 64),  # one tap
     ((1, 16, 15), (5, 5), (3, 2), (2, 2), (1, 1), 128),  # stride 3 down, 2 across
@@ -380,18 +381,20 @@ TMA_GEOMETRIES = [
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
 @pytest.mark.parametrize("size, kernel, stride, padding, dilation, out_channels", TMA_GEOMETRIES,
                          ids=["partial-tiles", "asymmetric", "1x1", "5x5-strided"])
-def test_wgmma_tma_geometries(device, dtype, size, kernel, stride, padding, dilation, out_channels):
+def test_wgmma_tma_geometries(device, dtype, layout, size, kernel, stride, padding, dilation, out_channels):
     """Rung 5 with its tiles loaded by TMA (C = 128 bytes of channels: 64 float16 or bfloat16, 32 float32 as
     TF32) on geometries where a wrong corner, stride or offset of the im2col map would read the wrong pixels;
-    against float64 F.conv2d, the same bits twice."""
+    against float64 F.conv2d, the same bits twice. A channels_last x gets a channels_last out, which the
+    epilogue stores 16 bytes at a time where a row of filters allows it (Note [wgmma implicit GEMM])."""
     if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("wgmma and TMA are Hopper (sm_90) features")
     from labops import ladder
 
     channels = 128 // torch.empty((), dtype=dtype).element_size()
-    x = Seeded(device, dtype, 11).randn(size[0], channels, size[1], size[2])
+    x = Seeded(device, dtype, 11).randn(size[0], channels, size[1], size[2]).contiguous(memory_format=layout)
     params = (kernel, stride, padding, dilation)
     w, b = conv_weight(x, params, out_channels=out_channels)
     expected = F.conv2d(x.double(), w.double(), b.double(), stride, padding, dilation)
@@ -401,6 +404,7 @@ def test_wgmma_tma_geometries(device, dtype, size, kernel, stride, padding, dila
     rtol, atol = tolerances(torch.float16 if dtype == torch.float32 else dtype)
     taps = kernel[0] * kernel[1]
     torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * (channels * taps) ** 0.5)
+    assert out.is_contiguous(memory_format=layout), "out in x's layout"
     assert torch.equal(out, again), "the same bits on every run"
 
 

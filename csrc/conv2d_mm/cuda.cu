@@ -440,7 +440,7 @@ struct TensorCoreGemm {
   int splits = 1, steps_per_split = 0;
   float* partial = nullptr;
   bool channels_last_out = false;  // out (N, O, Hout, Wout) in memory as (N, Hout, Wout, O): GEMM row j at j * O
-  int steps_per_tap = 0;           // rung 5 with TMA: steps of k in one tap's channels (C * element size / 128)
+  FastDivider steps_per_tap;       // rung 5 with TMA: steps of k in one tap's channels (C * element size / 128)
   bool forward_weight = false;     // B is the forward's channels_last weight itself, each tap flipped (the input
                                    // gradient in 2-byte types: Note [the input gradient as a convolution])
 
@@ -789,9 +789,10 @@ constexpr int wg_smem_bytes() {
 
 // A block's BM x BN results (rows 64 a warpgroup, as the accumulators hold them) through shared memory (the
 // ring, free once every warpgroup's last wgmma is done): value(accumulator, column) is staged as a Staged, and
-// then store(row, column, staged) runs for the tile's first `rows` rows and `cols` columns, consecutive threads
-// on consecutive columns. The tile is row-major, its rows 8 elements longer, so that the accumulators' writes
-// fall in different banks.
+// then store(row, column, staged, n) runs for each 16-byte chunk of the tile's first `rows` rows and `cols`
+// columns (staged: its n <= 16 / sizeof(Staged) values, n short only at column `cols`), consecutive threads on
+// consecutive chunks, so that a warp reads and writes whole 128-byte rows. The tile is row-major, its rows 8
+// elements longer, so that the accumulators' writes fall in different banks.
 template <typename Staged, int BM, int BN, typename Value, typename Store>
 __device__ __forceinline__ void store_through_shared(const float (&acc)[1][BN / 8][4], unsigned char* ring,
                                                      int rows, int cols, Value&& value, Store&& store) {
@@ -812,19 +813,35 @@ __device__ __forceinline__ void store_through_shared(const float (&acc)[1][BN / 
     }
   }
   consumer_barrier<BM>();
-  for (int i = t; i < BM * BN; i += wg_consumers(BM)) {
-    const int row = i / BN, col = i % BN;
-    if (row < rows && col < cols) store(row, col, tile[row * kPitch + col]);
+  constexpr int kChunk = 16 / sizeof(Staged), kChunksPerRow = BN / kChunk;
+  for (int i = t; i < BM * kChunksPerRow; i += wg_consumers(BM)) {
+    const int row = i / kChunksPerRow, col = (i % kChunksPerRow) * kChunk;
+    if (row < rows && col < cols) store(row, col, tile + row * kPitch + col, std::min(kChunk, cols - col));
   }
 }
 
+// n <= 16 bytes of values from shared memory to dst: one 16-byte store where they are whole and dst aligned.
+template <typename T>
+__device__ __forceinline__ void store_chunk(T* dst, const T* values, int n) {
+  constexpr int kChunk = 16 / sizeof(T);
+  if (n == kChunk && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(values);
+    return;
+  }
+  for (int e = 0; e < n; ++e) dst[e] = values[e];
+}
+
 // Rung 5's epilogue where its block writes a channels_last out (no split of k): the block's BM x BN results,
-// plus the bias, go through shared memory (store_through_shared, pixel-major), so that a warp stores a pixel's
-// run of 32 consecutive filters; from the accumulators (write_results) it stores 8 pixels x 16 bytes. Measured
-// on an H100 (float16, batch 32, forward, of cuDNN's speed, both channels_last, two runs:
+// plus the bias, go through shared memory (store_through_shared, pixel-major), so that a warp stores whole
+// 128-byte runs of a pixel's filters, 16 bytes a thread (where out's rows are 16-byte aligned: O a multiple of 8
+// float16 or 4 float32); from the accumulators (write_results) it stores 8 pixels x 16 bytes. Measured on an H100
+// (float16, batch 32, forward, of cuDNN's speed, both channels_last, two runs:
 // docs/benchmarks/conv_goals/h100_epilogue_ab/): 56 x 56 0.85 -> 1.09, 28 x 28 0.77 -> 0.82, 14 x 14 0.88-0.98
-// -> 0.96, 7 x 7 0.67 -> 0.69. For NCHW outputs the same staging was slower (56 x 56 1.27 -> 1.16, 28 x 28
-// 1.09-1.12 -> 1.01-1.02), so those are stored from the accumulators.
+// -> 0.96, 7 x 7 0.67 -> 0.69, with one 2-byte store a thread a value. For NCHW outputs that staging was slower
+// (56 x 56 1.27 -> 1.16, 28 x 28 1.09-1.12 -> 1.01-1.02), so those are stored from the accumulators. Storing 16
+// bytes a thread instead of 2 (session 30, the GEMM kernel's time, float16, batch 32, before -> after, us): 56 x
+// 56 33.4 -> 27.9, 28 x 28 19.6 -> 16.5, 14 x 14 22.0 -> 18.4, 7 x 7 28.0 -> 23.9: the epilogue, which no other
+// work overlaps where a block has one tile, had taken up to a third of the kernel.
 template <typename scalar_t, int BM, int BN>
 __device__ __forceinline__ void write_results_through_shared(const TensorCoreGemm& gemm, const float (&acc)[1][BN / 8][4],
                                                              int j0, int o0, const scalar_t* __restrict__ bias,
@@ -834,8 +851,9 @@ __device__ __forceinline__ void write_results_through_shared(const TensorCoreGem
     return value + (bias != nullptr && o < gemm.out_channels ? static_cast<float>(bias[o]) : 0.0f);
   };
   store_through_shared<scalar_t, BM, BN>(acc, ring, gemm.columns - j0, gemm.out_channels - o0, with_bias,
-                                         [&](int row, int col, scalar_t value) {
-                                           out[static_cast<int64_t>(j0 + row) * gemm.out_channels + o0 + col] = value;
+                                         [&](int row, int col, const scalar_t* values, int n) {
+                                           store_chunk(out + static_cast<int64_t>(j0 + row) * gemm.out_channels + o0 +
+                                                           col, values, n);
                                          });
 }
 
@@ -1083,8 +1101,10 @@ struct ImplicitGemmTiles {
     return r;
   }
   __device__ void load(const Unit& u, int i, unsigned char* stage, uint64_t* full) const {
-    const int k_step = u.first + i, tap = k_step / gemm.steps_per_tap;
-    const int c0 = (k_step - tap * gemm.steps_per_tap) * kStepK;  // a step is (tap, 128 bytes of its channels)
+    // A step is (tap, 128 bytes of its channels); the producer's one thread finds them every step, so by a
+    // multiply (FastDivider), not an integer division (tens of instructions on the GPU).
+    const int k_step = u.first + i, tap = static_cast<int>(gemm.steps_per_tap.div(static_cast<uint32_t>(k_step)));
+    const int c0 = (k_step - tap * static_cast<int>(gemm.steps_per_tap.d)) * kStepK;
     const Reach reach = reach_of(gemm, tap);
     tma_load_im2col(stage, &maps.x, c0, u.origin.iw, u.origin.ih, u.origin.n, static_cast<uint16_t>(reach.dw),
                     static_cast<uint16_t>(reach.dh), full);
@@ -1177,7 +1197,7 @@ __device__ __forceinline__ void scale_into(scalar_t* dst, float sum, float scale
 // bytes of the batch: float16 at batch 32 fills half a row). A unit is (BM filters, BN columns, split of k);
 // float16 and bfloat16 only (the instruction transposes no TF32). A channels_last grad_w (memory (O, kH, kW, C),
 // as F.conv2d gives for a channels_last x) has the GEMM's columns in order, so with k whole a unit writes it
-// itself, through shared memory (store_through_shared: a warp stores a run of 32 columns). Else each unit
+// itself, through shared memory (store_through_shared: a warp stores runs of consecutive columns). Else each unit
 // writes its float32 sums to partial[split][q][o] (runs of filters) and add_tap_splits_kernel adds the splits
 // in order (deterministic) into grad_w. Measured on an H100 (float16, batch 32, 7 x 7, one split): 23.4 us
 // for the kernel writing grad_w against 19.3 + 14.0 with the finisher; stored from the accumulators instead
@@ -1286,8 +1306,11 @@ struct TapWeightGradientTiles {
     }
     scalar_t* grad_w = static_cast<scalar_t*>(wg.grad_w);  // (O, Q): filter o's columns q in order
     store_through_shared<float, BM, BN>(acc, ring, O - u.o0, Q - u.q0, [](float sum, int) { return sum; },
-                                        [&](int row, int col, float sum) {
-                                          scale_into(grad_w + (u.o0 + row) * Q + u.q0 + col, sum, wg.scale, wg.beta);
+                                        [&](int row, int col, const float* sums, int n) {
+                                          for (int e = 0; e < n; ++e) {
+                                            scale_into(grad_w + (u.o0 + row) * Q + u.q0 + col + e, sums[e], wg.scale,
+                                                       wg.beta);
+                                          }
                                         });
   }
   // The row groups' sums of each filter added in order (the same bits every run), into bias_sum or row Q of
@@ -2510,7 +2533,9 @@ struct Conv2dMMLauncher {
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     if (plan.wgmma) {  // a warpgroup per 64 pixels, and with TMA a producer warp
-      if (plan.tma) gemm.steps_per_tap = static_cast<int>(gemm.s.channels * x.element_size() / kWgRowBytes);
+      if (plan.tma) {
+        gemm.steps_per_tap = FastDivider(static_cast<uint32_t>(gemm.s.channels * x.element_size() / kWgRowBytes));
+      }
       const auto launch_wgmma = [&](auto bm, auto bn, auto per_sm) {
         constexpr int kBM = decltype(bm)::value, kBN = decltype(bn)::value, kPerSM = decltype(per_sm)::value;
         constexpr int kBytes = wg_smem_bytes<kBM, kBN, kPerSM>();

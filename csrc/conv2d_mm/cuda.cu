@@ -863,13 +863,14 @@ struct TmaMaps {
   CUtensorMap x, w;
 };
 
-// One step of rung 5 for this warpgroup: its 64 rows of the stage's A tile times the stage's B tile, added to
-// d, one wgmma per 32 bytes of k. The batch is committed and left running; the call returns once the previous
-// step's batch is done (so that step's stage may be refilled). An MN-major A or B (the weight gradient by taps
-// both, the input gradient's B: Note [MN-major operands]) is boxes of 64 rows of k: the next 64 of M or N a box
-// (64 x 128 bytes) further, a k16 slice two 8-row atoms (2048 bytes) further.
+// One step of rung 5 for this warpgroup: its 64 rows of the stage's A tile (`stage`, a shared-memory address)
+// times the stage's B tile, added to d, one wgmma per 32 bytes of k. The batch is committed and left running;
+// the call returns once the previous step's batch is done (so that step's stage may be refilled). An MN-major
+// A or B (the weight gradient by taps both, the input gradient's B: Note [MN-major operands]) is boxes of 64
+// rows of k: the next 64 of M or N a box (64 x 128 bytes) further, a k16 slice two 8-row atoms (2048 bytes)
+// further.
 template <typename scalar_t, int BM, int BN, bool kMnMajorA = false, bool kMnMajorB = kMnMajorA>
-__device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], const unsigned char* stage, int warpgroup) {
+__device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], uint32_t stage, int warpgroup) {
   constexpr int kBox = 64 * kWgRowBytes, kSlices = kWgRowBytes / 32;
   constexpr int kSliceA = kMnMajorA ? 2048 : 32, kSliceB = kMnMajorB ? 2048 : 32;
   const uint64_t a = wgmma_descriptor(stage + warpgroup * kBox, kMnMajorA ? kBox : 16);
@@ -976,7 +977,7 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
     const int next = step + kAhead;
     if (next < steps) load_step(next % kStages, k_first + next * kStepK);
     cp_async_commit();
-    multiply_stage<scalar_t, BM, BN>(d, ring + (step % kStages) * kStageBytes, warpgroup);
+    multiply_stage<scalar_t, BM, BN>(d, shared_address(ring) + (step % kStages) * kStageBytes, warpgroup);
   }
   wgmma_wait<0>();
 #pragma unroll
@@ -999,22 +1000,36 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
 // runs on across them (`step` counts the block's steps over all its units), so the producer loads a unit's
 // first stages while the consumers still multiply, or write out, the one before. Where the epilogue stages
 // results in the ring (stages_results_in_ring), the producer waits for it (`drained`) before loading on.
+// Every thread finds the ring's and the barriers' shared-memory addresses once and steps a stage index and the
+// phase's parity by adds: the consumer warps' own instructions between two batches of wgmma, address
+// conversions and divisions among them, had set the pace of a step at 7 x 7 (Nsight Compute's stall samples).
 // A kernel on this pipeline gives it its Work, of the form (ImplicitGemmTiles, TapWeightGradientTiles):
 //   units()                                   its work units, all blocks together;
 //   unit(u) -> Unit                           where unit u is, and its `steps`;
-//   load(unit, i, stage, full)                the producer: step i's tiles into the stage, on mbarrier `full`;
+//   load(unit, i, stage, full)                the producer: step i's tiles into the stage (a RingStage), on
+//                                             mbarrier `full` (its shared-memory address);
 //   Carry                                     what a consumer thread carries from step to step of a unit
 //                                             besides its accumulators (value-initialized each unit);
 //   multiply(unit, carry, d, stage, warpgroup)  a consumer warpgroup: one stage into its accumulators;
 //   write(unit, carry, acc, ring)             the consumers: a unit's results;
 //   results_in_ring()                         whether write uses the ring (the producer then waits for it).
+// A stage of the ring: its bytes (for ordinary loads) and its shared-memory address (for TMA and wgmma).
+struct RingStage {
+  const unsigned char* bytes;
+  uint32_t at;
+};
+
 template <int BM, int BN, int kPerSM, typename Work>
 __device__ __forceinline__ void run_tma_pipeline(const Work& work) {
   constexpr int kStages = wg_stages<BM, BN, kPerSM>(), kStageBytes = (BM + BN) * kWgRowBytes;
-  constexpr int kConsumerWarps = wg_consumers(BM) / 32;
+  constexpr int kConsumerWarps = wg_consumers(BM) / 32, kBarrier = sizeof(uint64_t);
   extern __shared__ unsigned char wg_smem[];
   unsigned char* ring = ring_of(wg_smem);
   __shared__ uint64_t full[kStages], empty[kStages], drained;
+  const uint32_t ring_at = shared_address(ring), full_at = shared_address(full), empty_at = shared_address(empty);
+  const auto stage_of = [&](int stage) {
+    return RingStage{ring + stage * kStageBytes, ring_at + static_cast<uint32_t>(stage * kStageBytes)};
+  };
   const int t = threadIdx.x, warp = t / 32;
   const int units = work.units();
   if (t == 0) {
@@ -1030,22 +1045,27 @@ __device__ __forceinline__ void run_tma_pipeline(const Work& work) {
 
   if (warp == kConsumerWarps) {  // the producer: one thread asks for each step's tiles
     if (t % 32 == 0) {
-      int step = 0, done_units = 0;
+      int stage = 0, done_units = 0;
+      uint32_t phase = 0;    // the parity of the stages' barriers on this pass over the ring
+      bool wrapped = false;  // past the first pass: a stage is refilled once its last step is handed back
       for (int unit = blockIdx.x; unit < units; unit += gridDim.x, ++done_units) {
-        if (done_units > 0 && work.results_in_ring()) mbarrier_wait(&drained, (done_units - 1) % 2);
+        if (done_units > 0 && work.results_in_ring()) mbarrier_wait(shared_address(&drained), (done_units - 1) % 2);
         const typename Work::Unit u = work.unit(unit);
-        for (int i = 0; i < u.steps; ++i, ++step) {
-          const int stage = step % kStages;
-          if (step >= kStages) mbarrier_wait(&empty[stage], (step / kStages - 1) % 2);  // step - kStages is done
-          mbarrier_arrive_expect_bytes(&full[stage], kStageBytes);
-          work.load(u, i, ring + stage * kStageBytes, &full[stage]);
+        for (int i = 0; i < u.steps; ++i) {
+          if (wrapped) mbarrier_wait(empty_at + stage * kBarrier, phase ^ 1);
+          mbarrier_arrive_expect_bytes(full_at + stage * kBarrier, kStageBytes);
+          work.load(u, i, stage_of(stage), full_at + stage * kBarrier);
+          if (++stage == kStages) stage = 0, phase ^= 1, wrapped = true;
         }
       }
     }
     return;  // the consumers' epilogue meets on consumer_barrier, which counts only them
   }
 
-  int step = 0;
+  const int warpgroup = t / 128;
+  const bool hands_back = t % 32 == 0;  // one arrival a warp on `empty`
+  int stage = 0;
+  uint32_t phase = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const typename Work::Unit u = work.unit(unit);
     typename Work::Carry carry{};
@@ -1053,20 +1073,22 @@ __device__ __forceinline__ void run_tma_pipeline(const Work& work) {
     float(&d)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(acc);
 #pragma unroll
     for (int r = 0; r < BN / 2; ++r) d[r] = 0.0f;
-    for (int i = 0; i < u.steps; ++i, ++step) {
-      const int stage = step % kStages;
-      mbarrier_wait(&full[stage], (step / kStages) % 2);
-      work.multiply(u, carry, d, ring + stage * kStageBytes, t / 128);
-      if (i > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // step - 1's batch is done
+    int before = 0;  // the stage of the step before
+    for (int i = 0; i < u.steps; ++i) {
+      mbarrier_wait(full_at + stage * kBarrier, phase);
+      work.multiply(u, carry, d, stage_of(stage), warpgroup);
+      if (i > 0 && hands_back) mbarrier_arrive(empty_at + before * kBarrier);  // step i - 1's batch is done
+      before = stage;
+      if (++stage == kStages) stage = 0, phase ^= 1;
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
-    if (u.steps > 0 && t % 32 == 0) mbarrier_arrive(&empty[(step - 1) % kStages]);  // the unit's last step
+    if (u.steps > 0 && hands_back) mbarrier_arrive(empty_at + before * kBarrier);  // the unit's last step
     work.write(u, carry, acc, ring);
     if (work.results_in_ring()) {
       consumer_barrier<BM>();  // every consumer is done reading the staged tile ...
-      if (t % 32 == 0) mbarrier_arrive(&drained);  // ... so the producer may fill the ring again
+      if (hands_back) mbarrier_arrive(shared_address(&drained));  // ... so the producer may fill the ring again
     }
   }
 }
@@ -1100,27 +1122,27 @@ struct ImplicitGemmTiles {
     r.origin = origin_of(gemm, r.j0);
     return r;
   }
-  __device__ void load(const Unit& u, int i, unsigned char* stage, uint64_t* full) const {
+  __device__ void load(const Unit& u, int i, RingStage stage, uint32_t full) const {
     // A step is (tap, 128 bytes of its channels); the producer's one thread finds them every step, so by a
     // multiply (FastDivider), not an integer division (tens of instructions on the GPU).
     const int k_step = u.first + i, tap = static_cast<int>(gemm.steps_per_tap.div(static_cast<uint32_t>(k_step)));
     const int c0 = (k_step - tap * static_cast<int>(gemm.steps_per_tap.d)) * kStepK;
     const Reach reach = reach_of(gemm, tap);
-    tma_load_im2col(stage, &maps.x, c0, u.origin.iw, u.origin.ih, u.origin.n, static_cast<uint16_t>(reach.dw),
+    tma_load_im2col(stage.at, &maps.x, c0, u.origin.iw, u.origin.ih, u.origin.n, static_cast<uint16_t>(reach.dw),
                     static_cast<uint16_t>(reach.dh), full);
     if constexpr (kForwardWeight) {
       const int flipped = static_cast<int>(gemm.s.kernel_h * gemm.s.kernel_w) - 1 - tap;
 #pragma unroll
       for (int b = 0; b < BN / 64; ++b) {
-        tma_load_tile(stage + BM * kWgRowBytes + b * kBoxBytes, &maps.w, u.o0 + 64 * b, flipped, c0, full);
+        tma_load_tile(stage.at + BM * kWgRowBytes + b * kBoxBytes, &maps.w, u.o0 + 64 * b, flipped, c0, full);
       }
     } else {
-      tma_load_tile(stage + BM * kWgRowBytes, &maps.w, c0, tap, u.o0, full);
+      tma_load_tile(stage.at + BM * kWgRowBytes, &maps.w, c0, tap, u.o0, full);
     }
   }
   struct Carry {};
-  __device__ void multiply(const Unit&, Carry&, float (&d)[BN / 2], const unsigned char* stage, int warpgroup) const {
-    multiply_stage<scalar_t, BM, BN, false, kForwardWeight>(d, stage, warpgroup);
+  __device__ void multiply(const Unit&, Carry&, float (&d)[BN / 2], RingStage stage, int warpgroup) const {
+    multiply_stage<scalar_t, BM, BN, false, kForwardWeight>(d, stage.at, warpgroup);
   }
   __device__ void write(const Unit& u, const Carry&, const float (&acc)[1][BN / 8][4], unsigned char* ring) const {
     write_block_results<scalar_t, BM, BN>(gemm, acc, u.j0, u.o0, bias, out, ring, u.split);
@@ -1258,14 +1280,14 @@ struct TapWeightGradientTiles {
     }
     return r;
   }
-  __device__ void load(const Unit& u, int i, unsigned char* stage, uint64_t* full) const {
+  __device__ void load(const Unit& u, int i, RingStage stage, uint32_t full) const {
     const int j = (u.first + i) * kStepK;  // the step's first output pixel
     const Origin origin = origin_of(wg.conv, j);
 #pragma unroll
-    for (int b = 0; b < BM / 64; ++b) tma_load_tile(stage + b * kBoxBytes, &maps.w, u.o0 + 64 * b, j, 0, full);
+    for (int b = 0; b < BM / 64; ++b) tma_load_tile(stage.at + b * kBoxBytes, &maps.w, u.o0 + 64 * b, j, 0, full);
 #pragma unroll
     for (int b = 0; b < kBoxesX; ++b) {
-      tma_load_im2col(stage + BM * kWgRowBytes + b * kBoxBytes, &maps.x, u.c[b], origin.iw, origin.ih, origin.n,
+      tma_load_im2col(stage.at + BM * kWgRowBytes + b * kBoxBytes, &maps.x, u.c[b], origin.iw, origin.ih, origin.n,
                       static_cast<uint16_t>(u.reach[b].dw), static_cast<uint16_t>(u.reach[b].dh), full);
     }
   }
@@ -1276,14 +1298,13 @@ struct TapWeightGradientTiles {
     float bias[8] = {};
   };
   __device__ bool sums_bias(const Unit& u) const { return wg.bias_sum != nullptr && u.q0 == 0; }
-  __device__ void multiply(const Unit& u, Carry& carry, float (&d)[BN / 2], const unsigned char* stage,
-                           int warpgroup) const {
-    multiply_stage<scalar_t, BM, BN, true>(d, stage, warpgroup);
+  __device__ void multiply(const Unit& u, Carry& carry, float (&d)[BN / 2], RingStage stage, int warpgroup) const {
+    multiply_stage<scalar_t, BM, BN, true>(d, stage.at, warpgroup);
     if (!sums_bias(u)) return;
     // The stage's g boxes (64 pixels x 64 filters, a pixel's filters one swizzled row), read while the wgmma
     // batch runs: the stage stays until this warp hands it back, a step later.
     const int c = threadIdx.x % kBiasChunks, first = threadIdx.x / kBiasChunks;
-    const unsigned char* box = stage + (c / 8) * kBoxBytes;
+    const unsigned char* box = stage.bytes + (c / 8) * kBoxBytes;
 #pragma unroll
     for (int row = first; row < 64; row += kBiasRowGroups) {
       const auto g = load_pack<8>(reinterpret_cast<const scalar_t*>(box + swizzled_offset(row, (c % 8) * 16)));

@@ -40,8 +40,9 @@ __device__ __forceinline__ int swizzled_offset(int row, int byte) {
 
 // The descriptor of a 128-byte-swizzled tile starting at `tile` (shared memory, 1024-aligned): K-major, whose
 // leading byte offset goes unused, or MN-major (Note [MN-major operands]), where it is the next 64 of M or N.
-__device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile, int leading_bytes = 16) {
-  const uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+// `tile` is a shared-memory address (shared_address in tma.cuh), found once, not converted from a pointer every step.
+__device__ __forceinline__ uint64_t wgmma_descriptor(uint32_t tile, int leading_bytes = 16) {
+  const uint64_t address = tile;
   return ((address & 0x3FFFF) >> 4)                  // start address, in 16-byte units
          | (uint64_t(leading_bytes >> 4) << 16)       // leading byte offset
          | (uint64_t(1024 >> 4) << 32)                // stride byte offset: one 8-row atom to the next
@@ -57,7 +58,12 @@ __device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile, int leadi
 // two atoms, so the next one starts 2048 bytes on. wgmma_descriptor(tile, leading bytes) describes such a tile.
 
 // The descriptor of the same tile, `bytes` further along k (a multiple of 32: one k16 slice of 2-byte types).
-__device__ __forceinline__ uint64_t wgmma_advance(uint64_t descriptor, int bytes) { return descriptor + (bytes >> 4); }
+// One 32-bit add: the start address (bits 0-13) stays below 2^14 units within the 228 KB of shared memory, so
+// nothing carries into the leading byte offset or the high word.
+__device__ __forceinline__ uint64_t wgmma_advance(uint64_t descriptor, int bytes) {
+  const uint32_t low = static_cast<uint32_t>(descriptor) + static_cast<uint32_t>(bytes >> 4);
+  return (descriptor & 0xFFFFFFFF00000000ull) | low;
+}
 
 // Before the first wgmma of a batch: the accumulator registers and shared memory written so far are theirs.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

@@ -1003,6 +1003,9 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
 // Every thread finds the ring's and the barriers' shared-memory addresses once and steps a stage index and the
 // phase's parity by adds: the consumer warps' own instructions between two batches of wgmma, address
 // conversions and divisions among them, had set the pace of a step at 7 x 7 (Nsight Compute's stall samples).
+// Not kept (session 30, docs/benchmarks/conv_goals/h100_session30.md): waiting by spinning on test_wait instead
+// of try_wait (7 x 7 forward, batch 32: 30.3 against 27.7 us), and a producer stepping through the taps instead
+// of dividing once a step (within the spread between runs).
 // A kernel on this pipeline gives it its Work, of the form (ImplicitGemmTiles, TapWeightGradientTiles):
 //   units()                                   its work units, all blocks together;
 //   unit(u) -> Unit                           where unit u is, and its `steps`;

@@ -1001,8 +1001,8 @@ __global__ void __launch_bounds__(wg_consumers(kWgBM), kPerSM)
 // first stages while the consumers still multiply, or write out, the one before. Where the epilogue stages
 // results in the ring (stages_results_in_ring), the producer waits for it (`drained`) before loading on.
 // Every thread finds the ring's and the barriers' shared-memory addresses once and steps a stage index and the
-// phase's parity by adds: the consumer warps' own instructions between two batches of wgmma, address
-// conversions and divisions among them, had set the pace of a step at 7 x 7 (Nsight Compute's stall samples).
+// phase's parity by adds (Nsight Compute put most consumer stall samples on such conversions between wgmma
+// batches): batch 128's 7 x 7 and 14 x 14 forwards ran about 10 % faster, batch 32's 7 x 7 no faster (H100).
 // Not kept (session 30, docs/benchmarks/conv_goals/h100_session30.md): waiting by spinning on test_wait instead
 // of try_wait (7 x 7 forward, batch 32: 30.3 against 27.7 us), and a producer stepping through the taps instead
 // of dividing once a step (within the spread between runs).

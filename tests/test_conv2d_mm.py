@@ -431,6 +431,57 @@ def test_wgmma_tma_blocks_take_several_tiles(device, dtype, layout):
     assert torch.equal(out, again), "the same bits on every run"
 
 
+def rounded_to_tf32(t):
+    """float32 t rounded to TF32 (10 bits of mantissa) to the nearest, ties away from zero, as PTX's
+    cvt.rna.tf32.f32 rounds (finite values): add half a unit of the last kept bit, drop the 13 bits below it."""
+    return ((t.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def truncated_to_tf32(t):
+    """float32 t with its 13 low mantissa bits dropped: what wgmma does to a float32 operand left as it is."""
+    return (t.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+# (batch, channels, size, filters): the TMA kernel's tiles of 192 x 128 and 128 x 128 pixels x filters, and a small
+# case; a channels_last x is rounded in registers where its filters fit one tile, else by a copy (both here).
+TF32_ROUNDING_CASES = [(32, 128, 28, 128), (32, 256, 14, 256), (4, 32, 9, 64)]
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
+@pytest.mark.parametrize("batch, channels, size, filters", TF32_ROUNDING_CASES, ids=["192x128", "128x128", "small"])
+def test_wgmma_tf32_rounds_to_nearest(device, layout, batch, channels, size, filters):
+    """TF32 as cuDNN's forward and input gradient compute it: each float32 operand rounded to the nearest TF32,
+    the products added in float32. Rung 5 rounds x (and grad_output) in registers on their way to the tensor
+    cores, or by a copy (Note [TF32 rounded on its way to the tensor cores], conv2d_mm/cuda.cu). Against
+    float64 convolutions of the rounded operands, within float32's summing error; the same operands truncated
+    miss by far more, which the last asserts show, so that this test could catch a kernel that truncates."""
+    if device != "cuda" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("wgmma and TMA are Hopper (sm_90) features")
+    from labops import ladder
+
+    randn = Seeded(device, torch.float32, 17).randn
+    x = randn(batch, channels, size, size).contiguous(memory_format=layout).requires_grad_()
+    w, b = conv_weight(x, ((3, 3), (1, 1), (1, 1), (1, 1)), out_channels=filters)
+    g = randn(batch, filters, size, size).contiguous(memory_format=layout)
+    with ladder.use("conv2d_mm", "wgmma"), tf32_convolutions():
+        out = labops.conv2d_mm(x, w, b, 1, 1, 1)
+        grad_x, = torch.autograd.grad(out, x, g)
+
+    def oracle(round_):
+        xr, wr, gr = (round_(v.detach()).double() for v in (x, w, g))
+        forward = F.conv2d(xr, wr, b.double(), 1, 1)
+        backward = torch.nn.grad.conv2d_input(x.shape, wr, gr, 1, 1)
+        return forward, backward
+
+    atol = 6e-5  # float32 sums of up to 2304 terms of size about 1/48: 3e-5 at most measured on an H100
+    forward, backward = oracle(rounded_to_tf32)
+    torch.testing.assert_close(out.double(), forward, rtol=0, atol=atol)
+    torch.testing.assert_close(grad_x.double(), backward, rtol=0, atol=atol)
+    forward_truncated, backward_truncated = oracle(truncated_to_tf32)
+    assert (out.double() - forward_truncated).abs().max() > 10 * atol
+    assert (grad_x.double() - backward_truncated).abs().max() > 10 * atol
+
+
 def cuda_kernel_names(step):
     """The names of the CUDA kernels that step() launches (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
@@ -530,10 +581,12 @@ def test_wgmma_tma_input_gradient_reads_forward_weight(device, dtype, weight_lay
         step()
     gemm = [name for name in names if "wgmma_tma_gemm_kernel<" in name]
     transposes = [name for name in names if "transpose" in name]
+    # wgmma_tma_gemm_kernel<scalar_t, BM, BN, kPerSM, kForwardWeight, kRoundA>
+    forward_weight = [name.split("<", 1)[1].split(">", 1)[0].split(", ")[4] for name in gemm]
     if dtype == torch.float32:
-        assert gemm and all(", false>" in name for name in gemm), sorted(names)
+        assert gemm and forward_weight == ["false"] * len(gemm), sorted(names)
     else:
-        assert gemm and all(", true>" in name for name in gemm), sorted(names)
+        assert gemm and forward_weight == ["true"] * len(gemm), sorted(names)
         assert not any("transpose_kernel<true" in name for name in transposes), sorted(names)
         if weight_layout == torch.channels_last:
             assert not transposes, sorted(names)

@@ -443,6 +443,8 @@ struct TensorCoreGemm {
   FastDivider steps_per_tap;       // rung 5 with TMA: steps of k in one tap's channels (C * element size / 128)
   bool forward_weight = false;     // B is the forward's channels_last weight itself, each tap flipped (the input
                                    // gradient in 2-byte types: Note [the input gradient as a convolution])
+  bool round_a = false;            // TF32 with TMA: A rounded in registers, not by a copy (Note [TF32 rounded on
+                                   // its way to the tensor cores])
 
   TensorCoreGemm(const conv2d_mm::Im2colShape& shape, int64_t filters)
       : s(shape),
@@ -889,6 +891,76 @@ __device__ __forceinline__ void multiply_stage(float (&d)[BN / 2], uint32_t stag
   for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
 }
 
+// Note [TF32 rounded on its way to the tensor cores]
+// wgmma reads float32 as TF32 by dropping its 13 low bits (toward zero); cuDNN's forward and input gradient round
+// to the nearest instead (probed on an H100, session 31: a product 1 x (1 + 0.75 * 2^-10) comes out 1 + 2^-10).
+// A rounding copy of a channels_last x cost as much as a quarter of the forward (56 x 56, batch 32: 20.6 of
+// 69.1 us of kernels). So the TMA kernel's TF32 step can take its A tile (the pixels) out of shared memory into
+// registers, round it there (round_to_tf32) and give it to wgmma from the registers; B (the weight, small)
+// still comes rounded by its copy. That costs the GEMM instructions at every step of every tile, so it pays
+// where each value of x is rounded once, its filters all in one tile (O <= BN), and x needs no copy anyway
+// (channels_last already: a transposing copy rounds for free). Measured on an H100 (TF32, batch 32,
+// channels_last, GEMM and rounding kernels, us, one run): 56 x 56 (64 filters) 69.1 -> 52.7 and 28 x 28 (128)
+// 36.2 -> 29.1 with the rounding in the kernel; 14 x 14 (256) 31.6 -> 35.0 and 7 x 7 (512) 51.8 -> 55.0, where
+// each value was rounded 2 and 8 times, so those keep the copy.
+// Each thread loads the values the instruction wants from it (wgmma_tf32_a_in_registers): rows row and row + 8,
+// k q and q + 4 of each 8-value slice, four bytes at a time; the 128-byte swizzle puts the 32 threads of a warp
+// in 32 different banks. The registers are read while the batch runs, so a step loads its values first, waits
+// for the step before's batch, and only then overwrites the registers that batch read (Tf32Fragments, carried
+// from step to step). A block of three consumer warpgroups (192 pixels) has at most 128 registers a thread
+// (13 warps: 4 share one quarter of the register file), too few to hold the next step's values beside the
+// fragments and 64 accumulators: there a step first waits, then loads into the fragments. ptxas still spills
+// 68 bytes in that kernel, outside its step loop.
+struct Tf32Fragments {
+  uint32_t a[kWgRowBytes / 32][4];  // per 32-byte slice of k: the 4 values of wgmma_tf32_a_in_registers
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ void multiply_stage_rounding_a(float (&d)[BN / 2], Tf32Fragments& fragments,
+                                                          const unsigned char* stage, uint32_t stage_at,
+                                                          int warpgroup) {
+  constexpr int kSlices = kWgRowBytes / 32, kBox = 64 * kWgRowBytes;
+  const int lane = threadIdx.x % 32, row = 16 * ((threadIdx.x / 32) % 4) + lane / 4;
+  constexpr bool kLoadBeforeWait = BM < 192;
+  const unsigned char* a = stage + warpgroup * kBox + row * kWgRowBytes + (lane % 4) * 4;
+  const auto load = [&](float (&values)[kSlices][4]) {
+#pragma unroll
+    for (int slice = 0; slice < kSlices; ++slice) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // k q, then q + 4: 16-byte chunk 2 * slice + half of the row
+        const int chunk = ((2 * slice + half) ^ (row % 8)) * 16;
+        values[slice][2 * half] = *reinterpret_cast<const float*>(a + chunk);
+        values[slice][2 * half + 1] = *reinterpret_cast<const float*>(a + chunk + 8 * kWgRowBytes);  // row + 8
+      }
+    }
+  };
+  float loaded[kSlices][4];
+  if constexpr (kLoadBeforeWait) load(loaded);
+  const uint64_t b = wgmma_descriptor(stage_at + BM * kWgRowBytes);
+  wgmma_wait<0>();  // the step before's batch no longer reads the fragments
+#pragma unroll
+  for (int slice = 0; slice < kSlices; ++slice) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) wgmma_keep(fragments.a[slice][v]);
+  }
+  if constexpr (!kLoadBeforeWait) load(loaded);
+#pragma unroll
+  for (int slice = 0; slice < kSlices; ++slice) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) fragments.a[slice][v] = __float_as_uint(round_to_tf32(loaded[slice][v]));
+  }
+#pragma unroll
+  for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+  wgmma_fence();
+#pragma unroll
+  for (int slice = 0; slice < kSlices; ++slice) {
+    wgmma_tf32_a_in_registers<BN>(d, fragments.a[slice], wgmma_advance(b, slice * 32));
+  }
+  wgmma_commit();
+#pragma unroll
+  for (int r = 0; r < BN / 2; ++r) wgmma_hold(d[r]);
+}
+
 // Tile `tile`'s place in the output: tiles of BM pixels x BN filters, the filters fastest.
 template <int BM, int BN>
 __device__ __forceinline__ void block_tile(const TensorCoreGemm& gemm, int tile, int& j0, int& o0) {
@@ -1101,7 +1173,7 @@ __device__ __forceinline__ void run_tma_pipeline(const Work& work) {
 // and a box of the weight. With kForwardWeight (gemm.forward_weight) the weight is the forward's, read as it
 // lies: BN / 64 MN-major boxes of 64 of its channels (this GEMM's filters) x 64 of its filters (this k), from
 // the flipped tap's plane.
-template <typename scalar_t, int BM, int BN, bool kForwardWeight>
+template <typename scalar_t, int BM, int BN, bool kForwardWeight, bool kRoundA = false>
 struct ImplicitGemmTiles {
   static constexpr int kStepK = kWgRowBytes / sizeof(scalar_t), kBoxBytes = 64 * kWgRowBytes;
   const TensorCoreGemm& gemm;
@@ -1143,22 +1215,36 @@ struct ImplicitGemmTiles {
       tma_load_tile(stage.at + BM * kWgRowBytes, &maps.w, c0, tap, u.o0, full);
     }
   }
-  struct Carry {};
-  __device__ void multiply(const Unit&, Carry&, float (&d)[BN / 2], RingStage stage, int warpgroup) const {
-    multiply_stage<scalar_t, BM, BN, false, kForwardWeight>(d, stage.at, warpgroup);
+  static_assert(!kRoundA || (std::is_same_v<scalar_t, float> && !kForwardWeight), "kRoundA: TF32, K-major B");
+  struct NoCarry {};
+  using Carry = std::conditional_t<kRoundA, Tf32Fragments, NoCarry>;
+  __device__ void multiply(const Unit&, Carry& carry, float (&d)[BN / 2], RingStage stage, int warpgroup) const {
+    if constexpr (kRoundA) {
+      multiply_stage_rounding_a<BM, BN>(d, carry, stage.bytes, stage.at, warpgroup);
+    } else {
+      multiply_stage<scalar_t, BM, BN, false, kForwardWeight>(d, stage.at, warpgroup);
+    }
   }
-  __device__ void write(const Unit& u, const Carry&, const float (&acc)[1][BN / 8][4], unsigned char* ring) const {
+  __device__ void write(const Unit& u, const Carry& carry, const float (&acc)[1][BN / 8][4],
+                        unsigned char* ring) const {
+    if constexpr (kRoundA) {  // the last batch (waited for by now) read these up to here
+#pragma unroll
+      for (int slice = 0; slice < kWgRowBytes / 32; ++slice) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) wgmma_keep(carry.a[slice][v]);
+      }
+    }
     write_block_results<scalar_t, BM, BN>(gemm, acc, u.j0, u.o0, bias, out, ring, u.split);
   }
   __device__ bool results_in_ring() const { return stages_results_in_ring(gemm); }
 };
 
-template <typename scalar_t, int BM, int BN, int kPerSM, bool kForwardWeight>
+template <typename scalar_t, int BM, int BN, int kPerSM, bool kForwardWeight, bool kRoundA = false>
 __global__ void __launch_bounds__(wg_consumers(BM) + 32, kPerSM)
     wgmma_tma_gemm_kernel(const TensorCoreGemm gemm, const scalar_t* __restrict__ bias, scalar_t* __restrict__ out,
                           const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  run_tma_pipeline<BM, BN, kPerSM>(ImplicitGemmTiles<scalar_t, BM, BN, kForwardWeight>{gemm, maps, bias, out});
+  run_tma_pipeline<BM, BN, kPerSM>(ImplicitGemmTiles<scalar_t, BM, BN, kForwardWeight, kRoundA>{gemm, maps, bias, out});
 #endif
 }
 
@@ -2063,13 +2149,13 @@ struct Conv2dMMLauncher {
                                    const at::Tensor& bias, const at::Tensor& out, bool wgmma) {
     forward_on_plan(TensorCorePlan(s, weight.size(0), x4.scalar_type(), wgmma), s, x4, weight, bias, out);
   }
-  // float32 runs here as TF32 (the plan takes it only then), and the copies that make x and the weight
-  // channels_last round it to TF32 as they go (weight_in_tf32: the caller's copy of the weight did): the
-  // kernels read float32 as TF32 only (they truncate), and never round. Measured on an H100, in one run,
-  // forward of cuDNN's TF32 speed
-  // rounding in the kernel / in the copies: 0.58 / 0.96 at 7 x 7, 0.80 / 1.06 at 28 x 28 (batch 32). So an x
-  // that is channels_last already is copied too, rounded (round_to_tf32_copy), where another dtype is read in
-  // place.
+  // float32 runs here as TF32 (the plan takes it only then), rounded to the nearest. The copy that makes the
+  // weight channels_last rounds it as it goes (weight_in_tf32: the caller's copy of the weight did), and so
+  // does the one that makes x channels_last; a channels_last x is copied only to round it, except where the
+  // TMA kernel rounds it in registers (Note [TF32 rounded on its way to the tensor cores] says where that
+  // pays). The kernels otherwise read float32 as TF32 only (they truncate). Measured on an H100, in one run,
+  // forward of cuDNN's TF32 speed, rounding in the cp.async kernel's shared memory / in the copies: 0.58 / 0.96
+  // at 7 x 7, 0.80 / 1.06 at 28 x 28 (batch 32).
   // With forward_weight (the input gradient, Note [the input gradient as a convolution]) `weight` is the
   // forward's, (C, O, kH, kW) channels_last, read as it lies, each tap flipped.
   static void forward_on_plan(const TensorCorePlan& plan, const conv2d_mm::Im2colShape& s, const at::Tensor& x4,
@@ -2078,10 +2164,12 @@ struct Conv2dMMLauncher {
     const int64_t O = weight.size(forward_weight ? 1 : 0);
     TORCH_INTERNAL_ASSERT(plan.why_not.empty(), "conv2d_mm: tensor_cores forced past its refusal: ", plan.why_not);
     const bool tf32 = x4.scalar_type() == at::kFloat;
-    const at::Tensor xc = channels_last(x4, tf32);      // (N, H, W, C) in memory
+    const bool round_a = tf32 && plan.tma && O <= plan.bn && is_channels_last_in_place(x4);
+    const at::Tensor xc = channels_last(x4, tf32 && !round_a);  // (N, H, W, C) in memory
     const at::Tensor wk = forward_weight ? weight : channels_last(weight, tf32 && !weight_in_tf32);  // (O, kH, kW, C)
     TensorCoreGemm gemm(s, O);
     gemm.forward_weight = forward_weight;
+    gemm.round_a = round_a;
     gemm.channels_last_out = !out.is_contiguous();  // else contiguous (output_format, entry.h)
     at::Tensor partial;  // the splits' sums, where the plan splits k
     if (plan.splits > 1) {
@@ -2359,8 +2447,11 @@ struct Conv2dMMLauncher {
   // t (B, C, H, W) with its memory (B, H, W, C), 16-byte aligned: t itself when it is so already, else a
   // copy (transpose_kernel from a contiguous t). With tf32 (float32) always a copy, rounded to TF32: a
   // channels_last t by one elementwise pass (round_to_tf32_copy says why).
+  static bool is_channels_last_in_place(const at::Tensor& t) {
+    return t.is_contiguous(at::MemoryFormat::ChannelsLast) && is_aligned(t.const_data_ptr());
+  }
   static at::Tensor channels_last(const at::Tensor& t, bool tf32 = false) {
-    if (t.is_contiguous(at::MemoryFormat::ChannelsLast) && is_aligned(t.const_data_ptr())) {
+    if (is_channels_last_in_place(t)) {
       return tf32 ? round_to_tf32_copy(t) : t;
     }
     const at::Tensor src = t.contiguous();
@@ -2579,6 +2670,13 @@ struct Conv2dMMLauncher {
             }
           }
           TORCH_INTERNAL_ASSERT(!gemm.forward_weight, "conv2d_mm: the forward's weight as B needs 2-byte types");
+          if constexpr (std::is_same_v<scalar_t, float>) {
+            if (gemm.round_a) {
+              launch_tma(with_shared_memory<wgmma_tma_gemm_kernel<float, kBM, kBN, kPerSM, false, true>, kBytes>());
+              return;
+            }
+          }
+          TORCH_INTERNAL_ASSERT(!gemm.round_a, "conv2d_mm: A rounded in registers is TF32 only");
           launch_tma(with_shared_memory<wgmma_tma_gemm_kernel<scalar_t, kBM, kBN, kPerSM, false>, kBytes>());
         } else if constexpr (kBM == kWgBM) {
           launch(with_shared_memory<wgmma_gemm_kernel<scalar_t, kBN, kPerSM>, kBytes>(), wg_consumers(kBM), kBytes);

@@ -121,7 +121,8 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
 
 
 // float32 read as TF32: the instruction (m64nNk8) takes no transpose flags, and uses only the top 19 bits of each
-// value (it truncates), so float32 operands are rounded to TF32 before they reach it (conv2d_mm's layout copies).
+// value (it truncates), so float32 operands are rounded to TF32 before they reach it: by conv2d_mm's layout
+// copies, or in registers (wgmma_tf32_a_in_registers below).
 #define LABOPS_WGMMA_CALL_TF32(N)                                                                           \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " LABOPS_WGMMA_SCALE_D##N ", 0;\n"                         \
                "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 " LABOPS_WGMMA_D##N                 \
@@ -139,6 +140,32 @@ __device__ __forceinline__ void wgmma_hold(float& r) { asm volatile("" : "+f"(r)
                LABOPS_WGMMA_TRANSPOSE##N ";\n}\n"                                                          \
                : LABOPS_WGMMA_OUT##N(d)                                                                     \
                : "l"(a), "l"(b), "r"(accumulate), "n"(kTransposeA), "n"(kTransposeB))
+
+// d (64 x N, float32) += A (64 x k8, TF32, in registers) . B (k8 x N, shared memory, K-major). Thread t of the
+// warpgroup holds a[0..3] = A's (row, q), (row + 8, q), (row, q + 4), (row + 8, q + 4), with row = 16 (t / 32) +
+// (t % 32) / 4 and q = t % 4: the A of mma.sync's m16n8k8 (mma.cuh), four warps stacked (CUTLASS's ALayout_64x8).
+// The instruction reads the registers while it runs: they may change only after a wgmma_wait that covers it.
+template <int N>
+__device__ __forceinline__ void wgmma_tf32_a_in_registers(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(N == 64 || N == 128, "N = 64 or 128");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " LABOPS_WGMMA_D64
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : LABOPS_WGMMA_OUT64(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " LABOPS_WGMMA_D128
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : LABOPS_WGMMA_OUT128(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+#endif
+}
+// Keep a register live (unchanged) up to this point: A fragments a running wgmma still reads.
+__device__ __forceinline__ void wgmma_keep(uint32_t r) { asm volatile("" ::"r"(r) : "memory"); }
 
 template <typename scalar_t, int N, bool kMnMajorA = false, bool kMnMajorB = kMnMajorA>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {

@@ -737,15 +737,18 @@ def test_input_gradient_as_a_convolution(device, dtype, channels, kernel, paddin
 ], ids=["3x3", "stride-2", "dilated", "deep", "batch-3", "small-image", "small-image-packed", "small-image-tma",
         "7x7-tma-tf32"])
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "channels-last"])
-def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, stride, padding, dilation, layout):
+@pytest.mark.parametrize("channels", [16, 3], ids=["C16", "C3"])  # 3: the finisher's last run of 4 channels partial
+def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, stride, padding, dilation, layout,
+                                          channels):
     """conv2d_mm_backward_weight and accGradParameters on CUDA run the tensor_cores forward with the batch as its
     channels, its sum over pixels split and the splits added in order (Note [the weight gradient as a
-    convolution], csrc/conv2d_mm/cuda.cu), reading x and grad_output from NCHW or channels_last (batch_last);
-    against float64 torch.nn.grad.conv2d_weight, the same bits twice."""
+    convolution], csrc/conv2d_mm/cuda.cu), reading x and grad_output from NCHW or channels_last (batch_last),
+    writing grad_weight in x's layout and adding into a contiguous one; against float64
+    torch.nn.grad.conv2d_weight, the same bits twice."""
     if device != "cuda":
         pytest.skip("a CUDA path")
     randn = Seeded(device, dtype, 7).randn
-    x, w = randn(batch, 16, *size).contiguous(memory_format=layout), randn(24, 16, *kernel)
+    x, w = randn(batch, channels, *size).contiguous(memory_format=layout), randn(24, channels, *kernel)
     g = randn(*F.conv2d(x.double(), w.double(), None, stride, padding, dilation).shape)
     g = g.contiguous(memory_format=layout)
     expected = torch.nn.grad.conv2d_weight(x.double(), w.shape, g.double(), stride, padding, dilation)
@@ -759,6 +762,7 @@ def test_weight_gradient_as_a_convolution(device, dtype, batch, size, kernel, st
         accumulated = start.clone()
         torch.ops.labops.conv2d_mm_acc_grad_parameters(g, x, accumulated, None, *args, 0.5)
     torch.testing.assert_close(got.double(), expected, rtol=rtol, atol=atol * terms ** 0.5)
+    assert got.is_contiguous(memory_format=layout), "grad_weight follows x's layout"
     torch.testing.assert_close(got_bias.double(), g.double().sum((0, 2, 3)), rtol=rtol, atol=atol * terms ** 0.5)
     assert torch.equal(got, again), "the weight gradient must have the same bits on every run"
     torch.testing.assert_close(accumulated.double(), start.double() + 0.5 * expected, rtol=rtol,

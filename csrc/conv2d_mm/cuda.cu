@@ -1470,38 +1470,63 @@ struct TapTile {
 };
 constexpr TapTile kTapTiles[] = {{128, 128, 1, 1.0}, {128, 192, 1, 1.0}, {64, 128, 2, 0.8}};
 
-// The weight gradient by taps, finished: grad_w (O, C, kH, kW), contiguous or channels_last, = beta * grad_w +
-// scale * the sum of partial[split][q][o] over the splits, in split order, and bias_sum (when not null) the sum
-// of row Q's. A block takes 32 filters x a run of 4 * taps of grad_w's columns (contiguous: a filter's (c, kh,
-// kw) for 4 channels; channels_last: 4 * taps consecutive (kh, kw, c)), and goes through shared memory both
-// ways: it reads runs of 32 filters of partial (a warp's 128 bytes) and writes the runs of grad_w; straight from
-// one to the other, one of the two would be a scatter.
+// Where a weight gradient's split sums lie: grad_w's column (c, tap) sums the rows c * channel_stride + (tap /
+// kernel_w) * row_stride + (tap % kernel_w) * col_stride of partial[split] (each a run of the filters), the
+// splits split_stride apart. By taps, row q = (tap, c) (Note [the weight gradient by taps]), and row Q the bias
+// gradient's sums; as a convolution, the transposed problem's output pixel (kh, kw) of image c (Note [the weight
+// gradient as a convolution]).
+struct SplitRows {
+  int channel_stride, row_stride, col_stride, kernel_w;
+  int64_t split_stride;
+  __device__ int64_t of(int c, int tap) const {
+    return int64_t(c) * channel_stride + int64_t(tap / kernel_w) * row_stride + int64_t(tap % kernel_w) * col_stride;
+  }
+};
+
+// A weight gradient's split sums, finished: grad_w (O, C, kH, kW), contiguous or channels_last, = beta * grad_w +
+// scale * the sum of its rows of partial (SplitRows) over the splits, in split order, and bias_sum (when not
+// null) the sum of row Q's (by taps). A block takes 32 filters x a run of 4 * taps of grad_w's columns
+// (contiguous: a filter's (c, kh, kw) for 4 channels; channels_last: 4 * taps consecutive (kh, kw, c)), and goes
+// through shared memory both ways: it reads runs of 32 filters of partial (a warp's 128 bytes) and writes the
+// runs of grad_w; straight from one to the other, one of the two would be a scatter (as a convolution's
+// a kernel of one thread a value was: TF32, batch 32, 7 x 7, channels_last, 43.0 us and an 18.0 us copy of its
+// result to channels_last, H100, session 31).
 // A warp sums kTapSplitsPairs (tap, channel) pairs at once, 4 splits at a time (sums_in_split_order), so that
 // it waits for memory once per 32 terms, not once per 8. That did not make it faster (H100, float16, batch 32:
 // 7 x 7, one split, 14.2 us in session 26, 14.0 after; 56 x 56, 51 splits in 32 blocks, 13.7 us);
 // docs/benchmarks/profiles-2026-11-27/README.md says what bounds it.
 // (Blocks of 8 channels were too few to keep the reads in flight: 16 of them for the 64-channel layers.)
+// A block's run is kChannels * taps columns; where 4 channels a block make fewer blocks than half the GPU's
+// multiprocessors (64 channels, 64 filters: 32 blocks), each takes 1, so that more reads are in flight. Measured
+// on an H100 (batch 32, channels_last, 3 x 3, us, 4 -> 1 channel a block): by taps, float16, 56 x 56 11.0 ->
+// 10.4 but 28 x 28 (128 blocks) 5.5 -> 8.2; as a convolution, TF32, 56 x 56 15.0 -> 9.8, 28 x 28 6.7 -> 8.8.
+// With kByTaps, partial's rows are grad_w's channels_last columns themselves (row q = (tap, c)), found without
+// dividing (a division a pair took the by-taps finisher of the 56 x 56 layer from 10.9 to 15.2 us, H100).
 constexpr int kTapSplitsFilters = 32, kTapSplitsChannels = 4, kTapSplitsPairs = 8;
-template <typename scalar_t>
+template <typename scalar_t, int kChannels, bool kByTaps>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    add_tap_splits_kernel(const float* __restrict__ partial, int splits, int taps, int channels, int filters,
-                          float scale, float beta, bool channels_last, scalar_t* __restrict__ grad_w,
-                          scalar_t* __restrict__ bias_sum) {
+    add_weight_splits_kernel(const float* __restrict__ partial, SplitRows rows, int splits, int taps, int channels,
+                             int filters, float scale, float beta, bool channels_last, scalar_t* __restrict__ grad_w,
+                             scalar_t* __restrict__ bias_sum) {
   extern __shared__ float tile[];  // tile[o][r]: the block's run of grad_w's row o, rows `pitch` apart (odd)
   constexpr int kWarps = kThreadsPerBlock / 32;
-  const int o0 = blockIdx.x * kTapSplitsFilters, c0 = blockIdx.y * kTapSplitsChannels;
-  const int run = kTapSplitsChannels * taps, pitch = run | 1, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int o0 = blockIdx.x * kTapSplitsFilters, c0 = blockIdx.y * kChannels;
+  const int run = kChannels * taps, pitch = run | 1, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int run0 = blockIdx.y * run, columns = taps * channels;  // the run: grad_w's columns [run0, run0 + run)
-  const int valid = channels_last ? min(run, columns - run0) : min(kTapSplitsChannels, channels - c0) * taps;
-  // Pair p of the run: the column q = (tap, c) of partial it sums, and its place r in the run. Contiguous, the
-  // run is channels c0 .. c0 + 3, each one's taps; channels_last, it is the columns themselves.
-  const auto place = [&](int p) {
-    return channels_last ? p : (p % kTapSplitsChannels) * taps + p / kTapSplitsChannels;
+  const int valid = channels_last ? min(run, columns - run0) : min(kChannels, channels - c0) * taps;
+  // Pair p of the run: the row of partial it sums (that of grad_w's column (c, tap)), and its place r in the
+  // run. Contiguous, the run is channels c0 .. c0 + kChannels - 1, each one's taps; channels_last, it is the
+  // columns themselves, (tap, c).
+  const auto place = [&](int p) { return channels_last ? p : (p % kChannels) * taps + p / kChannels; };
+  const auto row_of = [&](int p) -> int64_t {
+    if constexpr (kByTaps) {
+      return channels_last ? run0 + p : (p / kChannels) * channels + c0 + p % kChannels;
+    } else {
+      if (channels_last) return rows.of((run0 + p) % channels, (run0 + p) / channels);
+      return rows.of(c0 + p % kChannels, p / kChannels);
+    }
   };
-  const auto column_of = [&](int p) {
-    return channels_last ? run0 + p : (p / kTapSplitsChannels) * channels + c0 + p % kTapSplitsChannels;
-  };
-  const int64_t split_stride = static_cast<int64_t>(columns + 1) * filters;  // row `columns`: the bias
+  const int64_t split_stride = rows.split_stride;
   if (bias_sum != nullptr && blockIdx.y == 0 && warp == 0 && o0 + lane < filters) {
     bias_sum[o0 + lane] = static_cast<scalar_t>(
         sum_in_split_order(partial + static_cast<int64_t>(columns) * filters + o0 + lane, splits, split_stride));
@@ -1513,7 +1538,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     for (int i = 0; i < kTapSplitsPairs; ++i) {
       const int pair = first + i * kWarps;
       const bool inside = pair < run && place(pair) < valid && o0 + lane < filters;
-      offset[i] = inside ? static_cast<int64_t>(column_of(pair)) * filters + o0 + lane : -1;
+      offset[i] = inside ? row_of(pair) * filters + o0 + lane : -1;
     }
     sums_in_split_order<kTapSplitsPairs, 4>(partial, offset, splits, split_stride, sum);
 #pragma unroll
@@ -1914,28 +1939,9 @@ __global__ void __launch_bounds__(256)
 // channels_last x or g, H*W matrices N x C (N x O) transposed in place of one (batch_last).
 // Its GEMM is short and deep: C*kH*kW rows, O filters, N*Hout*Wout terms each (576 x 64 x 100352 for that
 // layer: 5 tiles for 132 multiprocessors). So the sum over k is split (TensorCoreGemm::partial): each
-// split writes its float32 sums, and add_splits_kernel adds them in split order, so the result has the
+// split writes its float32 sums, and add_weight_splits_kernel adds them in split order, so the result has the
 // same bits on every run. Where the output of the transposed problem has more pixels than the kernel
 // (a stride that does not divide evenly), the extra ones are computed and ignored.
-// Thread i: filter o = i % O (fastest, so that a warp reads a row of partial), tap (c, kh, kw); its splits
-// added by sum_in_split_order.
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-    add_splits_kernel(const float* __restrict__ partial, int splits, int64_t columns, int64_t out_channels,
-                      int64_t channels, int64_t kernel_h, int64_t kernel_w, int64_t out_w, double scale, double beta,
-                      scalar_t* __restrict__ grad_w) {
-  const int64_t taps = channels * kernel_h * kernel_w, n = out_channels * taps, split_stride = columns * out_channels;
-  LABOPS_KERNEL_LOOP(i, n) {
-    const int64_t o = i % out_channels, tap = i / out_channels;
-    const int64_t c = tap / (kernel_h * kernel_w), kh = tap / kernel_w % kernel_h, kw = tap % kernel_w;
-    const float* src = partial + (c * (columns / channels) + kh * out_w + kw) * out_channels + o;
-    const float sum = sum_in_split_order(src, splits, split_stride);
-    scalar_t* dst = grad_w + o * taps + tap;
-    const double old = beta == 0.0 ? 0.0 : beta * static_cast<double>(*dst);
-    *dst = static_cast<scalar_t>(old + scale * static_cast<double>(sum));
-  }
-}
-
 // Whether this build has rung 5's kernel (labops/_build.py compiles for sm_90a where it finds sm_90: wgmma
 // exists only there) and the current GPU can run it (compute capability 9.0 exactly: H100, H200).
 inline bool wgmma_available() {
@@ -2321,7 +2327,12 @@ struct Conv2dMMLauncher {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_REDUCED_FLOATING_TYPES(dtype, "labops_conv2d_mm_weight_gradient_by_taps", [&] {
       launch_by_taps<scalar_t>(best_tile, blocks, wg, maps, stream, std::make_index_sequence<std::size(kTapTiles)>());
-      if (!units_write) add_tap_splits<scalar_t>(wg, C, O, channels_last_gw, stream);
+      if (!units_write) {
+        const int kw = static_cast<int>(s.kernel_w);
+        const SplitRows rows{1, kw * static_cast<int>(C), static_cast<int>(C), kw, (wg.taps * C + 1) * O};
+        add_weight_splits<scalar_t, true>(wg.partial, rows, wg.splits, wg.taps, C, O, wg.scale, wg.beta,
+                                          channels_last_gw, wg.grad_w, wg.bias_sum, stream);
+      }
     });
     return true;
   }
@@ -2352,32 +2363,47 @@ struct Conv2dMMLauncher {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
-  template <typename scalar_t>
-  static void add_tap_splits(const TapWeightGradient& wg, int64_t C, int64_t O, bool channels_last,
-                             cudaStream_t stream) {
-    const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(O, kTapSplitsFilters)),
-                    static_cast<unsigned>(ceil_div<int64_t>(C, kTapSplitsChannels)));
-    const int bytes = static_cast<int>(kTapSplitsFilters * ((kTapSplitsChannels * wg.taps) | 1) * sizeof(float));
-    const auto kernel = add_tap_splits_kernel<scalar_t>;
-    if (bytes > 48 * 1024) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  // add_weight_splits_kernel's shared memory: 32 filters x a run of at most 4 * taps columns.
+  static int64_t weight_splits_bytes(int64_t taps) {
+    return kTapSplitsFilters * ((kTapSplitsChannels * taps) | 1) * static_cast<int64_t>(sizeof(float));
+  }
+  template <typename scalar_t, bool kByTaps>
+  static void add_weight_splits(const float* partial, const SplitRows& rows, int splits, int64_t taps, int64_t C,
+                                int64_t O, float scale, float beta, bool channels_last, void* grad_w, void* bias_sum,
+                                cudaStream_t stream) {
+    const int64_t filter_blocks = ceil_div<int64_t>(O, kTapSplitsFilters);
+    const auto launch = [&](auto channels_per_block) {
+      constexpr int kChannels = decltype(channels_per_block)::value;
+      const dim3 grid(static_cast<unsigned>(filter_blocks), static_cast<unsigned>(ceil_div<int64_t>(C, kChannels)));
+      const int bytes = static_cast<int>(kTapSplitsFilters * ((kChannels * taps) | 1) * sizeof(float));
+      const auto kernel = add_weight_splits_kernel<scalar_t, kChannels, kByTaps>;
+      if (bytes > 48 * 1024) {
+        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      }
+      kernel<<<grid, kThreadsPerBlock, bytes, stream>>>(partial, rows, splits, static_cast<int>(taps),
+                                                        static_cast<int>(C), static_cast<int>(O), scale, beta,
+                                                        channels_last, static_cast<scalar_t*>(grad_w),
+                                                        static_cast<scalar_t*>(bias_sum));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (2 * filter_blocks * ceil_div<int64_t>(C, kTapSplitsChannels) < multiprocessor_count()) {
+      launch(std::integral_constant<int, 1>{});
+    } else {
+      launch(std::integral_constant<int, kTapSplitsChannels>{});
     }
-    kernel<<<grid, kThreadsPerBlock, bytes, stream>>>(wg.partial, wg.splits, wg.taps, static_cast<int>(C),
-                                                      static_cast<int>(O), wg.scale, wg.beta, channels_last,
-                                                      static_cast<scalar_t*>(wg.grad_w),
-                                                      static_cast<scalar_t*>(wg.bias_sum));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
-  // Note [the weight gradient as a convolution]: grad_w (O, C*kH*kW) = beta * grad_w + scale * the weight
-  // gradient of g4 (N, O, Hout, Wout) and x4 (N, C, H, W), each NCHW or channels_last (batch_last), and
-  // bias_sum (when defined) = the bias gradient at scale 1. Returns false, computing nothing, where
-  // TensorCorePlan does not take the transposed problem (N not a multiple of 8, float64, ...) or the columns
-  // are faster.
+  // Note [the weight gradient as a convolution]: gw4 (O, C, kH, kW), contiguous or channels_last, = beta * gw4
+  // + scale * the weight gradient of g4 (N, O, Hout, Wout) and x4 (N, C, H, W), each NCHW or channels_last
+  // (batch_last), and bias_sum (when defined) = the bias gradient at scale 1. Returns false, computing nothing,
+  // where TensorCorePlan does not take the transposed problem (N not a multiple of 8, float64, ...), the columns
+  // are faster, or the finisher's shared memory cannot hold a run of 4 * kH * kW columns.
   static bool backward_weight_as_convolution(const conv2d_mm::Im2colShape& s, const at::Tensor& g4,
-                                             const at::Tensor& x4, const at::Tensor& grad_w, double scale,
+                                             const at::Tensor& x4, const at::Tensor& gw4, double scale,
                                              double beta, const at::Tensor& bias_sum) {
     const int64_t O = g4.size(1), N = s.batch, C = s.channels;
+    TORCH_INTERNAL_ASSERT(gw4.is_contiguous() || gw4.is_contiguous(at::MemoryFormat::ChannelsLast));
+    if (weight_splits_bytes(s.kernel_area()) > max_shared_bytes_per_block()) return false;
     const conv2d_mm::Im2colShape t = conv2d_mm::make_shape(
         C, N, s.height, s.width,
         {s.out_h, s.out_w, s.dilation_h, s.dilation_w, s.pad_h, s.pad_w, s.stride_h, s.stride_w});
@@ -2434,13 +2460,19 @@ struct Conv2dMMLauncher {
           launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, at::Tensor(), partial);
         })
         AT_DISPATCH_CASE(at::kFloat, [&] { launch_tensor_cores<scalar_t>(plan, gemm, xc, wk, at::Tensor(), partial); }));
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_w.scalar_type(), "labops_add_splits", [&] {
-      const int64_t n = grad_w.numel();
-      add_splits_kernel<scalar_t><<<get_blocks(n), kThreadsPerBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
-          partial.const_data_ptr<float>(), gemm.splits, gemm.columns, O, C, s.kernel_h, s.kernel_w, t.out_w, scale,
-          beta, grad_w.mutable_data_ptr<scalar_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
+    // The transposed problem's output pixel (kh, kw) of image c is grad_w's column (c, tap).
+    const int pixels_per_image = static_cast<int>(t.out_h * t.out_w), out_w = static_cast<int>(t.out_w);
+    const SplitRows rows{pixels_per_image, out_w, 1, static_cast<int>(s.kernel_w), int64_t(gemm.columns) * O};
+    const auto finish = [&](auto zero) {
+      using scalar_t = decltype(zero);
+      add_weight_splits<scalar_t, false>(gemm.partial, rows, gemm.splits, s.kernel_area(), C, O,
+                                         static_cast<float>(scale), static_cast<float>(beta), !gw4.is_contiguous(),
+                                         gw4.mutable_data_ptr(), nullptr, c10::cuda::getCurrentCUDAStream());
+    };
+    AT_DISPATCH_SWITCH(gw4.scalar_type(), "labops_add_weight_splits",
+        AT_DISPATCH_CASE(at::kHalf, [&] { finish(scalar_t{}); })
+        AT_DISPATCH_CASE(at::kBFloat16, [&] { finish(scalar_t{}); })
+        AT_DISPATCH_CASE(at::kFloat, [&] { finish(scalar_t{}); }));
     return true;
   }
 

@@ -24,10 +24,10 @@
 //   static void forward_tensor_cores(const Im2colShape&, x4, weight, bias, out, bool wgmma);  // rung 4, or 5 with
 //       wgmma; on tensors: it picks the layouts
 //   static bool backward_input_as_convolution(const Im2colShape&, g4, weight, grad_input);  // false: not taken
-//   static bool backward_weight_as_convolution(const Im2colShape&, g4, x4, gw2, scale, beta, bias_sum);  // false:
-//       not taken; g4 and x4 NCHW or channels_last, bias_sum (when defined) gets the bias gradient at scale 1
-//   static bool backward_weight_by_taps(const Im2colShape&, g4, x4, gw4, scale, beta, bias_sum);  // the same,
-//       into gw4 (O, C, kH, kW) contiguous or channels_last
+//   static bool backward_weight_as_convolution(const Im2colShape&, g4, x4, gw4, scale, beta, bias_sum);  // false:
+//       not taken; g4 and x4 NCHW or channels_last, gw4 (O, C, kH, kW) contiguous or channels_last, bias_sum
+//       (when defined) gets the bias gradient at scale 1
+//   static bool backward_weight_by_taps(const Im2colShape&, g4, x4, gw4, scale, beta, bias_sum);  // the same
 // The CPU's are ATen's (bmm, baddbmm, addmm_: MKL); the GPU's call cuBLAS
 // directly, without ATen's checks and views around each call, which cost more
 // host time than a small convolution's kernels (tools/host_time.py).
@@ -671,14 +671,15 @@ struct Entry {
  private:
   // The weight gradient both accGradParameters and backward_weight compute: gw4 (O, C, kH, kW), contiguous or
   // channels_last, = beta * gw4 + scale * the gradient, with beta 1 (accumulate) or 0 (gw4 is new: nothing
-  // reads it). The weight gradient by taps writes either layout; the other paths write an (O, rows) matrix,
-  // so a channels_last gw4 gets theirs through a contiguous temporary.
+  // reads it). The tensor cores' weight gradients (by taps, or as a convolution) write either layout; the
+  // columns write an (O, rows) matrix, so a channels_last gw4 gets theirs through a contiguous temporary.
   static void weight_gradient(const Im2colShape& s, const at::Tensor& grad_output, const at::Tensor& x,
                               const at::Tensor& gw4, double scale, double beta, const at::Tensor& bias_sum) {
     if constexpr (Launcher::kImplicitGemm) {  // on CUDA, by the tensor cores: no columns, from either layout
       const at::Tensor g4 = grad_output.reshape({s.batch, gw4.size(0), s.out_h, s.out_w});
       const at::Tensor x4 = x.dim() == 4 ? x : x.unsqueeze(0);
       if (Launcher::backward_weight_by_taps(s, g4, x4, gw4, scale, beta, bias_sum)) return;
+      if (Launcher::backward_weight_as_convolution(s, g4, x4, gw4, scale, beta, bias_sum)) return;
     }
     const int64_t O = gw4.size(0), rows = gw4.numel() / O;
     if (gw4.is_contiguous()) return weight_gradient_rows(s, grad_output, x, gw4.view({O, rows}), scale, beta, bias_sum);
@@ -700,10 +701,6 @@ struct Entry {
                                    const at::Tensor& gw2, double scale, double beta, const at::Tensor& bias_sum) {
     const int64_t O = gw2.size(0), rows = gw2.size(1), L = s.blocks();
     const at::Tensor x_batch = x.dim() == 4 ? x : x.unsqueeze(0);
-    if constexpr (Launcher::kImplicitGemm) {
-      const at::Tensor g4 = grad_output.reshape({s.batch, O, s.out_h, s.out_w});
-      if (Launcher::backward_weight_as_convolution(s, g4, x_batch, gw2, scale, beta, bias_sum)) return;
-    }
     // Contiguous: the launchers read grad_output's rows with unit stride (gather_rows, the GEMM).
     const at::Tensor g3 = Launcher::contiguous(grad_output).view({s.batch, O, L});
     const at::Tensor x4 = Launcher::contiguous(x_batch);

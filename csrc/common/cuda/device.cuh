@@ -22,6 +22,11 @@ inline int multiprocessor_count() {
   return at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 }
 
+// The most shared memory one block may ask for on the current device (227 KB on an H100), kept by ATen too.
+inline int64_t max_shared_bytes_per_block() {
+  return static_cast<int64_t>(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin);
+}
+
 // Whether `ptr` may be read or written with `bytes`-wide vector accesses.
 inline bool is_aligned(const void* ptr, size_t bytes = 16) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;

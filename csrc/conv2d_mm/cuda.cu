@@ -1485,12 +1485,12 @@ struct SplitRows {
 
 // A weight gradient's split sums, finished: grad_w (O, C, kH, kW), contiguous or channels_last, = beta * grad_w +
 // scale * the sum of its rows of partial (SplitRows) over the splits, in split order, and bias_sum (when not
-// null) the sum of row Q's (by taps). A block takes 32 filters x a run of 4 * taps of grad_w's columns
-// (contiguous: a filter's (c, kh, kw) for 4 channels; channels_last: 4 * taps consecutive (kh, kw, c)), and goes
-// through shared memory both ways: it reads runs of 32 filters of partial (a warp's 128 bytes) and writes the
-// runs of grad_w; straight from one to the other, one of the two would be a scatter (as a convolution's
-// a kernel of one thread a value was: TF32, batch 32, 7 x 7, channels_last, 43.0 us and an 18.0 us copy of its
-// result to channels_last, H100, session 31).
+// null) the sum of row Q's (by taps). A block takes 32 filters x a run of kChannels * taps of grad_w's columns
+// (contiguous: a filter's (c, kh, kw) for kChannels channels; channels_last: kChannels * taps consecutive
+// (kh, kw, c)), and goes through shared memory both ways: it reads runs of 32 filters of partial (a warp's 128
+// bytes) and writes the runs of grad_w. Straight from one to the other, one of the two would be a scatter, as
+// the weight gradient as a convolution's finisher of one thread a value was (TF32, batch 32, 7 x 7,
+// channels_last: 43.0 us, and an 18.0 us copy of its result to channels_last; H100, session 31).
 // A warp sums kTapSplitsPairs (tap, channel) pairs at once, 4 splits at a time (sums_in_split_order), so that
 // it waits for memory once per 32 terms, not once per 8. That did not make it faster (H100, float16, batch 32:
 // 7 x 7, one split, 14.2 us in session 26, 14.0 after; 56 x 56, 51 splits in 32 blocks, 13.7 us);
@@ -2363,9 +2363,9 @@ struct Conv2dMMLauncher {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
-  // add_weight_splits_kernel's shared memory: 32 filters x a run of at most 4 * taps columns.
-  static int64_t weight_splits_bytes(int64_t taps) {
-    return kTapSplitsFilters * ((kTapSplitsChannels * taps) | 1) * static_cast<int64_t>(sizeof(float));
+  // add_weight_splits_kernel's shared memory: 32 filters x a run of channels_per_block * taps columns (at most 4).
+  static int64_t weight_splits_bytes(int64_t taps, int64_t channels_per_block = kTapSplitsChannels) {
+    return kTapSplitsFilters * ((channels_per_block * taps) | 1) * static_cast<int64_t>(sizeof(float));
   }
   template <typename scalar_t, bool kByTaps>
   static void add_weight_splits(const float* partial, const SplitRows& rows, int splits, int64_t taps, int64_t C,
@@ -2375,7 +2375,7 @@ struct Conv2dMMLauncher {
     const auto launch = [&](auto channels_per_block) {
       constexpr int kChannels = decltype(channels_per_block)::value;
       const dim3 grid(static_cast<unsigned>(filter_blocks), static_cast<unsigned>(ceil_div<int64_t>(C, kChannels)));
-      const int bytes = static_cast<int>(kTapSplitsFilters * ((kChannels * taps) | 1) * sizeof(float));
+      const int bytes = static_cast<int>(weight_splits_bytes(taps, kChannels));
       const auto kernel = add_weight_splits_kernel<scalar_t, kChannels, kByTaps>;
       if (bytes > 48 * 1024) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));

@@ -35,7 +35,7 @@ files=("$@")
 for f in "${files[@]}"; do
   echo "== $f"
   obj="$out/$(basename "$(dirname "$f")")_$(basename "$f").o"  # every layer's file is called cuda.cu
-  "$nvcc" -c "$f" -o "$obj" -std=c++20 -O3 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -DLABOPS_SM90A=1 \
+  "$nvcc" -c "$f" -o "$obj" -std=c++20 -O3 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -DLABOPS_SM90A=1 -DLABOPS_WITH_CUDA \
     -Xptxas -warn-spills ${NVCC_EXTRA:-} "${cuda_inc[@]}" -I"$inc" -I"$inc/torch/csrc/api/include" -I"$pyinc" -Xcompiler -fPIC \
     2>&1 | grep -v "Warning: The .* is deprecated" || true
   [ -f "$obj" ] || { echo "FAILED: $f"; rm -rf "$out"; exit 1; }

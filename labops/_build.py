@@ -142,6 +142,9 @@ def plan() -> BuildPlan:
     cuda_cflags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
     if with_cuda:
         cuda_cflags += cuda_arch_flags()
+        # For C++ and CUDA files alike: code shared by both (csrc/common/empty.h) may then call into torch_cuda.
+        cflags.append("-DLABOPS_WITH_CUDA")
+        cuda_cflags.append("-DLABOPS_WITH_CUDA")
 
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):

@@ -379,10 +379,14 @@ def every_op_sample(device):
     yield from cross_entropy_op_samples(device)
 
 
+# 4 rows: on CUDA one block checks the targets and reduces the rows (Note [cross-entropy in one launch]);
+# 300 rows: find_bad_target checks them, several blocks compute the rows, at::mean reduces them.
+@pytest.mark.parametrize("rows", [4, 300])
 @pytest.mark.parametrize("bad", [-1, 10, 2**40])
-def test_cross_entropy_rejects_out_of_range_target(device, bad):
-    logits = torch.randn(4, 10, device=device)
-    target = torch.tensor([1, bad, 3, 9], device=device)
+def test_cross_entropy_rejects_out_of_range_target(device, bad, rows):
+    logits = torch.randn(rows, 10, device=device)
+    target = torch.randint(0, 10, (rows,), device=device)
+    target[rows // 2] = bad
     with pytest.raises(ValueError, match=r"target must hold class indices in \[0, C\) = \[0, 10\), got values from"):
         labops.cross_entropy(logits, target)
     # The error came from a flag, not a device-side assert: the device still works.
@@ -390,8 +394,10 @@ def test_cross_entropy_rejects_out_of_range_target(device, bad):
     if device == "cuda":
         torch.cuda.synchronize()
     torch.testing.assert_close(y, torch.softmax(logits, -1))
-    ok = labops.cross_entropy(logits, torch.tensor([1, 2, 3, 9], device=device))
+    target[rows // 2] = 9
+    ok = labops.cross_entropy(logits, target)
     assert ok.isfinite()
+    assert torch.equal(labops.cross_entropy(logits, target), ok)  # a fixed order of additions: the same bits
 
 
 def test_cross_entropy_target_check_is_per_call(device):
@@ -429,15 +435,16 @@ def test_cross_entropy_target_check_is_per_call(device):
 
 
 
-def test_cross_entropy_replays_in_a_cuda_graph(device):
+@pytest.mark.parametrize("rows", [16, 64])  # one launch (Note [cross-entropy in one launch]), three
+def test_cross_entropy_replays_in_a_cuda_graph(device, rows):
     """Captured into a CUDA graph (what torch.compile's mode="reduce-overhead" does), the CUDA op skips the
     target check the host cannot wait for (Note [cross-entropy target check]): forward and backward replay on
     new inputs as eager computes them, and a bad target gives NaN instead of an error."""
     if device != "cuda":
         pytest.skip("CUDA graphs")
     randn = Seeded(device, torch.float32, 31).randn
-    logits = randn(64, 10).requires_grad_(True)
-    target = torch.randint(0, 10, (64,), device=device)
+    logits = randn(rows, 10).requires_grad_(True)
+    target = torch.randint(0, 10, (rows,), device=device)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up off the capturing stream, as torch.cuda.graph asks
@@ -449,8 +456,8 @@ def test_cross_entropy_replays_in_a_cuda_graph(device):
         loss = labops.cross_entropy(logits, target)
         (grad,) = torch.autograd.grad(loss, logits)
     for seed in (1, 2):
-        new_logits, new_target = Seeded(device, torch.float32, seed).randn(64, 10), torch.randint(0, 10, (64,),
-                                                                                                   device=device)
+        new_logits = Seeded(device, torch.float32, seed).randn(rows, 10)
+        new_target = torch.randint(0, 10, (rows,), device=device)
         with torch.no_grad():
             logits.copy_(new_logits)
         target.copy_(new_target)

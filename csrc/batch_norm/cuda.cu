@@ -28,6 +28,7 @@
 #include <torch/library.h>
 
 #include "../common/cuda/device.cuh"
+#include "../common/empty.h"
 #include "../common/cuda/reduce.cuh"
 #include "../common/cuda/vec.cuh"
 #include "../common/fast_divider.h"
@@ -351,7 +352,7 @@ PartialSums<acc_t> partial_sums_with(const Shape& s, const scalar_t* x, const sc
   int64_t splits = ceil_div<int64_t>(4 * cuda::multiprocessor_count(), channel_blocks);
   splits = std::min<int64_t>(splits, ceil_div<int64_t>(packs_per_channel, int64_t(kThreads) * 8));
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, 1024));
-  at::Tensor buffer = at::empty({s.channels, splits, 2}, at::TensorOptions()
+  at::Tensor buffer = labops::empty({s.channels, splits, 2}, at::TensorOptions()
                                                               .dtype(c10::CppTypeToScalarType<acc_t>::value)
                                                               .device(at::kCUDA, c10::cuda::current_device()));
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(channel_blocks));

@@ -47,6 +47,7 @@
 #include <c10/util/Exception.h>
 
 #include "../common/check.h"
+#include "../common/empty.h"
 #include "../common/ladder.h"
 #include "batch_norm.h"
 
@@ -340,9 +341,9 @@ struct Entry {
     const Shape s = shape_of(x);
     c10::OptionalDeviceGuard guard(x.device());
     const at::Tensor xc = x.contiguous();
-    at::Tensor y = at::empty(x.sizes(), x.options());  // contiguous
-    at::Tensor save_mean = at::empty({s.channels}, x.options().dtype(statistics_dtype(x)));
-    at::Tensor save_invstd = at::empty({s.channels}, x.options().dtype(statistics_dtype(x)));
+    at::Tensor y = labops::empty(x.sizes(), x.options());  // contiguous
+    at::Tensor save_mean = labops::empty({s.channels}, x.options().dtype(statistics_dtype(x)));
+    at::Tensor save_invstd = labops::empty({s.channels}, x.options().dtype(statistics_dtype(x)));
     if (s.channels == 0) return {y, save_mean, save_invstd};
     if (training && s.count() == 0) {  // the statistics of nothing; the running ones stay as they are
       save_mean.fill_(std::numeric_limits<double>::quiet_NaN());
@@ -383,7 +384,7 @@ struct Entry {
     const Shape s = shape_of(x);
 
     c10::OptionalDeviceGuard guard(x.device());
-    at::Tensor grad_input = at::empty(x.sizes(), x.options());
+    at::Tensor grad_input = labops::empty(x.sizes(), x.options());
     if (s.numel() == 0) return grad_input;
     const at::Tensor xc = x.contiguous(), g = grad_output.contiguous(), w = contiguous_or_undefined(weight);
     const at::Tensor mean = save_mean.contiguous(), invstd = save_invstd.contiguous();
@@ -483,7 +484,7 @@ struct Entry {
     if (s.count() == 0 || s.channels == 0) {
       return {at::zeros({s.channels}, options), at::zeros({s.channels}, options)};
     }
-    at::Tensor sum_grad_xhat = at::empty({s.channels}, options), sum_grad = at::empty({s.channels}, options);
+    at::Tensor sum_grad_xhat = labops::empty({s.channels}, options), sum_grad = labops::empty({s.channels}, options);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_batch_norm_grad_sums", [&] {
       using acc_t = at::opmath_type<scalar_t>;
       Launcher::grad_sums(s, g.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), mean.const_data_ptr<acc_t>(),

@@ -8,8 +8,9 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
+
+#include "empty.h"
 
 namespace labops {
 
@@ -18,7 +19,7 @@ template <typename Launcher, typename Body, typename... Inputs>
 at::Tensor run_elementwise(Body body, const at::Tensor& a, const Inputs&... rest) {
   c10::OptionalDeviceGuard guard(a.device());
   std::array<at::Tensor, 1 + sizeof...(Inputs)> ins{a.contiguous(), rest.contiguous()...};
-  at::Tensor out = at::empty(a.sizes(), a.options());
+  at::Tensor out = labops::empty(a.sizes(), a.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "labops_elementwise", [&] {
     std::array<const scalar_t*, 1 + sizeof...(Inputs)> ptrs;
     for (size_t k = 0; k < ins.size(); ++k) ptrs[k] = ins[k].template const_data_ptr<scalar_t>();

@@ -21,6 +21,7 @@
 #include "entry.h"
 #include "conv2d_mm.h"
 #include "../common/cpu/parallel.h"
+#include "../common/empty.h"
 
 namespace labops::conv2d_mm {
 using namespace labops::cpu;  // the shared CPU helpers: parallel.h, elementwise.h
@@ -78,7 +79,7 @@ bool onednn_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& res
     if (result.is_contiguous()) {
       matmul(a, b, result, beta, alpha);
     } else {
-      at::Tensor dense = beta != 0.0f ? result.contiguous() : at::empty(result.sizes(), result.options());
+      at::Tensor dense = beta != 0.0f ? result.contiguous() : labops::empty(result.sizes(), result.options());
       matmul(a, b, dense, beta, alpha);
       result.copy_(dense);
     }

@@ -2182,7 +2182,7 @@ struct Conv2dMMLauncher {
       const int64_t steps = ceil_div<int64_t>(gemm.K, kWgRowBytes / x4.element_size());
       gemm.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, plan.splits));
       gemm.splits = static_cast<int>(ceil_div<int64_t>(steps, gemm.steps_per_split));
-      partial = at::empty({gemm.splits, gemm.columns, O}, x4.options().dtype(at::kFloat));
+      partial = labops::empty({gemm.splits, gemm.columns, O}, x4.options().dtype(at::kFloat));
       gemm.partial = partial.mutable_data_ptr<float>();
     }
     AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_tensor_cores",
@@ -2234,7 +2234,7 @@ struct Conv2dMMLauncher {
     }
     // Else (TF32: its instruction transposes nothing) w' is made channels_last (memory (C, kH, kW, O)): one
     // transpose of the (O, C*kH*kW) matrix that reads each run of kH*kW taps backwards, which is the flip.
-    at::Tensor memory = at::empty({s.channels, s.kernel_h, s.kernel_w, O}, weight.options());
+    at::Tensor memory = labops::empty({s.channels, s.kernel_h, s.kernel_w, O}, weight.options());
     const bool tf32 = weight.scalar_type() == at::kFloat;
     transpose(weight.contiguous(), 1, O, s.channels * s.kernel_area(), memory, s.kernel_area(), tf32);
     forward_on_plan(plan, t, g4, memory.permute({0, 3, 1, 2}), at::Tensor(), grad_input, tf32);
@@ -2311,7 +2311,7 @@ struct Conv2dMMLauncher {
     at::Tensor partial;  // kept until the kernels have run (the caching allocator follows the stream)
     const bool units_write = wg.splits == 1 && channels_last_gw;
     if (!units_write) {
-      partial = at::empty({wg.splits, taps * C + 1, O}, x4.options().dtype(at::kFloat));
+      partial = labops::empty({wg.splits, taps * C + 1, O}, x4.options().dtype(at::kFloat));
       wg.partial = partial.mutable_data_ptr<float>();
     }
     TmaMaps maps;
@@ -2428,9 +2428,9 @@ struct Conv2dMMLauncher {
     const bool float32 = x4.scalar_type() == at::kFloat;
     const bool bias_from_g4 = float32 && bias_sum.defined() && g4.is_contiguous();
     const bool round_g_in_copy = float32 && (!bias_sum.defined() || bias_from_g4);
-    at::Tensor x_memory = at::empty({C, s.height, s.width, N}, x4.options());
+    at::Tensor x_memory = labops::empty({C, s.height, s.width, N}, x4.options());
     batch_last(x4, x_memory, float32);
-    at::Tensor g_memory = at::empty({O, s.out_h, s.out_w, N}, g4.options());
+    at::Tensor g_memory = labops::empty({O, s.out_h, s.out_w, N}, g4.options());
     batch_last(g4, g_memory, round_g_in_copy);
     // The bias gradient: each filter's row of g' summed (gather_rows with no rows to write: 16-byte loads, one
     // block per filter, several times faster than ATen's sum over (n, l): 9.8 against 40 us for a 32 x 64 x 56 x
@@ -2451,7 +2451,7 @@ struct Conv2dMMLauncher {
     const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(wanted, steps / 16));
     gemm.steps_per_split = static_cast<int>(ceil_div<int64_t>(steps, splits));
     gemm.splits = static_cast<int>(ceil_div<int64_t>(steps, gemm.steps_per_split));
-    at::Tensor partial = at::empty({gemm.splits, gemm.columns, O}, x4.options().dtype(at::kFloat));
+    at::Tensor partial = labops::empty({gemm.splits, gemm.columns, O}, x4.options().dtype(at::kFloat));
     gemm.partial = partial.mutable_data_ptr<float>();
     const at::Tensor xc = x_memory.permute({0, 3, 1, 2}), wk = g_memory.permute({0, 3, 1, 2});
     AT_DISPATCH_SWITCH(x4.scalar_type(), "labops_conv2d_mm_weight_gradient",
@@ -2487,7 +2487,7 @@ struct Conv2dMMLauncher {
       return tf32 ? round_to_tf32_copy(t) : t;
     }
     const at::Tensor src = t.contiguous();
-    at::Tensor out = at::empty_like(src, at::MemoryFormat::ChannelsLast);
+    at::Tensor out = labops::empty(src.sizes(), src.options(), at::MemoryFormat::ChannelsLast);
     transpose(src, src.size(0), src.size(1), src.size(2) * src.size(3), out, 1, tf32);
     return out;
   }
@@ -2510,7 +2510,7 @@ struct Conv2dMMLauncher {
   // matrices of its memory (ATen's copy of a channels_last tensor to NCHW ran a few times slower on an H100).
   static at::Tensor contiguous(const at::Tensor& t) {
     if (t.dim() != 4 || t.is_contiguous() || !t.is_contiguous(at::MemoryFormat::ChannelsLast)) return t.contiguous();
-    at::Tensor out = at::empty(t.sizes(), t.options());
+    at::Tensor out = labops::empty(t.sizes(), t.options());
     transpose(t, t.size(0), t.size(2) * t.size(3), t.size(1), out);
     return out;
   }

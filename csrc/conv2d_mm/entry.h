@@ -51,6 +51,7 @@
 #include <c10/util/DimVector.h>
 
 #include "../common/check.h"
+#include "../common/empty.h"
 #include "../common/ladder.h"
 #include "conv2d_mm.h"
 
@@ -482,7 +483,7 @@ struct Entry {
     const Im2colShape s = make_shape(x4.size(0), x4.size(1), x4.size(2), x4.size(3),
                                      make_params(kernel_size[0], kernel_size[1], stride, padding, dilation));
     c10::OptionalDeviceGuard guard(x.device());
-    at::Tensor cols = at::empty({s.batch, s.channels * s.kernel_area(), s.blocks()}, x4.options());
+    at::Tensor cols = labops::empty({s.batch, s.channels * s.kernel_area(), s.blocks()}, x4.options());
     if (cols.numel() > 0) {
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_im2col", [&] {
         Launcher::im2col(s, x4.const_data_ptr<scalar_t>(), cols.mutable_data_ptr<scalar_t>());
@@ -502,7 +503,7 @@ struct Entry {
     const Im2colShape s = make_shape(c3.size(0), c3.size(1) / (p.kernel_h * p.kernel_w), output_size[0],
                                      output_size[1], p);
     c10::OptionalDeviceGuard guard(cols.device());
-    at::Tensor image = at::empty({s.batch, s.channels, s.height, s.width}, c3.options());
+    at::Tensor image = labops::empty({s.batch, s.channels, s.height, s.width}, c3.options());
     if (image.numel() > 0) {
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cols.scalar_type(), "labops_col2im", [&] {
         Launcher::col2im(s, c3.const_data_ptr<scalar_t>(), image.mutable_data_ptr<scalar_t>());
@@ -534,7 +535,7 @@ struct Entry {
     const bool runs = s.batch * O * L > 0;
     const int rung = runs ? Launcher::forward_rung(forward_ladder().forced(), s, O, x.scalar_type()) : 0;
     const at::MemoryFormat format = output_format(x);
-    at::Tensor out = at::empty({s.batch, O, s.out_h, s.out_w}, x.options(),
+    at::Tensor out = labops::empty({s.batch, O, s.out_h, s.out_w}, x.options(),
                                rung >= 4 ? format : at::MemoryFormat::Contiguous);
     at::Tensor x4 = x.dim() == 4 ? x : x.unsqueeze(0);
     if (rung < 4) x4 = x4.contiguous();  // rungs 1 to 3 read x as NCHW; 4 and 5 as channels_last, from any layout
@@ -560,7 +561,7 @@ struct Entry {
       at::Tensor w2 = weight.reshape({O, rows});
       at::Tensor out3 = out.view({s.batch, O, L});
       const Chunk chunk = chunk_size(s, x.element_size(), Launcher::kColumnBudgetBytes, false);
-      at::Tensor cols = at::empty({chunk_slots(x4), chunk.images * rows * chunk.out_rows * s.out_w}, x4.options());
+      at::Tensor cols = labops::empty({chunk_slots(x4), chunk.images * rows * chunk.out_rows * s.out_w}, x4.options());
       run_chunks(s, chunk, x4, [&](int64_t n0, int64_t nb, int64_t oh0, int64_t out_rows, int64_t slot) {
         const Im2colShape sc = chunk_of(s, nb, oh0, out_rows);
         const int64_t Lc = sc.blocks();
@@ -585,7 +586,7 @@ struct Entry {
     c10::OptionalDeviceGuard guard(grad_output.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
     const at::MemoryFormat format = output_format(grad_output);
-    at::Tensor grad_input = at::empty({s.batch, s.channels, s.height, s.width}, grad_output.options(), format);
+    at::Tensor grad_input = labops::empty({s.batch, s.channels, s.height, s.width}, grad_output.options(), format);
     bool done = false;  // on CUDA at stride 1, by the tensor cores: Note [the input gradient as a convolution]
     if constexpr (Launcher::kImplicitGemm) {
       done = grad_input.numel() > 0 && Launcher::backward_input_as_convolution(
@@ -594,11 +595,11 @@ struct Entry {
     if (grad_input.numel() > 0 && !done) {
       // The columns and col2im write NCHW: into grad_input itself, or into a copy where it is channels_last.
       const at::Tensor result = grad_input.is_contiguous() ? grad_input
-                                                           : at::empty(grad_input.sizes(), grad_input.options());
+                                                           : labops::empty(grad_input.sizes(), grad_input.options());
       at::Tensor g3 = grad_output.reshape({s.batch, O, L});
       at::Tensor w2 = weight.reshape({O, rows});
       const Chunk chunk = chunk_size(s, grad_output.element_size(), Launcher::kColumnBudgetBytes, true);
-      at::Tensor cols = at::empty({chunk_slots(grad_output), chunk.images * rows * L}, grad_output.options());
+      at::Tensor cols = labops::empty({chunk_slots(grad_output), chunk.images * rows * L}, grad_output.options());
       run_chunks(s, chunk, grad_output, [&](int64_t n0, int64_t nb, int64_t, int64_t, int64_t slot) {
         at::Tensor cols_n = slot_view(cols, slot, {nb, rows, L});
         Launcher::gemm_backward_input(cols_n, w2, narrow_or_all(g3, 0, n0, nb));
@@ -634,9 +635,9 @@ struct Entry {
     }
     // Accumulate in place when grad_weight is dense, contiguous or channels_last, else through a temporary.
     const bool in_place = grad_weight.is_contiguous() || grad_weight.is_contiguous(at::MemoryFormat::ChannelsLast);
-    at::Tensor gw4 = in_place ? grad_weight : at::empty(grad_weight.sizes(), grad_weight.options());
+    at::Tensor gw4 = in_place ? grad_weight : labops::empty(grad_weight.sizes(), grad_weight.options());
     // The bias gradient is summed as backward_weight sums it, so both give the same bits.
-    at::Tensor bias_sum = grad_bias.has_value() ? at::empty({O}, grad_bias->options()) : at::Tensor();
+    at::Tensor bias_sum = grad_bias.has_value() ? labops::empty({O}, grad_bias->options()) : at::Tensor();
     weight_gradient(s, grad_output, x, gw4, scale, in_place ? 1.0 : 0.0, bias_sum);
     if (!in_place) grad_weight.add_(gw4);
     if (grad_bias.has_value()) grad_bias->add_(bias_sum, scale);
@@ -657,8 +658,8 @@ struct Entry {
     const int64_t O = weight_size[0];
     c10::OptionalDeviceGuard guard(x.device());
     const int64_t rows = s.channels * s.kernel_area(), L = s.blocks();
-    at::Tensor grad_weight = at::empty(weight_size, grad_output.options(), output_format(x));
-    at::Tensor grad_bias = at::empty({O}, grad_output.options());
+    at::Tensor grad_weight = labops::empty(weight_size, grad_output.options(), output_format(x));
+    at::Tensor grad_bias = labops::empty({O}, grad_output.options());
     if (s.batch * L == 0) return {grad_weight.zero_(), grad_bias.zero_()};  // sums over nothing
     if (grad_weight.numel() == 0) {
       sum_into(grad_bias, grad_output.contiguous().view({s.batch, O, L}), {0, 2});
@@ -683,7 +684,7 @@ struct Entry {
     }
     const int64_t O = gw4.size(0), rows = gw4.numel() / O;
     if (gw4.is_contiguous()) return weight_gradient_rows(s, grad_output, x, gw4.view({O, rows}), scale, beta, bias_sum);
-    const at::Tensor gw2 = at::empty({O, rows}, gw4.options());
+    const at::Tensor gw2 = labops::empty({O, rows}, gw4.options());
     weight_gradient_rows(s, grad_output, x, gw2, scale, 0.0, bias_sum);
     if (beta == 0.0) gw4.copy_(gw2.view(gw4.sizes()));
     else gw4.add_(gw2.view(gw4.sizes()));
@@ -708,7 +709,7 @@ struct Entry {
     const int64_t slots = chunk_slots(x4), chunk_cols = chunk.images * chunk.out_rows * s.out_w;
     // Each slot holds a chunk's columns, then its grad_output rows (needed when it has several images).
     const int64_t grad_rows_size = chunk.images > 1 ? O * chunk_cols : 0;
-    at::Tensor buffer = at::empty({slots, rows * chunk_cols + grad_rows_size}, x4.options());
+    at::Tensor buffer = labops::empty({slots, rows * chunk_cols + grad_rows_size}, x4.options());
     // Chunks running at once add into separate sums, added up at the end.
     at::Tensor sums = slots == 1 ? at::Tensor() : at::zeros({slots, O, rows}, gw2.options());
     const bool gather_bias = bias_sum.defined() && Launcher::kSumsBiasWhileGathering && slots == 1;

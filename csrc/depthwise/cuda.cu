@@ -29,6 +29,7 @@
 #include <torch/library.h>
 
 #include "entry.h"
+#include "../common/empty.h"
 #include "../common/cuda/device.cuh"
 #include "../common/cuda/reduce.cuh"
 #include "../common/cuda/vec.cuh"
@@ -595,7 +596,7 @@ int64_t splits_for(int64_t groups, int64_t items, int64_t rows = kThreadsPerBloc
 
 template <typename acc_t>
 at::Tensor workspace(int64_t n) {
-  return at::empty({n}, at::TensorOptions()
+  return labops::empty({n}, at::TensorOptions()
                             .dtype(c10::CppTypeToScalarType<acc_t>::value)
                             .device(at::kCUDA, c10::cuda::current_device()));
 }

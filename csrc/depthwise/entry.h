@@ -20,6 +20,7 @@
 #include <c10/util/DimVector.h>
 
 #include "../common/check.h"
+#include "../common/empty.h"
 #include "../common/ladder.h"
 #include "depthwise.h"
 
@@ -271,7 +272,7 @@ struct Entry {
     const bool keep_cl = is_channels_last(x);
     const std::array<int64_t, 4> out_size{g.batch, g.out_channels, g.out_h, g.out_w};
     if (g.batch * g.out_channels * g.out_h * g.out_w == 0) {
-      return at::empty(out_size, x.options().memory_format(memory_format(keep_cl)));
+      return labops::empty(out_size, x.options().memory_format(memory_format(keep_cl)));
     }
     Geometry lg = g;
     const int forced = forward_ladder().forced();  // read once: the layout and the kernel agree
@@ -279,7 +280,7 @@ struct Entry {
       return Launcher::forward_has_nhwc_kernels(geometry, data, forced);
     };
     const at::Tensor xc = in_launcher_layout<1>(lg, keep_cl, {x}, forward_nhwc)[0];
-    at::Tensor out = at::empty(out_size, x.options().memory_format(memory_format(lg.channels_last)));
+    at::Tensor out = labops::empty(out_size, x.options().memory_format(memory_format(lg.channels_last)));
     const at::Tensor wc = weight.contiguous();
     const at::Tensor bc = has_bias ? bias->contiguous() : at::Tensor();
     LABOPS_DEPTHWISE_DISPATCH(x.scalar_type(), [&] {
@@ -298,12 +299,12 @@ struct Entry {
     c10::OptionalDeviceGuard guard(grad_output.device());
     const bool keep_cl = is_channels_last(grad_output);
     if (g.batch * g.in_channels * g.in_h * g.in_w == 0) {
-      return at::empty(input_size, grad_output.options().memory_format(memory_format(keep_cl)));
+      return labops::empty(input_size, grad_output.options().memory_format(memory_format(keep_cl)));
     }
     Geometry lg = g;
     const at::Tensor gc = in_launcher_layout<1>(lg, keep_cl, {grad_output})[0];
     at::Tensor grad_input =
-        at::empty(input_size, grad_output.options().memory_format(memory_format(lg.channels_last)));
+        labops::empty(input_size, grad_output.options().memory_format(memory_format(lg.channels_last)));
     const at::Tensor wc = weight.contiguous();
     LABOPS_DEPTHWISE_DISPATCH(grad_output.scalar_type(), [&] {
       Launcher::template backward_input<scalar_t>(gc.const_data_ptr<scalar_t>(),
@@ -344,7 +345,7 @@ struct Entry {
                                     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
     const Geometry g = make_geometry(x.sizes(), weight_size, stride, padding, dilation);
     c10::OptionalDeviceGuard guard(grad_output.device());
-    at::Tensor grad_weight = at::empty(weight_size, grad_output.options());
+    at::Tensor grad_weight = labops::empty(weight_size, grad_output.options());
     if (g.batch == 0) return grad_weight.zero_();  // a sum over nothing
     Geometry lg = g;  // read in x's layout (grad_output follows it)
     const std::array<at::Tensor, 2> gx = in_launcher_layout<2>(lg, is_channels_last(x), {grad_output, x});
@@ -361,7 +362,7 @@ struct Entry {
     c10::OptionalDeviceGuard guard(grad_output.device());
     const int64_t batch = grad_output.size(0), channels = grad_output.size(1);
     const int64_t plane = grad_output.size(2) * grad_output.size(3);
-    at::Tensor grad_bias = at::empty({channels}, grad_output.options());
+    at::Tensor grad_bias = labops::empty({channels}, grad_output.options());
     if (channels == 0) return grad_bias;
     if (batch * plane == 0) return grad_bias.zero_();
     // channels_last memory is an (N*H*W, C) matrix: its column sums are the

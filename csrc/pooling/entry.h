@@ -20,6 +20,7 @@
 #include <c10/util/Exception.h>
 
 #include "../common/check.h"
+#include "../common/empty.h"
 #include "../common/ladder.h"
 #include "pooling.h"
 
@@ -95,7 +96,7 @@ struct Entry {
   static at::Tensor global_avg_pool2d(const at::Tensor& x) {
     const c10::SymDimVector out_size = global_avg_pool2d_output_size(x);
     c10::OptionalDeviceGuard guard(x.device());
-    at::Tensor out = at::empty(C10_AS_INTARRAYREF_SLOW(out_size), x.options());
+    at::Tensor out = labops::empty(C10_AS_INTARRAYREF_SLOW(out_size), x.options());
     const int64_t hw = x.size(-2) * x.size(-1);
     const int64_t planes = out.numel();
     if (planes == 0) return out;
@@ -112,7 +113,7 @@ struct Entry {
     // input_size is SymInt[]: this kernel gets concrete ints from the dispatcher, SymInts as they are (no copy).
     check_global_avg_pool2d_backward(grad_output, c10::fromIntArrayRefSlow(input_size));
     c10::OptionalDeviceGuard guard(grad_output.device());
-    at::Tensor grad_input = at::empty(input_size, grad_output.options());
+    at::Tensor grad_input = labops::empty(input_size, grad_output.options());
     const int64_t hw = input_size[input_size.size() - 2] * input_size[input_size.size() - 1];
     const int64_t planes = grad_output.numel();
     if (planes == 0 || hw == 0) return grad_input;

@@ -21,6 +21,7 @@
 #include <c10/util/safe_numerics.h>
 
 #include "../common/check.h"
+#include "../common/empty.h"
 #include "../common/ladder.h"
 #include "reorg.h"
 
@@ -116,7 +117,7 @@ struct Entry {
   static at::Tensor run(const at::Tensor& src, at::IntArrayRef out_size, const ReorgShape& shape,
                         bool backward) {
     c10::OptionalDeviceGuard guard(src.device());
-    at::Tensor dst = at::empty(out_size, src.options());
+    at::Tensor dst = labops::empty(out_size, src.options());
     if (dst.numel() == 0) return dst;
     at::Tensor sc = src.contiguous();
     const int forced = backward ? 0 : forward_ladder().forced();

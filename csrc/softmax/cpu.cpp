@@ -275,9 +275,12 @@ struct SoftmaxLauncher {
         });
   }
 
+  // The mean or sum is taken here too, in double, over the rows in order: a loop instead of sum, div and a
+  // cast through the dispatcher (three ops, each costing more host time than the whole kernel on a small
+  // batch: tools/host_time.py).
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
-  static bool cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss,
-                                    int64_t n, int64_t c) {
+  static CrossEntropyForward cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss,
+                                                   int64_t n, int64_t c, Reduction reduction, scalar_t* reduced) {
     const RowGeometry geo{n, c, 1};
     std::atomic<bool> valid{true};
     at::parallel_for(0, n, grain_for(c), [&](int64_t begin, int64_t end) {
@@ -294,7 +297,12 @@ struct SoftmaxLauncher {
         loss[r] = cross_entropy_loss(m, s, static_cast<acc_t>(x[t]));
       }
     });
-    return valid.load();
+    if (reduction == Reduction::None) return {valid.load(), false};
+    double total = 0;
+    for (int64_t r = 0; r < n; ++r) total += static_cast<double>(loss[r]);
+    if (reduction == Reduction::Mean) total /= static_cast<double>(n);
+    *reduced = static_cast<scalar_t>(total);
+    return {valid.load(), true};
   }
 
   // Rows whose target is out of range come back as NaN: the forward, which

@@ -307,21 +307,36 @@ struct CrossEntropyRow {
   }
 };
 
+// One loss per row into `loss`. With `reduced` (launched as one block holding every row: Note
+// [cross-entropy in one launch]) the block then adds the rows up, in a fixed order, into reduced[0]: their
+// mean or sum. With `bad`, a row whose target is outside [0, C) raises it.
 template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type<scalar_t>>
 __global__ void __launch_bounds__(kMaxThreads)
     cross_entropy_forward_rows(const scalar_t* __restrict__ logits, const int64_t* __restrict__ target,
-                               acc_t* __restrict__ loss, RowGeometry geo, int tpr_log2) {
+                               acc_t* __restrict__ loss, RowGeometry geo, int tpr_log2, int* bad = nullptr,
+                               scalar_t* reduced = nullptr, bool mean = false) {
   __shared__ acc_t smem[kWarpSize];
   const int64_t n = geo.size;
   for_each_row(geo, tpr_log2, [&](const RowThreads& rt, int64_t row, bool active) {
     const CrossEntropyRow<scalar_t, V, kLoads> r(logits, target, geo, row, active, rt, smem);
     const acc_t m = r.stats.max, s = r.stats.sum;
-    if (active && rt.lane == 0) {  // targets were checked before the launch; never read outside the row
-      loss[row] = target_in_range(r.target, n)
-                      ? cross_entropy_loss(m, s, static_cast<acc_t>(logits[r.start + r.target]))
-                      : std::numeric_limits<acc_t>::quiet_NaN();
+    if (active && rt.lane == 0) {  // never read outside the row: a bad target's loss is NaN
+      const bool in_range = target_in_range(r.target, n);
+      if (!in_range && bad != nullptr) *bad = 1;
+      loss[row] = in_range ? cross_entropy_loss(m, s, static_cast<acc_t>(logits[r.start + r.target]))
+                           : std::numeric_limits<acc_t>::quiet_NaN();
     }
   });
+  if (reduced == nullptr) return;
+  __syncthreads();  // every row's loss is written (and, within the block, visible)
+  if (threadIdx.x < kWarpSize) {
+    // Lane l adds rows l, l + 32, ... in order; the lanes' sums then meet in a fixed tree.
+    const int64_t rows = geo.rows();
+    acc_t sum = 0;
+    for (int64_t row = threadIdx.x; row < rows; row += kWarpSize) sum += loss[row];
+    sum = warp_allreduce(sum, Plus<acc_t>{});
+    if (threadIdx.x == 0) reduced[0] = static_cast<scalar_t>(mean ? sum / static_cast<acc_t>(rows) : sum);
+  }
 }
 
 template <typename scalar_t, int V, int kLoads, typename acc_t = at::opmath_type<scalar_t>>
@@ -768,9 +783,18 @@ struct SoftmaxLauncher {
   // While the stream is captured into a CUDA graph (torch.compile's
   // mode="reduce-overhead") the host can wait for nothing, so there is no
   // check: a bad target gives a NaN loss, as with the check's verdict ignored.
+  //
+  // Note [cross-entropy in one launch]
+  // A batch whose rows all fit one block of the row kernel (128 threads, a
+  // row taking 1 to 32 of them: 32 rows of 10 classes, say) takes one launch
+  // instead of three: that block checks the targets itself and
+  // adds the row losses up into the mean or sum, which at::mean would do in
+  // a launch of its own. Each launch is several microseconds of host time,
+  // more than such a kernel runs (tools/host_time.py). The host then waits
+  // for the whole loss, which here is about as long as the check alone.
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
-  static bool cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss, int64_t n,
-                                    int64_t c) {
+  static CrossEntropyForward cross_entropy_forward(const scalar_t* logits, const int64_t* target, acc_t* loss,
+                                                   int64_t n, int64_t c, Reduction reduction, scalar_t* reduced) {
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     constexpr int kVec = vec_width<scalar_t>();
     const RowGeometry geo{n, c, 1};
@@ -778,22 +802,26 @@ struct SoftmaxLauncher {
     C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     const bool check = capture == cudaStreamCaptureStatusNone;
     TargetFlag& bad = target_flag(c10::cuda::current_device());
-    if (check) {
-      *bad.host = 0;  // this thread's last check finished: it waited on bad.checked
-      find_bad_target<<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(target, n, c, bad.device);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      C10_CUDA_CHECK(cudaEventRecord(bad.checked, stream));
-    }
+    if (check) *bad.host = 0;  // this thread's last check finished: it waited on bad.checked
     const bool aligned = is_aligned(logits);
     constexpr int kLoads = max_loads<scalar_t>(1);
     // The forward only reads: with a lane per 16 bytes of a 128-class row it
     // spends more time in the row's shuffles than in its loads, so each lane
     // takes up to kReadOnlyLoads loads (fewer lanes per row, fewer shuffle steps).
     const RowPlan p = plan_rows<scalar_t>(c, aligned, kLoads, kReadOnlyLoads);
-    if (p.fits && !(p.tpr_log2 == 10 && prefers_long<scalar_t>())) {
+    const bool rows_kernel = p.fits && !(p.tpr_log2 == 10 && prefers_long<scalar_t>());
+    const bool one_launch = rows_kernel && p.blocks(n) == 1 && reduction != Reduction::None;
+    if (check && !one_launch) {
+      find_bad_target<<<get_blocks(n), kThreadsPerBlock, 0, stream>>>(target, n, c, bad.device);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      C10_CUDA_CHECK(cudaEventRecord(bad.checked, stream));
+    }
+    if (rows_kernel) {
       with_plan<kVec, kLoads>(p, [&](auto vec, auto loads) {
         cross_entropy_forward_rows<scalar_t, decltype(vec)::value, decltype(loads)::value>
-            <<<p.blocks(n), p.threads, 0, stream>>>(logits, target, loss, geo, p.tpr_log2);
+            <<<p.blocks(n), p.threads, 0, stream>>>(logits, target, loss, geo, p.tpr_log2,
+                                                    one_launch && check ? bad.device : nullptr,
+                                                    one_launch ? reduced : nullptr, reduction == Reduction::Mean);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     } else {
@@ -803,10 +831,11 @@ struct SoftmaxLauncher {
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }
-    if (!check) return true;  // captured: no verdict (a bad target's loss is NaN)
+    if (!check) return {true, one_launch};  // captured: no verdict (a bad target's loss is NaN)
+    if (one_launch) C10_CUDA_CHECK(cudaEventRecord(bad.checked, stream));
     // Waits: the price of a ValueError instead of an assert.
     C10_CUDA_CHECK(cudaEventSynchronize(bad.checked));
-    return *static_cast<volatile int*>(bad.host) == 0;
+    return {*static_cast<volatile int*>(bad.host) == 0, one_launch};
   }
 
   template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>

@@ -29,6 +29,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../common/check.h"
+#include "../common/empty.h"
 #include "../common/ladder.h"
 #include "softmax.h"
 
@@ -174,7 +175,7 @@ struct Entry {
       return softmax_forward(x.movedim(d, -1), -1, forced).movedim(-1, d).contiguous();
     }
     at::Tensor xc = x.contiguous();
-    at::Tensor y = at::empty(x.sizes(), x.options());
+    at::Tensor y = labops::empty(x.sizes(), x.options());
     if (x.numel() == 0) return y;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "labops_softmax", [&] {
       Launcher::template softmax_forward<scalar_t>(xc.const_data_ptr<scalar_t>(),
@@ -192,7 +193,7 @@ struct Entry {
       return softmax_backward(grad_output.movedim(d, -1), output.movedim(d, -1), -1).movedim(-1, d).contiguous();
     }
     at::Tensor gc = grad_output.contiguous(), yc = output.contiguous();
-    at::Tensor dx = at::empty(output.sizes(), output.options());
+    at::Tensor dx = labops::empty(output.sizes(), output.options());
     if (output.numel() == 0) return dx;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, output.scalar_type(),
                                     "labops_softmax_backward", [&] {
@@ -211,44 +212,30 @@ struct Entry {
     const int64_t n = lc.size(0), c = lc.size(1);
     const auto acc_dtype = at::toOpMathType(lc.scalar_type());
     // One loss per row, in the accumulation type; the kernel writes NaN for a
-    // row whose target is out of range and reports it.
-    at::Tensor loss_rows = at::empty({n}, lc.options().dtype(acc_dtype));
-    bool valid = true;
+    // row whose target is out of range and reports it. The launcher may also
+    // write the mean or sum into `loss` (CrossEntropyForward::reduced).
+    at::Tensor loss_rows = labops::empty({n}, lc.options().dtype(acc_dtype));
+    at::Tensor loss = red == Reduction::None ? at::Tensor() : labops::empty({}, lc.options());
+    CrossEntropyForward done{true, false};
     if (n > 0) {
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, lc.scalar_type(),
                                       "labops_cross_entropy", [&] {
         using acc_t = at::opmath_type<scalar_t>;
-        valid = Launcher::template cross_entropy_forward<scalar_t>(
+        done = Launcher::template cross_entropy_forward<scalar_t>(
             lc.const_data_ptr<scalar_t>(), tc.const_data_ptr<int64_t>(),
-            loss_rows.mutable_data_ptr<acc_t>(), n, c);
+            loss_rows.mutable_data_ptr<acc_t>(), n, c, red,
+            loss.defined() ? loss.mutable_data_ptr<scalar_t>() : nullptr);
       });
     }
-    if (!valid) {  // the rare path: spend two reductions on a precise message
+    if (!done.valid) {  // the rare path: spend two reductions on a precise message
       LABOPS_CHECK(false, "labops.cross_entropy: target must hold class indices in [0, C) = [0, ",
                         c, "), got values from ", at::min(tc).item<int64_t>(), " to ",
                         at::max(tc).item<int64_t>());
     }
     if (red == Reduction::None) return loss_rows.to(lc.scalar_type());
-    if (loss_rows.is_cpu()) return reduce_on_host(loss_rows, red, lc.scalar_type());
+    if (done.reduced) return loss;
     // One reduction kernel either way (a sum then a div would be two launches); mean of n = 0: NaN, as torch.
-    const at::Tensor loss = red == Reduction::Mean ? at::mean(loss_rows) : at::sum(loss_rows);
-    return loss.to(lc.scalar_type());
-  }
-
-  // 'mean' or 'sum' of per-row losses that are in host memory: a loop here, in double, instead of
-  // sum, div and a cast through the dispatcher (three ops, each costing more host time than the
-  // whole kernel on a small batch: tools/host_time.py).
-  static at::Tensor reduce_on_host(const at::Tensor& loss_rows, Reduction red, at::ScalarType dtype) {
-    at::Tensor loss = at::empty({}, loss_rows.options().dtype(dtype));
-    const int64_t n = loss_rows.numel();
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "labops_cross_entropy_reduce", [&] {
-      const auto* rows = loss_rows.const_data_ptr<at::opmath_type<scalar_t>>();
-      double total = 0;
-      for (int64_t r = 0; r < n; ++r) total += static_cast<double>(rows[r]);
-      if (red == Reduction::Mean) total /= static_cast<double>(n);  // n = 0: 0 / 0 = NaN, as torch
-      *loss.mutable_data_ptr<scalar_t>() = static_cast<scalar_t>(total);
-    });
-    return loss;
+    return (red == Reduction::Mean ? at::mean(loss_rows) : at::sum(loss_rows)).to(lc.scalar_type());
   }
 
   static at::Tensor cross_entropy_backward(const at::Tensor& grad_loss, const at::Tensor& logits,
@@ -257,7 +244,7 @@ struct Entry {
     const int64_t n = logits.size(0), c = logits.size(1);
     c10::OptionalDeviceGuard guard(logits.device());
     at::Tensor lc = logits.contiguous(), tc = target.contiguous(), gc = grad_loss.contiguous();
-    at::Tensor grad = at::empty({n, c}, lc.options());
+    at::Tensor grad = labops::empty({n, c}, lc.options());
     if (grad.numel() == 0) return grad;
     const int64_t g_stride = red == Reduction::None ? 1 : 0;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, lc.scalar_type(),

@@ -181,6 +181,13 @@ LABOPS_HOST_DEVICE bool target_in_range(int64_t target, int64_t classes) {
 
 enum class Reduction { None, Mean, Sum };
 
+// What a launcher's cross_entropy_forward did: whether every target was in range, and whether it also wrote
+// the mean or sum (`reduced`); where it did not, the entry reduces the per-row losses itself.
+struct CrossEntropyForward {
+  bool valid;
+  bool reduced;
+};
+
 inline Reduction parse_reduction(std::string_view name, const char* op) {
   if (name == "mean") return Reduction::Mean;
   if (name == "sum") return Reduction::Sum;

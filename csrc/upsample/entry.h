@@ -26,6 +26,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../common/check.h"
+#include "../common/empty.h"
 #include "../common/ladder.h"
 #include "upsample.h"
 
@@ -143,7 +144,7 @@ struct Entry {
 
     c10::OptionalDeviceGuard guard(x.device());
     at::Tensor input = x.contiguous();
-    at::Tensor out = at::empty(C10_AS_INTARRAYREF_SLOW(out_size), x.options());
+    at::Tensor out = labops::empty(C10_AS_INTARRAYREF_SLOW(out_size), x.options());
     const int64_t planes = x.size(0) * x.size(1);
     if (out.numel() == 0) return out;
     const int forced = forward_ladder().forced();
@@ -173,7 +174,7 @@ struct Entry {
       Axis<T> ah = make_axis<T>(input_size[2], g.size(2), mode, scale_h);
       Axis<T> aw = make_axis<T>(input_size[3], g.size(3), mode, scale_w);
       if (deterministic) {
-        result = at::empty(input_size, g.options());
+        result = labops::empty(input_size, g.options());
         if (result.numel() == 0) return;
         Launcher::template backward_gather<scalar_t, T>(
             g.template const_data_ptr<scalar_t>(), result.template mutable_data_ptr<scalar_t>(), planes, ah, aw);

@@ -30,6 +30,7 @@ __all__ = ["col2im", "conv2d_mm", "im2col"]
 # (tools/host_time.py).
 _im2col = torch.ops.labops.im2col.default
 _col2im = torch.ops.labops.col2im.default
+_conv2d_mm = torch.ops.labops.conv2d_mm.default
 
 
 def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
@@ -104,7 +105,7 @@ def conv2d_mm(x, weight, bias=None, stride=1, padding=0, dilation=1):
     check_tensor(weight, op, "weight")
     if bias is not None:
         check_tensor(bias, op, "bias")
-    return torch.ops.labops.conv2d_mm(x, weight, bias, *_window(op, None, stride, padding, dilation))
+    return _conv2d_mm(x, weight, bias, *_window(op, None, stride, padding, dilation))
 
 
 def _window(op, kernel_size, stride, padding, dilation):

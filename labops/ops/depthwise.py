@@ -25,6 +25,9 @@ from ..ladder import ALL_DTYPES, Default, kernel_address, meta_output
 
 __all__ = ["depthwise_conv2d"]
 
+# The op's OpOverload, looked up once (as in activation.py: a share of a tiny call's host time).
+_depthwise_conv2d = torch.ops.labops.depthwise_conv2d.default
+
 _OP = "depthwise_conv2d"
 
 
@@ -53,8 +56,8 @@ def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias=None, stride=1,
         check_tensor(bias, _OP, "bias")
     # The op checks the rest (csrc/depthwise/entry.h), in eager mode and, through its Meta kernels,
     # under torch.compile.
-    return torch.ops.labops.depthwise_conv2d(x, weight, bias, pair(stride, _OP, "stride"),
-                                             pair(padding, _OP, "padding"), pair(dilation, _OP, "dilation"))
+    return _depthwise_conv2d(x, weight, bias, pair(stride, _OP, "stride"),
+                             pair(padding, _OP, "padding"), pair(dilation, _OP, "dilation"))
 
 
 # The rules and the output shapes for fake tensors (torch.compile): the Meta kernels of

@@ -13,6 +13,9 @@ from ..ladder import ALL_DTYPES, Default, kernel_address
 
 __all__ = ["global_avg_pool2d"]
 
+# The op's OpOverload, looked up once (as in activation.py: a share of a tiny call's host time).
+_global_avg_pool2d = torch.ops.labops.global_avg_pool2d.default
+
 
 def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
     """Mean over the last two dims: (N, C, H, W) -> (N, C, 1, 1), (C, H, W) -> (C, 1, 1).
@@ -34,7 +37,7 @@ def global_avg_pool2d(x: torch.Tensor) -> torch.Tensor:
         tensor([1.5000, 5.5000])
     """
     check_tensor(x, "global_avg_pool2d", "x")
-    return torch.ops.labops.global_avg_pool2d(x)
+    return _global_avg_pool2d(x)
 
 
 # The rules and the output shapes for fake tensors (torch.compile): the Meta kernels of

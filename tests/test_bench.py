@@ -60,6 +60,45 @@ def test_time_ms_divides_a_burst_into_calls():
     assert t.burst == 10 and len(t.samples) == 6 and float(t) == pytest.approx(0.1)
 
 
+class DriftingHost:
+    """One fake clock for several functions: a call of function `name` takes its base milliseconds times a
+    factor that grows by `drift` with every call made so far (a host that slows down), and is logged."""
+
+    def __init__(self, drift=0.0):
+        self.now, self.calls, self.drift = 0.0, [], drift
+
+    def __call__(self):
+        return self.now
+
+    def function(self, name, base_ms):
+        def call():
+            self.now += base_ms * (1 + self.drift * len(self.calls)) * 1e-3
+            self.calls.append(name)
+        return call
+
+
+def test_time_ms_interleaved_takes_the_samples_in_turn():
+    host = DriftingHost()
+    a, b = host.function("a", 10.0), host.function("b", 20.0)  # 10 ms and more: bursts of one call
+    ta, tb = bench.time_ms_interleaved([a, b], "cpu", samples=3, clock=host)
+    assert host.calls == ["a"] * 4 + ["b"] * 4 + ["a", "b"] * 3  # 3 warm-ups and the probe each, then in turn
+    assert ta.samples == pytest.approx((10.0,) * 3) and tb.samples == pytest.approx((20.0,) * 3)
+    assert ta.burst == tb.burst == 1
+
+
+def test_interleaving_keeps_a_ratio_that_a_drifting_host_bends():
+    # b takes twice a's time; the host slows by 5 % a call. Timed in turn, the ratio stays near 2; timed
+    # one after the other (time_ms twice), b meets a slower host than a did.
+    host = DriftingHost(drift=0.05)
+    ta, tb = bench.time_ms_interleaved([host.function("a", 10.0), host.function("b", 20.0)], "cpu", samples=5,
+                                       clock=host)
+    assert tb / ta == pytest.approx(2.0, rel=0.05)
+    host = DriftingHost(drift=0.05)
+    ta = bench.time_ms(host.function("a", 10.0), "cpu", min_time=0.0, min_samples=5, clock=host)
+    tb = bench.time_ms(host.function("b", 20.0), "cpu", min_time=0.0, min_samples=5, clock=host)
+    assert tb / ta > 2.2
+
+
 def test_a_steady_timing_is_not_noise():
     assert timed(STEADY).noise() == []
 

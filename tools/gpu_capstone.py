@@ -10,7 +10,9 @@ Usage (GPU machine, repository root; no Jupyter, no scikit-learn needed):
 2. Times one training step (forward, loss, backward, SGD update) of the labops network and of the same
    architecture from torch.nn (F.conv2d / cuDNN, F.gelu, F.interpolate, F.pixel_unshuffle, ...), eager and
    torch.compile'd (the default mode, and mode="reduce-overhead": forward and backward replayed as CUDA graphs),
-   in this one run: CUDA events around bursts of steps, medians. Prints and records ratios.
+   in this one run: CUDA events around bursts of steps, medians; the eager and default-mode variants take
+   their samples in turn (labops.bench.time_ms_interleaved), so their ratios meet one host. Prints and records
+   ratios.
 
 The two-GPU data-parallel run (NCCL) is separate:
 
@@ -29,7 +31,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from labops import capstone  # noqa: E402
-from labops.bench import time_ms  # noqa: E402
+from labops.bench import time_ms, time_ms_interleaved  # noqa: E402
 from labops.ops import cross_entropy  # noqa: E402
 
 
@@ -88,23 +90,32 @@ def make_step(model, loss_fn, x, y, compile):
     return step
 
 
-def step_ms(model, loss_fn, x, y, compile):
-    """Median milliseconds of one training step (labops.bench.time_ms: CUDA events around bursts of steps)."""
-    return time_ms(make_step(model, loss_fn, x, y, compile), "cuda")
-
-
-# name: (model builder, loss, compile mode or False), every variant time_steps times
-VARIANTS = {
+# name: (model builder, loss, compile mode or False). The variants of TOGETHER are timed together, their
+# samples taken in turn (labops.bench.time_ms_interleaved), so that the ratios between them (labops over torch.nn,
+# compiled over eager) meet one host: timed one after the other, torch.nn's own eager step moved from 1.47 to
+# 2.25 ms between runs on the H100's host (docs/benchmarks/capstone/h100_session32_ab.md). Each variant of ALONE
+# (mode="reduce-overhead": CUDA graphs, a graph tree per compiled function) is timed by itself after a dynamo reset.
+TOGETHER = {
     "labops_eager": (capstone.labops_model, cross_entropy, False),
     "labops_compiled": (capstone.labops_model, cross_entropy, "default"),
-    "labops_cudagraphs": (capstone.labops_model, cross_entropy, "reduce-overhead"),
     # labops.cross_entropy reads back its target check (one synchronization a step): the same network
     # with F.cross_entropy separates that cost from the layers'.
     "labops_layers_F_cross_entropy_eager": (capstone.labops_model, F.cross_entropy, False),
     "torch_nn_eager": (capstone.torch_model, F.cross_entropy, False),
     "torch_nn_compiled": (capstone.torch_model, F.cross_entropy, "default"),
+}
+ALONE = {
+    "labops_cudagraphs": (capstone.labops_model, cross_entropy, "reduce-overhead"),
     "torch_nn_cudagraphs": (capstone.torch_model, F.cross_entropy, "reduce-overhead"),
 }
+VARIANTS = {**TOGETHER, **ALONE}  # every variant by name (tools/capstone_profile.py picks from these)
+
+
+def _failed(row, name, e):
+    """Recorded, not hidden: the JSON says which variant failed and why."""
+    row[f"{name}_ms"] = float("nan")
+    row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    torch.cuda.synchronize()
 
 
 def time_steps(device, batches=(32, 1024)):
@@ -114,14 +125,21 @@ def time_steps(device, batches=(32, 1024)):
         x = torch.randn(batch, 1, 8, 8, generator=g).to(device)
         y = torch.randint(0, 10, (batch,), generator=g).to(device)
         row = {"batch": batch}
-        for name, (build, loss_fn, compile) in VARIANTS.items():
+        torch._dynamo.reset()
+        steps = {}
+        for name, (build, loss_fn, compile) in TOGETHER.items():
+            try:
+                steps[name] = make_step(build(seed=0, device=device), loss_fn, x, y, compile)
+            except Exception as e:
+                _failed(row, name, e)
+        for name, t in zip(steps, time_ms_interleaved(list(steps.values()), device)):
+            row[f"{name}_ms"] = t
+        for name, (build, loss_fn, compile) in ALONE.items():
             torch._dynamo.reset()
             try:
-                row[f"{name}_ms"] = step_ms(build(seed=0, device=device), loss_fn, x, y, compile)
-            except Exception as e:  # recorded, not hidden: the JSON says which variant failed and why
-                row[f"{name}_ms"] = float("nan")
-                row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-                torch.cuda.synchronize()
+                row[f"{name}_ms"] = time_ms(make_step(build(seed=0, device=device), loss_fn, x, y, compile), device)
+            except Exception as e:
+                _failed(row, name, e)
         row["labops_over_torch_nn_eager"] = row["labops_eager_ms"] / row["torch_nn_eager_ms"]
         row["labops_over_torch_nn_compiled"] = row["labops_compiled_ms"] / row["torch_nn_compiled_ms"]
         row["labops_compiled_over_eager"] = row["labops_compiled_ms"] / row["labops_eager_ms"]
@@ -129,7 +147,7 @@ def time_steps(device, batches=(32, 1024)):
         row["labops_over_torch_nn_cudagraphs"] = row["labops_cudagraphs_ms"] / row["torch_nn_cudagraphs_ms"]
         row["labops_cudagraphs_over_eager"] = row["labops_cudagraphs_ms"] / row["labops_eager_ms"]
         row["torch_nn_cudagraphs_over_eager"] = row["torch_nn_cudagraphs_ms"] / row["torch_nn_eager_ms"]
-        rows.append(row)
+        rows.append({k: float(v) if isinstance(v, float) else v for k, v in row.items()})
         print(f"batch {batch:5d}: " + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                                for k, v in row.items() if k != "batch"), flush=True)
     return rows
@@ -141,8 +159,9 @@ def main(path):
               "date": time.strftime("%Y-%m-%d"),
               "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
               "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-              "note": "training step = forward + loss + backward + SGD update; CUDA events around bursts of "
-                      "20 steps, median of 15; ratios > 1 mean labops (or compiled) is slower"}
+              "note": "training step = forward + loss + backward + SGD update; each sample a burst of about 1 ms "
+                      "of steps between CUDA events, medians; eager and compiled variants sampled in turn, the "
+                      "CUDA-graph ones each alone; ratios > 1 mean labops (or compiled) is slower"}
     result["training"] = train_all(device)
     result["step_time"] = time_steps(device)
     Path(path).write_text(json.dumps(result, indent=1) + "\n")

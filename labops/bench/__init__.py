@@ -187,30 +187,52 @@ def time_ms(fn, device, min_time=0.2, min_samples=5, clock=time.perf_counter) ->
     is hidden whenever the kernel takes longer than it. On the CPU, ``clock``
     (perf_counter; a test passes a fake one).
     """
-    for _ in range(3):  # warm-up: lazy init, caching allocator, autotuning
+    burst = _warm_burst(fn, device, clock)
+    times = []
+    start_all = clock()
+    while len(times) < min_samples or (clock() - start_all < min_time and len(times) < 200):
+        times.append(_burst_ms(fn, burst, device, clock))
+    return Timing(times, burst, device)
+
+
+def time_ms_interleaved(fns, device, samples=15, clock=time.perf_counter) -> list[Timing]:
+    """``time_ms`` of each of ``fns``, their samples taken in turn: sample k of every function before sample
+    k + 1 of any. Timed one after the other, two functions meet different machines whenever the host's speed
+    drifts: on the H100's host torch.nn's eager training step took 1.47 to 2.25 ms in four runs of one session
+    (docs/benchmarks/capstone/h100_session32_ab.md), more than the ratios it was measured for."""
+    bursts = [_warm_burst(fn, device, clock) for fn in fns]
+    times = [[] for _ in fns]
+    for _ in range(samples):
+        for fn, burst, out in zip(fns, bursts, times):
+            out.append(_burst_ms(fn, burst, device, clock))
+    return [Timing(t, burst, device) for t, burst in zip(times, bursts)]
+
+
+def _warm_burst(fn, device, clock) -> int:
+    """Warm ``fn`` up (lazy init, caching allocator, autotuning) and size a burst of about 1 ms."""
+    for _ in range(3):
         fn()
     _sync(device)
     t0 = clock()
     fn()
     _sync(device)
-    burst = max(1, min(100, int(1e-3 / max(clock() - t0, 1e-6))))
-    times = []
-    start_all = clock()
-    while len(times) < min_samples or (clock() - start_all < min_time and len(times) < 200):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(burst):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / burst)
-        else:
-            t1 = clock()
-            for _ in range(burst):
-                fn()
-            times.append((clock() - t1) * 1e3 / burst)
-    return Timing(times, burst, device)
+    return max(1, min(100, int(1e-3 / max(clock() - t0, 1e-6))))
+
+
+def _burst_ms(fn, burst, device, clock) -> float:
+    """One sample: milliseconds per call of a burst of ``burst`` back-to-back calls."""
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(burst):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / burst
+    t1 = clock()
+    for _ in range(burst):
+        fn()
+    return (clock() - t1) * 1e3 / burst
 
 
 def graph_ms(fn, calls=20, samples=15) -> float | None:

@@ -15,13 +15,13 @@
 
 namespace labops {
 
-// labops::empty(sizes, options): the same tensor (dtype, device, memory format), the dispatcher skipped.
+// at::empty(sizes, options): the same tensor (dtype, device, memory format), the dispatcher skipped.
 inline at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options) {
 #if defined(LABOPS_WITH_CUDA)
   if (options.device().is_cuda()) return at::detail::empty_cuda(sizes, options);
 #endif
   if (options.device().is_cpu()) return at::detail::empty_cpu(sizes, options);
-  return labops::empty(sizes, options);
+  return at::empty(sizes, options);  // another device (meta, ...): through the dispatcher
 }
 
 inline at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& options, at::MemoryFormat format) {
